@@ -1,0 +1,119 @@
+// The watermark: a stamp at the head of every KV page of every layer, in the
+// same buffer as the page's K/V data, so it travels with the bytes through any
+// copy or network transfer. Shared by the engine (which writes and checks it)
+// and the auditor (whose shadow ledger re-derives the same verdicts).
+//
+//   owner  — set by the page pool at allocation: tenant, request, generation
+//            (the generation is bumped on every allocation of the page).
+//   writer — set by whoever writes K/V into the page: tenant, request, the
+//            generation it believed it was writing, and `filled`, the number
+//            of leading slots it has written.
+//
+// A read of slot s is legitimate only if writer == the reader's identity and
+// generation and s < filled. Wire encoding: docs/watermarks.md.
+#ifndef KVCANARY_COMMON_PAGE_STAMP_H_
+#define KVCANARY_COMMON_PAGE_STAMP_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/ids.h"
+
+namespace kvcanary {
+
+enum class WatermarkMode : uint8_t {
+  kOff = 0,      // no checks (to measure their cost)
+  kDetect = 1,   // record violations, serve the request (auditing)
+  kEnforce = 2,  // record and fail the request; the default
+};
+const char* WatermarkModeName(WatermarkMode mode);
+absl::StatusOr<WatermarkMode> ParseWatermarkMode(absl::string_view name);
+
+enum class ViolationKind : uint8_t {
+  kForeignTenantRead = 1,  // content written by another tenant (the leak)
+  kStaleRequestRead = 2,   // content from another request of the same tenant
+  kUnwrittenRead = 3,      // slot never written in this generation
+  kLateWrite = 4,          // a write stamped with an older generation landed
+};
+const char* ViolationKindName(ViolationKind kind);
+
+// Who: a tenant, one of its requests, and the page generation it holds.
+// Field order keeps the struct at 16 bytes.
+struct StampIdentity {
+  RequestId request;
+  TenantId tenant;
+  PageGeneration generation;
+
+  friend bool operator==(const StampIdentity& a, const StampIdentity& b) {
+    return a.tenant == b.tenant && a.request == b.request &&
+           a.generation == b.generation;
+  }
+  friend bool operator!=(const StampIdentity& a, const StampIdentity& b) {
+    return !(a == b);
+  }
+};
+
+// In-memory layout of the stamp at the head of a page buffer. Plain data:
+// copying the page copies the stamp.
+struct PageStamp {
+  static constexpr uint32_t kMagic = 0x4B564353;  // "KVCS"
+  static constexpr uint16_t kVersion = 1;
+  // Encoded size on the wire (docs/watermarks.md).
+  static constexpr size_t kEncodedSizeBytes = 48;
+
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  uint16_t layer = 0;
+  PageId page;
+  StampIdentity owner;
+  StampIdentity writer;  // tenant kNoTenant: never written
+  uint32_t filled = 0;   // leading slots written by `writer`
+
+  // Appends the little-endian wire encoding (kEncodedSizeBytes) to *out.
+  void EncodeTo(std::string* out) const;
+  // kDataLoss for a short buffer, a bad magic or an unknown version.
+  static absl::StatusOr<PageStamp> Decode(absl::string_view in);
+};
+
+// Verdict for a read of slots [0, slots_read) of a page whose stamp is
+// `stamp`, by `reader` (tenant, request, and the generation its block table
+// recorded for the page). nullopt: legitimate. Checked in this order, so a
+// verdict names the worst thing that happened:
+//   never written                    -> kUnwrittenRead
+//   writer tenant != reader tenant   -> kForeignTenantRead
+//   writer request != reader request -> kStaleRequestRead
+//   writer generation != reader's    -> kLateWrite
+//   slots_read > filled              -> kUnwrittenRead
+std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
+                                          const StampIdentity& reader,
+                                          uint32_t slots_read);
+
+// Records that `writer` wrote slots [first_slot, end_slot) of the page. A
+// write by a new identity restarts `filled` at 0 first; `filled` grows only
+// over contiguous writes. Returns kLateWrite if the writer's generation is not
+// the owner's (the page was reallocated since the writer reserved it); the
+// write has landed either way, as it would have in memory.
+std::optional<ViolationKind> StampWrite(PageStamp* stamp,
+                                        const StampIdentity& writer,
+                                        uint32_t first_slot, uint32_t end_slot);
+
+// One violation, attributed: who read (reader) whose data (writer) where.
+struct WatermarkViolation {
+  ViolationKind kind = ViolationKind::kUnwrittenRead;
+  uint32_t layer = 0;
+  PageId page;
+  uint32_t slots_read = 0;
+  StampIdentity reader;
+  StampIdentity writer;  // the stamp's writer at the time of the read
+  StampIdentity owner;   // the stamp's owner at the time of the read
+  uint32_t filled = 0;
+
+  std::string DebugString() const;
+};
+
+}  // namespace kvcanary
+
+#endif  // KVCANARY_COMMON_PAGE_STAMP_H_

@@ -1,0 +1,80 @@
+// The single-process engine: a page pool, a scheduler doing continuous
+// batching, and a model runner, driven one step at a time:
+//
+//   Step():  batch = scheduler.Schedule(); out = runner.Run(batch);
+//            scheduler.Postprocess(batch, out)
+//
+// Not thread-safe; owned by the engine thread. Later roles (prefill and
+// decode nodes) wrap it with their own queues.
+#ifndef KVCANARY_ENGINE_ENGINE_H_
+#define KVCANARY_ENGINE_ENGINE_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "engine/model_runner.h"
+#include "engine/page_pool.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "kernels/thread_pool.h"
+
+namespace kvcanary::engine {
+
+struct EngineOptions {
+  int page_tokens = 16;
+  // Pages in the pool; 0 = enough for max_batch_seqs full contexts.
+  int num_pages = 0;
+  int num_threads = 1;  // counts the engine thread itself
+  WatermarkMode watermark = WatermarkMode::kEnforce;
+  SchedulerOptions scheduler;  // seq_len is taken from the model
+};
+
+class Engine {
+ public:
+  // `model` must outlive the engine.
+  Engine(const Model* model, const EngineOptions& options);
+
+  // Queues a request. kInvalidArgument if the prompt is empty, has a token
+  // outside the vocabulary, or leaves no room to generate in the context;
+  // if max_tokens < 1; if temperature < 0 or top_p is not in [0, 1].
+  absl::StatusOr<RequestId> Submit(TenantId tenant, std::vector<int> prompt,
+                                   const SamplingParams& sampling);
+  // Cancels a queued or running request (no-op if already finished).
+  void Abort(RequestId id, absl::Status status);
+
+  // One scheduling step. Returns the requests that finished in it.
+  std::vector<RequestId> Step();
+  bool has_work() const { return scheduler_.has_work(); }
+  // Steps until every submitted request has finished.
+  void RunUntilIdle();
+
+  // The request, until Release(); nullptr for an unknown id.
+  const Sequence* Get(RequestId id) const;
+  // Forgets a finished request. REQUIRES: finished.
+  void Release(RequestId id);
+
+  const PagePool& pool() const { return pool_; }
+  const Model& model() const { return *model_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  const Model* model_;
+  EngineOptions options_;
+  kernels::ThreadPool threads_;
+  PagePool pool_;
+  Scheduler scheduler_;
+  ModelRunner runner_;
+  uint64_t next_request_ = 1;
+  absl::flat_hash_map<RequestId, std::unique_ptr<Sequence>> requests_;
+};
+
+// Pool options for a model: default page count when options.num_pages is 0.
+PagePoolOptions PoolOptionsFor(const ModelConfig& config,
+                               const EngineOptions& options);
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_ENGINE_H_

@@ -1,0 +1,176 @@
+// kvcanary-engine: the engine's command line.
+//
+//   kvcanary-engine generate [--model M --tokenizer T] --prompt P
+//                            --max-tokens N [--temperature 0] [--echo]
+//   kvcanary-engine write-model --shape 260k|15m --seed S --out FILE
+//
+// With no --model, the embedded default (a synthetic model of the stories260K
+// shape, docs/model.md) and its tokenizer are used.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/engine.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+
+ABSL_FLAG(std::string, model, "",
+          "llama2.c checkpoint; empty = embedded default model");
+ABSL_FLAG(std::string, tokenizer, "",
+          "llama2.c tokenizer; required with --model");
+ABSL_FLAG(std::string, prompt, "", "prompt text");
+ABSL_FLAG(int, max_tokens, 256, "tokens to generate at most");
+ABSL_FLAG(double, temperature, 0.0, "sampling temperature; 0 = greedy");
+ABSL_FLAG(double, top_p, 0.9,
+          "nucleus sampling threshold (with temperature > 0)");
+ABSL_FLAG(uint64_t, seed, 0, "sampling seed (0 = fixed default)");
+ABSL_FLAG(bool, echo, false,
+          "print the prompt before the completion, as llama2.c's run");
+ABSL_FLAG(int, threads, 1,
+          "threads for the kernels (including the engine thread)");
+ABSL_FLAG(int, page_tokens, 16, "token slots per KV page");
+ABSL_FLAG(std::string, watermark, "enforce",
+          "page stamp checks: off, detect or enforce");
+ABSL_FLAG(std::string, shape, "260k", "write-model: 260k or 15m");
+ABSL_FLAG(std::string, out, "", "write-model: output file");
+
+namespace kvcanary::engine {
+namespace {
+
+struct Loaded {
+  Model model;
+  Tokenizer tokenizer;
+};
+
+absl::StatusOr<Loaded> LoadModelAndTokenizer() {
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  const std::string tok_path = absl::GetFlag(FLAGS_tokenizer);
+  if (model_path.empty()) {
+    if (!tok_path.empty()) {
+      return absl::InvalidArgumentError("--tokenizer given without --model");
+    }
+    Model model = DefaultModel();
+    Tokenizer tok = Tokenizer::Default(model.config.vocab_size);
+    return Loaded{std::move(model), std::move(tok)};
+  }
+  if (tok_path.empty()) {
+    return absl::InvalidArgumentError("--model needs --tokenizer");
+  }
+  ASSIGN_OR_RETURN(Model model, LoadLlama2cModel(model_path));
+  ASSIGN_OR_RETURN(Tokenizer tok,
+                   Tokenizer::Load(tok_path, model.config.vocab_size));
+  return Loaded{std::move(model), std::move(tok)};
+}
+
+absl::Status Generate() {
+  ASSIGN_OR_RETURN(Loaded loaded, LoadModelAndTokenizer());
+  ASSIGN_OR_RETURN(WatermarkMode mode,
+                   ParseWatermarkMode(absl::GetFlag(FLAGS_watermark)));
+  EngineOptions options;
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  options.page_tokens = absl::GetFlag(FLAGS_page_tokens);
+  options.watermark = mode;
+  options.scheduler.max_batch_seqs = 1;
+  if (options.num_threads < 1 || options.num_threads > 256) {
+    return absl::InvalidArgumentError("--threads must be in [1, 256]");
+  }
+  if (options.page_tokens < 1 || options.page_tokens > 4096) {
+    return absl::InvalidArgumentError("--page-tokens must be in [1, 4096]");
+  }
+  Engine engine(&loaded.model, options);
+  std::vector<int> prompt = loaded.tokenizer.Encode(
+      absl::GetFlag(FLAGS_prompt), /*bos=*/true, /*eos=*/false);
+  SamplingParams sampling;
+  sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+  sampling.seed = absl::GetFlag(FLAGS_seed);
+  sampling.max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  ASSIGN_OR_RETURN(RequestId id, engine.Submit(TenantId(1), prompt, sampling));
+  engine.RunUntilIdle();
+  const Sequence& seq = *engine.Get(id);
+  if (seq.state.finish_reason() == FinishReason::kAbort) {
+    return seq.state.abort_status();
+  }
+  std::string text;
+  if (absl::GetFlag(FLAGS_echo)) {
+    std::vector<int> all(seq.prompt.begin() + 1, seq.prompt.end());
+    all.insert(all.end(), seq.output.begin(), seq.output.end());
+    text = loaded.tokenizer.DecodeAll(kBosToken, all);
+  } else {
+    text = loaded.tokenizer.DecodeAll(seq.prompt.back(), seq.output);
+  }
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  for (const auto& v : seq.violations) {
+    std::fprintf(stderr, "watermark violation: %s\n", v.DebugString().c_str());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteModel() {
+  const std::string shape = absl::GetFlag(FLAGS_shape);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (out.empty()) return absl::InvalidArgumentError("write-model needs --out");
+  ModelConfig config;
+  if (shape == "260k") {
+    config = Stories260KConfig();
+  } else if (shape == "15m") {
+    config = Stories15MShapeConfig();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --shape '", shape, "' (want 260k or 15m)"));
+  }
+  const uint64_t seed = absl::GetFlag(FLAGS_seed) != 0
+                            ? absl::GetFlag(FLAGS_seed)
+                            : kDefaultModelSeed;
+  return WriteLlama2cModel(SyntheticModel(config, seed), out);
+}
+
+}  // namespace
+}  // namespace kvcanary::engine
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kvcanary-engine generate|write-model [flags]; see README.md");
+  // Accept --max-tokens as well as --max_tokens.
+  std::vector<std::string> normalized(argv, argv + argc);
+  std::vector<char*> argv2;
+  for (std::string& a : normalized) {
+    if (a.rfind("--", 0) == 0) {
+      const size_t end = std::min(a.find('='), a.size());
+      for (size_t i = 2; i < end; ++i) {
+        if (a[i] == '-') a[i] = '_';
+      }
+    }
+    argv2.push_back(a.data());
+  }
+  std::vector<char*> args =
+      absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
+  if (args.size() != 2) {
+    std::fprintf(stderr,
+                 "usage: kvcanary-engine generate|write-model [flags]\n");
+    return 2;
+  }
+  const std::string command = args[1];
+  absl::Status status;
+  if (command == "generate") {
+    status = kvcanary::engine::Generate();
+  } else if (command == "write-model") {
+    status = kvcanary::engine::WriteModel();
+  } else {
+    std::fprintf(stderr, "unknown command '%s'\n", command.c_str());
+    return 2;
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "kvcanary-engine %s: %s\n", command.c_str(),
+                 status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

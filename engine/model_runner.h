@@ -1,0 +1,64 @@
+// Runs the llama forward pass over a batch of query rows from many
+// sequences at once: one matmul per weight per step for the whole batch,
+// attention per sequence through its block table, with the watermark check.
+//
+// Not thread-safe; owned by the engine thread (it drives the thread pool).
+#ifndef KVCANARY_ENGINE_MODEL_RUNNER_H_
+#define KVCANARY_ENGINE_MODEL_RUNNER_H_
+
+#include <vector>
+
+#include "common/page_stamp.h"
+#include "engine/model.h"
+#include "engine/page_pool.h"
+#include "engine/scheduler.h"
+#include "kernels/thread_pool.h"
+
+namespace kvcanary::engine {
+
+struct ModelRunnerOptions {
+  WatermarkMode watermark = WatermarkMode::kEnforce;
+};
+
+class ModelRunner {
+ public:
+  // `model`, `pool` and `threads` must outlive the runner.
+  ModelRunner(const Model* model, PagePool* pool, kernels::ThreadPool* threads,
+              const ModelRunnerOptions& options);
+
+  // Computes K/V of every row into the pages and the logits of each entry's
+  // last row. Violations found by the watermark check are appended to the
+  // entry's sequence; in kEnforce an entry with a violation is refused (its
+  // attention is not computed and its logits are garbage to be ignored).
+  StepOutput Run(const Batch& batch);
+
+  WatermarkMode watermark() const { return options_.watermark; }
+
+ private:
+  void EnsureCapacity(int rows, int entries);
+  void Attention(const Batch& batch, int layer, std::vector<bool>* refused);
+
+  const Model* model_;
+  const ModelConfig& cfg_;
+  PagePool* pool_;
+  kernels::ThreadPool* threads_;
+  ModelRunnerOptions options_;
+
+  // Activations, grown on demand; rows = query rows of the step.
+  std::vector<float> x_;        // (rows, dim) residual stream
+  std::vector<float> xb_;       // (rows, dim)
+  std::vector<float> xb2_;      // (rows, dim)
+  std::vector<float> q_;        // (rows, dim)
+  std::vector<float> k_;        // (rows, kv_dim)
+  std::vector<float> v_;        // (rows, kv_dim)
+  std::vector<float> att_;      // (rows, dim) attention output
+  std::vector<float> hb_;       // (rows, hidden)
+  std::vector<float> hb2_;      // (rows, hidden)
+  std::vector<float> scores_;   // (entries, seq_len) attention scratch
+  std::vector<float> last_;     // (entries, dim) final-normed last rows
+  std::vector<int> entry_row_;  // (entries) first row of each entry
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_MODEL_RUNNER_H_

@@ -1,0 +1,71 @@
+#include "engine/page_pool.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "common/check.h"
+
+namespace kvcanary::engine {
+
+void PagePool::FreeDeleter::operator()(char* p) const { std::free(p); }
+
+PagePool::PagePool(const PagePoolOptions& options) : options_(options) {
+  CHECK_GT(options.num_pages, 0);
+  CHECK_GT(options.n_layers, 0);
+  CHECK_GT(options.layout.page_tokens, 0);
+  const size_t bytes = options.layout.page_bytes() * options.num_pages;
+  for (int l = 0; l < options.n_layers; ++l) {
+    char* base = static_cast<char*>(std::aligned_alloc(64, bytes));
+    CHECK(base != nullptr) << "cannot allocate " << bytes << " bytes of KV";
+    std::memset(base, 0, bytes);
+    layers_.emplace_back(base);
+    for (int p = 0; p < options.num_pages; ++p) {
+      PageStamp* stamp = KvPageLayout::stamp(
+          options.layout.page(base, PageId(static_cast<uint32_t>(p))));
+      new (stamp) PageStamp();
+      stamp->layer = static_cast<uint16_t>(l);
+      stamp->page = PageId(static_cast<uint32_t>(p));
+    }
+  }
+  generation_.assign(options.num_pages, PageGeneration(0));
+  is_free_.assign(options.num_pages, true);
+  for (int p = options.num_pages - 1; p >= 0; --p) {
+    free_.push_back(PageId(static_cast<uint32_t>(p)));
+  }
+}
+
+std::vector<PageRef> PagePool::Allocate(TenantId tenant, RequestId request,
+                                        int num_pages) {
+  CHECK(CanAllocate(num_pages));
+  std::vector<PageRef> refs;
+  refs.reserve(num_pages);
+  for (int i = 0; i < num_pages; ++i) {
+    const PageId page = free_.back();
+    free_.pop_back();
+    is_free_[page.value()] = false;
+    PageGeneration& gen = generation_[page.value()];
+    gen = PageGeneration(gen.value() + 1);
+    for (int l = 0; l < n_layers(); ++l) {
+      PageStamp* stamp =
+          KvPageLayout::stamp(layout().page(layer_base(l), page));
+      stamp->owner = StampIdentity{request, tenant, gen};
+    }
+    refs.push_back(PageRef{page, gen});
+  }
+  return refs;
+}
+
+void PagePool::Free(const std::vector<PageRef>& pages) {
+  for (const PageRef& ref : pages) {
+    CHECK_LT(ref.page.value(), static_cast<uint32_t>(num_pages()));
+    CHECK(!is_free_[ref.page.value()]) << "double free of page " << ref.page;
+    CHECK(generation_[ref.page.value()] == ref.generation)
+        << "free of page " << ref.page << " generation " << ref.generation
+        << " but the page is at generation " << generation_[ref.page.value()];
+    is_free_[ref.page.value()] = true;
+    free_.push_back(ref.page);
+  }
+}
+
+}  // namespace kvcanary::engine

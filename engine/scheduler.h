@@ -1,0 +1,85 @@
+// Continuous batching: every step, sequences already decoding contribute one
+// token each, and waiting sequences join (their whole prompt as one prefill
+// chunk) while the page pool and the step budgets allow. Admission is decided
+// here and only here: check, then act.
+//
+// A sequence reserves at admission the pages for its whole context
+// (prompt + max_tokens - 1 positions, capped at the model's seq_len), so
+// decoding never runs out of pages and nothing is ever preempted.
+//
+// Not thread-safe; owned by the engine thread.
+#ifndef KVCANARY_ENGINE_SCHEDULER_H_
+#define KVCANARY_ENGINE_SCHEDULER_H_
+
+#include <deque>
+#include <vector>
+
+#include "engine/page_pool.h"
+#include "engine/sequence.h"
+
+namespace kvcanary::engine {
+
+struct SchedulerOptions {
+  int max_batch_seqs = 64;        // sequences in one step
+  int max_prefill_tokens = 2048;  // prompt tokens prefilled in one step
+  int seq_len = 0;                // the model's context
+};
+
+// One sequence's part of a step: query rows for positions
+// [first_pos, first_pos + num_tokens) of `seq`.
+struct BatchEntry {
+  Sequence* seq = nullptr;
+  int first_pos = 0;
+  int num_tokens = 0;
+};
+
+struct Batch {
+  std::vector<BatchEntry> entries;  // prefills first, then decodes
+  int num_rows() const {
+    int n = 0;
+    for (const auto& e : entries) n += e.num_tokens;
+    return n;
+  }
+  bool empty() const { return entries.empty(); }
+};
+
+// What the model runner produced for a batch: logits of the last row of each
+// entry, and whether the entry's attention was refused by the watermark check.
+struct StepOutput {
+  std::vector<float> logits;  // (entries, vocab), f32
+  std::vector<bool> refused;  // (entries): enforce mode refused a read
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerOptions& options, PagePool* pool);
+
+  // Queues a sequence; it stays owned by the caller until finished.
+  void Add(Sequence* seq);
+  // Cancels a sequence wherever it is and frees its pages. Call between steps.
+  void Abort(Sequence* seq, absl::Status status);
+
+  Batch Schedule();
+  // Samples, appends, finishes sequences (end token, max_tokens, full
+  // context, refused by the watermark check) and frees their pages. Returns
+  // the sequences finished in this step.
+  std::vector<Sequence*> Postprocess(const Batch& batch, StepOutput& output,
+                                     int vocab_size);
+
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+
+ private:
+  int PagesNeeded(const Sequence& seq) const;
+  void Release(Sequence* seq);
+
+  SchedulerOptions options_;
+  PagePool* pool_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_SCHEDULER_H_

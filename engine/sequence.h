@@ -1,0 +1,51 @@
+// A request as the engine thread sees it: tokens, sampling, pages, state.
+//
+// Not thread-safe; owned by the engine thread.
+#ifndef KVCANARY_ENGINE_SEQUENCE_H_
+#define KVCANARY_ENGINE_SEQUENCE_H_
+
+#include <vector>
+
+#include "common/ids.h"
+#include "common/page_stamp.h"
+#include "engine/request_state.h"
+#include "engine/sampler.h"
+#include "kernels/paged_attention.h"
+
+namespace kvcanary::engine {
+
+struct Sequence {
+  Sequence(RequestId id, TenantId tenant, std::vector<int> prompt,
+           const SamplingParams& sampling)
+      : id(id),
+        tenant(tenant),
+        prompt(std::move(prompt)),
+        sampling(sampling),
+        sampler(sampling) {}
+
+  RequestId id;
+  TenantId tenant;
+  std::vector<int> prompt;  // BOS first
+  std::vector<int> output;  // generated tokens, end token excluded
+  SamplingParams sampling;
+  Sampler sampler;
+  RequestState state;
+  // Block table: pages holding tokens [i * page_tokens, (i+1) * page_tokens).
+  std::vector<kernels::PageRef> block_table;
+  // Tokens whose K/V are in the pages: positions [0, num_computed).
+  int num_computed = 0;
+  // Every watermark violation seen while serving this request (any mode but
+  // kOff), attributed to the page's writer.
+  std::vector<WatermarkViolation> violations;
+
+  int num_tokens() const {
+    return static_cast<int>(prompt.size() + output.size());
+  }
+  int last_token() const {
+    return output.empty() ? prompt.back() : output.back();
+  }
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_SEQUENCE_H_

@@ -1,0 +1,146 @@
+#include "kernels/cpu_kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/check.h"
+#include "kernels/simd.h"
+
+namespace kvcanary::kernels {
+namespace {
+
+// Multiply-adds below which a matmul runs on the calling thread alone: a
+// parallel region costs a few microseconds (measured by kvcanary-bench).
+constexpr long kParallelMinWork = 1L << 17;
+
+// Computes y[c][r] for R consecutive rows of W and C consecutive rows of x.
+// Each output uses exactly one vector accumulator over the n8 prefix, a fixed
+// horizontal sum, then the scalar tail in order: the arithmetic of an output
+// does not depend on R or C.
+template <int R, int C>
+inline void MicroKernel(const float* w, const float* x, float* y, int n,
+                        int d) {
+  const int n8 = n & ~7;
+  F32x8 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = F32x8::Zero();
+  for (int j = 0; j < n8; j += 8) {
+    F32x8 xv[C];
+    for (int c = 0; c < C; ++c) xv[c] = F32x8::Load(x + c * n + j);
+    for (int r = 0; r < R; ++r) {
+      const F32x8 wv = F32x8::Load(w + r * n + j);
+      for (int c = 0; c < C; ++c) acc[r][c] = MulAdd(wv, xv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) {
+      float s = acc[r][c].HorizontalSum();
+      for (int j = n8; j < n; ++j) s += w[r * n + j] * x[c * n + j];
+      y[c * d + r] = s;
+    }
+  }
+}
+
+template <int R>
+inline void RowBlock(const MatmulArgs& a, int row) {
+  const float* w = a.w + static_cast<size_t>(row) * a.n;
+  float* y = a.y + row;
+  int c = 0;
+  for (; c + 4 <= a.batch; c += 4) {
+    MicroKernel<R, 4>(w, a.x + static_cast<size_t>(c) * a.n,
+                      y + static_cast<size_t>(c) * a.d, a.n, a.d);
+  }
+  for (; c < a.batch; ++c) {
+    MicroKernel<R, 1>(w, a.x + static_cast<size_t>(c) * a.n,
+                      y + static_cast<size_t>(c) * a.d, a.n, a.d);
+  }
+}
+
+void MatmulRows(const MatmulArgs& a, int row_begin, int row_end) {
+  int i = row_begin;
+  if (a.batch < 4) {
+    for (; i + 8 <= row_end; i += 8) RowBlock<8>(a, i);
+  }
+  for (; i + 4 <= row_end; i += 4) RowBlock<4>(a, i);
+  for (; i < row_end; ++i) RowBlock<1>(a, i);
+}
+
+}  // namespace
+
+void Matmul(const MatmulArgs& a, ThreadPool* pool) {
+  CHECK(a.x != a.y);
+  const long work = static_cast<long>(a.n) * a.d * a.batch;
+  if (pool == nullptr || pool->num_threads() == 1 || work < kParallelMinWork) {
+    MatmulRows(a, 0, a.d);
+    return;
+  }
+  // Split along output rows in blocks of 8 so every thread uses the same
+  // micro-kernels as a single thread would.
+  const int blocks = (a.d + 7) / 8;
+  pool->ParallelFor(blocks, [&](int b0, int b1) {
+    MatmulRows(a, b0 * 8, b1 * 8 < a.d ? b1 * 8 : a.d);
+  });
+}
+
+void RmsNorm(float* out, const float* x, const float* weight, int size) {
+  float ss = 0.0f;
+  for (int j = 0; j < size; ++j) ss += x[j] * x[j];
+  ss /= size;
+  ss += 1e-5f;
+  ss = 1.0f / sqrtf(ss);
+  for (int j = 0; j < size; ++j) out[j] = weight[j] * (ss * x[j]);
+}
+
+void Softmax(float* x, int size) {
+  float max_val = x[0];
+  for (int i = 1; i < size; ++i) {
+    if (x[i] > max_val) max_val = x[i];
+  }
+  float sum = 0.0f;
+  for (int i = 0; i < size; ++i) {
+    x[i] = expf(x[i] - max_val);
+    sum += x[i];
+  }
+  for (int i = 0; i < size; ++i) x[i] /= sum;
+}
+
+void Rope(float* q, float* k, int dim, int kv_dim, int head_dim, int pos) {
+  for (int i = 0; i < dim; i += 2) {
+    const int hd = i % head_dim;
+    const float freq = 1.0f / powf(10000.0f, hd / static_cast<float>(head_dim));
+    const float val = pos * freq;
+    const float fcr = cosf(val);
+    const float fci = sinf(val);
+    const int rotn = i < kv_dim ? 2 : 1;
+    for (int v = 0; v < rotn; ++v) {
+      float* vec = v == 0 ? q : k;
+      const float v0 = vec[i];
+      const float v1 = vec[i + 1];
+      vec[i] = v0 * fcr - v1 * fci;
+      vec[i + 1] = v0 * fci + v1 * fcr;
+    }
+  }
+}
+
+void SwiGlu(float* hb, const float* hb2, int size) {
+  for (int i = 0; i < size; ++i) {
+    float val = hb[i];
+    val *= (1.0f / (1.0f + expf(-val)));
+    val *= hb2[i];
+    hb[i] = val;
+  }
+}
+
+void AddInPlace(float* y, const float* x, int size) {
+  for (int i = 0; i < size; ++i) y[i] += x[i];
+}
+
+int Argmax(const float* x, int size) {
+  int best = 0;
+  for (int i = 1; i < size; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+}  // namespace kvcanary::kernels

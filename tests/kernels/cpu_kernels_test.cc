@@ -1,0 +1,156 @@
+#include "kernels/cpu_kernels.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/reference_kernels.h"
+#include "kernels/thread_pool.h"
+
+namespace kvcanary::kernels {
+namespace {
+
+std::vector<float> RandomVector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void ExpectNear(const std::vector<float>& a, const std::vector<float>& b,
+                float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_NEAR(a[i], b[i], tol * (1.0f + std::fabs(b[i]))) << "at " << i;
+  }
+}
+
+struct MatmulShape {
+  int n, d, batch;
+};
+
+class MatmulTest : public ::testing::TestWithParam<MatmulShape> {};
+
+TEST_P(MatmulTest, MatchesNaiveReference) {
+  const auto [n, d, batch] = GetParam();
+  const auto w = RandomVector(static_cast<size_t>(n) * d, 1);
+  const auto x = RandomVector(static_cast<size_t>(n) * batch, 2);
+  std::vector<float> y(static_cast<size_t>(d) * batch), ref(y.size());
+  MatmulArgs a{w.data(), x.data(), y.data(), n, d, batch};
+  Matmul(a, nullptr);
+  reference::Matmul(w.data(), x.data(), ref.data(), n, d, batch);
+  ExpectNear(y, ref, 1e-5f);
+}
+
+// Shapes of the 260K and 15M models, odd sizes, and n with a tail (172 % 8).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, MatmulTest,
+    ::testing::Values(MatmulShape{64, 64, 1}, MatmulShape{64, 172, 3},
+                      MatmulShape{172, 64, 5}, MatmulShape{288, 768, 9},
+                      MatmulShape{7, 13, 2}, MatmulShape{64, 512, 32},
+                      MatmulShape{1, 1, 1}));
+
+TEST(MatmulTest, EachRowIsBitwiseIndependentOfBatchAndThreads) {
+  const int n = 172, d = 200, batch = 37;
+  const auto w = RandomVector(static_cast<size_t>(n) * d, 3);
+  const auto x = RandomVector(static_cast<size_t>(n) * batch, 4);
+  std::vector<float> full(static_cast<size_t>(d) * batch);
+  ThreadPool pool(2);
+  Matmul({w.data(), x.data(), full.data(), n, d, batch}, &pool);
+  for (int b = 0; b < batch; ++b) {
+    std::vector<float> single(d);
+    Matmul({w.data(), x.data() + b * n, single.data(), n, d, 1}, nullptr);
+    ASSERT_EQ(
+        0, std::memcmp(single.data(), full.data() + b * d, d * sizeof(float)))
+        << "row " << b;
+  }
+}
+
+TEST(RmsNormTest, MatchesReference) {
+  const auto x = RandomVector(288, 5, 3.0f);
+  const auto w = RandomVector(288, 6);
+  std::vector<float> out(288), ref(288);
+  RmsNorm(out.data(), x.data(), w.data(), 288);
+  reference::RmsNorm(ref.data(), x.data(), w.data(), 288);
+  ExpectNear(out, ref, 1e-5f);
+}
+
+TEST(SoftmaxTest, MatchesReferenceAndSumsToOne) {
+  auto x = RandomVector(300, 7, 20.0f);
+  auto ref = x;
+  Softmax(x.data(), 300);
+  reference::Softmax(ref.data(), 300);
+  ExpectNear(x, ref, 1e-5f);
+  double sum = 0;
+  for (float v : x) sum += v;
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+TEST(SoftmaxTest, LargeLogitsDoNotOverflow) {
+  std::vector<float> x = {1000.0f, 1000.0f, -1000.0f};
+  Softmax(x.data(), 3);
+  EXPECT_FLOAT_EQ(x[0], 0.5f);
+  EXPECT_FLOAT_EQ(x[2], 0.0f);
+}
+
+TEST(RopeTest, MatchesReferenceAtManyPositions) {
+  for (int pos : {0, 1, 17, 255, 511}) {
+    auto q = RandomVector(64, 8), k = RandomVector(32, 9);
+    auto qr = q, kr = k;
+    Rope(q.data(), k.data(), 64, 32, 8, pos);
+    reference::Rope(qr.data(), kr.data(), 64, 32, 8, pos);
+    ExpectNear(q, qr, 1e-5f);
+    ExpectNear(k, kr, 1e-5f);
+  }
+}
+
+TEST(RopeTest, PositionZeroIsIdentity) {
+  auto q = RandomVector(64, 10), k = RandomVector(32, 11);
+  const auto q0 = q, k0 = k;
+  Rope(q.data(), k.data(), 64, 32, 8, 0);
+  EXPECT_EQ(q, q0);
+  EXPECT_EQ(k, k0);
+}
+
+TEST(SwiGluTest, MatchesReference) {
+  auto hb = RandomVector(172, 12, 4.0f);
+  const auto hb2 = RandomVector(172, 13);
+  auto ref = hb;
+  SwiGlu(hb.data(), hb2.data(), 172);
+  reference::SwiGlu(ref.data(), hb2.data(), 172);
+  ExpectNear(hb, ref, 1e-5f);
+}
+
+TEST(ArgmaxTest, FirstIndexWinsTies) {
+  const std::vector<float> x = {1.0f, 3.0f, 2.0f, 3.0f};
+  EXPECT_EQ(Argmax(x.data(), 4), 1);
+}
+
+TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
+  ThreadPool pool(2);
+  for (int n : {0, 1, 2, 3, 100, 1001}) {
+    std::vector<int> hits(n, 0);
+    pool.ParallelFor(n, [&](int b, int e) {
+      for (int i = b; i < e; ++i) ++hits[i];
+    });
+    for (int i = 0; i < n; ++i)
+      ASSERT_EQ(hits[i], 1) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(ThreadPoolTest, ForkRightAfterConstructionIsNotLost) {
+  for (int i = 0; i < 200; ++i) {
+    ThreadPool pool(2);
+    int sum = 0;
+    std::vector<int> parts(2, 0);
+    pool.ParallelFor(2, [&](int b, int e) { parts[b] = e - b; });
+    for (int p : parts) sum += p;
+    ASSERT_EQ(sum, 2);
+  }
+}
+
+}  // namespace
+}  // namespace kvcanary::kernels

@@ -106,10 +106,15 @@ std::optional<ViolationKind> StampWrite(PageStamp* stamp,
                                         uint32_t first_slot,
                                         uint32_t end_slot) {
   if (stamp->writer != writer) {
-    stamp->writer = writer;
-    stamp->filled = 0;
-  }
-  if (first_slot <= stamp->filled && end_slot > stamp->filled) {
+    // A new writer takes the stamp over only by writing from slot 0: then
+    // [0, end_slot) is its own. A write further in leaves the previous
+    // writer's bytes in [0, first_slot), so the stamp keeps naming that
+    // writer and any read of the page is attributed to it.
+    if (first_slot == 0) {
+      stamp->writer = writer;
+      stamp->filled = end_slot;
+    }
+  } else if (first_slot <= stamp->filled && end_slot > stamp->filled) {
     stamp->filled = end_slot;
   }
   if (writer.generation != stamp->owner.generation) {

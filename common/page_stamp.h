@@ -91,11 +91,14 @@ std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
                                           const StampIdentity& reader,
                                           uint32_t slots_read);
 
-// Records that `writer` wrote slots [first_slot, end_slot) of the page. A
-// write by a new identity restarts `filled` at 0 first; `filled` grows only
-// over contiguous writes. Returns kLateWrite if the writer's generation is not
-// the owner's (the page was reallocated since the writer reserved it); the
-// write has landed either way, as it would have in memory.
+// Records that `writer` wrote slots [first_slot, end_slot) of the page.
+// `filled` grows only over contiguous writes. A new identity takes the stamp
+// over only with a write starting at slot 0; a write further into a page
+// last written by someone else leaves that someone's bytes before it, so the
+// stamp keeps naming them (and a read is attributed to them). Returns
+// kLateWrite if the writer's generation is not the owner's (the page was
+// reallocated since the writer reserved it); the write has landed either way,
+// as it would have in memory.
 std::optional<ViolationKind> StampWrite(PageStamp* stamp,
                                         const StampIdentity& writer,
                                         uint32_t first_slot, uint32_t end_slot);

@@ -57,6 +57,9 @@ class Engine {
   void Release(RequestId id);
 
   const PagePool& pool() const { return pool_; }
+  // Tests use this to plant another tenant's bytes in a request's pages, the
+  // way the production bugs did, and watch the watermark check catch it.
+  PagePool* pool_for_testing() { return &pool_; }
   const Model& model() const { return *model_; }
   const EngineOptions& options() const { return options_; }
 

@@ -1,0 +1,91 @@
+// The kvcanary-engine binary, run as a user would.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/engine/test_models.h"
+
+namespace kvcanary::engine {
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+Result RunEngine(const std::string& args) {
+  const std::string cmd =
+      std::string(KVCANARY_BIN_DIR) + "/kvcanary-engine " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0)
+    r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string Models() { return testing::SharedDir() + "/models"; }
+
+TEST(EngineCliTest, GenerateEchoMatchesGoldenByteForByte) {
+  auto golden = testing::ReadFile(
+      testing::SharedDir() +
+      "/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
+  if (!golden || testing::Stories260K() == nullptr)
+    GTEST_SKIP() << "shared models absent";
+  const Result r = RunEngine("generate --model " + Models() +
+                             "/stories260K.bin --tokenizer " + Models() +
+                             "/tok512.bin --prompt 'Once upon a time' "
+                             "--max-tokens 252 --temperature 0 --echo");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, *golden);
+}
+
+TEST(EngineCliTest, EmbeddedDefaultModelRunsWithoutFiles) {
+  const Result r = RunEngine("generate --prompt 'Hello there' --max-tokens 16");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(r.out.empty());
+  EXPECT_EQ(r.out,
+            RunEngine("generate --prompt 'Hello there' --max-tokens 16").out);
+}
+
+TEST(EngineCliTest, CorruptModelFileIsAClearErrorNamingTheFile) {
+  const std::string path = ::testing::TempDir() + "/corrupt_model.bin";
+  {
+    std::ofstream f(path, std::ios::binary);
+    const int header[7] = {64, 172, 5, 8, 4, 512, 512};
+    f.write(reinterpret_cast<const char*>(header), sizeof(header));
+    f << "not nearly enough weights";
+  }
+  const Result r = RunEngine("generate --model " + path + " --tokenizer " +
+                             path + " --prompt hi --max-tokens 4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find(path), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("truncated"), std::string::npos) << r.out;
+}
+
+TEST(EngineCliTest, MissingTokenizerAndBadFlagsAreUsageErrors) {
+  EXPECT_EQ(RunEngine("generate --model /nonexistent.bin").exit_code, 1);
+  EXPECT_EQ(RunEngine("frobnicate").exit_code, 2);
+  EXPECT_EQ(RunEngine("generate --watermark=sometimes").exit_code, 1);
+}
+
+TEST(EngineCliTest, WriteModelWritesALoadableCheckpoint) {
+  const std::string path = ::testing::TempDir() + "/synthetic260k.bin";
+  ASSERT_EQ(
+      RunEngine("write-model --shape 260k --seed 5 --out " + path).exit_code,
+      0);
+  auto model = LoadLlama2cModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->config.dim, 64);
+}
+
+}  // namespace
+}  // namespace kvcanary::engine

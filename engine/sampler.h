@@ -15,6 +15,7 @@ struct SamplingParams {
   float top_p = 1.0f;   // (0, 1): nucleus sampling; else the full distribution
   uint64_t seed = 0;    // 0 is mapped to a fixed non-zero seed
   int max_tokens = 16;  // generated tokens at most
+  bool ignore_eos = false;  // keep going past end tokens (benchmarks)
 };
 
 // Not thread-safe; one per request.

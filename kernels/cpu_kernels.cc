@@ -32,9 +32,16 @@ inline void MicroKernel(const float* w, const float* x, float* y, int n,
       for (int c = 0; c < C; ++c) acc[r][c] = MulAdd(wv, xv[c], acc[r][c]);
     }
   }
+  // Horizontal sums, eight at a time where possible (bitwise equal to
+  // HorizontalSum() of each), then the scalar tails.
+  float sums[R * C];
+  const F32x8* flat = &acc[0][0];
+  int i = 0;
+  for (; i + 8 <= R * C; i += 8) HorizontalSums8(flat + i).Store(sums + i);
+  for (; i < R * C; ++i) sums[i] = flat[i].HorizontalSum();
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) {
-      float s = acc[r][c].HorizontalSum();
+      float s = sums[r * C + c];
       for (int j = n8; j < n; ++j) s += w[r * n + j] * x[c * n + j];
       y[c * d + r] = s;
     }
@@ -92,16 +99,35 @@ void RmsNorm(float* out, const float* x, const float* weight, int size) {
 }
 
 void Softmax(float* x, int size) {
+  const int size8 = size & ~7;
   float max_val = x[0];
-  for (int i = 1; i < size; ++i) {
-    if (x[i] > max_val) max_val = x[i];
+  if (size8 > 0) {
+    F32x8 m = F32x8::Load(x);
+    for (int i = 8; i < size8; i += 8) m = Max(m, F32x8::Load(x + i));
+    float lanes[8];
+    m.Store(lanes);
+    for (float v : lanes) max_val = v > max_val ? v : max_val;
   }
-  float sum = 0.0f;
-  for (int i = 0; i < size; ++i) {
-    x[i] = expf(x[i] - max_val);
-    sum += x[i];
+  for (int i = size8; i < size; ++i) max_val = x[i] > max_val ? x[i] : max_val;
+  const F32x8 max8 = F32x8::Broadcast(max_val);
+  F32x8 sum8 = F32x8::Zero();
+  for (int i = 0; i < size8; i += 8) {
+    const F32x8 e = ExpNonPositive(F32x8::Load(x + i) - max8);
+    e.Store(x + i);
+    sum8 = sum8 + e;
   }
-  for (int i = 0; i < size; ++i) x[i] /= sum;
+  if (size8 < size) {  // the tail, padded with -inf (whose exp is 0)
+    float pad[8];
+    for (int i = 0; i < 8; ++i) pad[i] = size8 + i < size ? x[size8 + i] : -INFINITY;
+    const F32x8 e = ExpNonPositive(F32x8::Load(pad) - max8);
+    e.Store(pad);
+    for (int i = size8; i < size; ++i) x[i] = pad[i - size8];
+    sum8 = sum8 + e;
+  }
+  const float total = sum8.HorizontalSum();
+  const F32x8 total8 = F32x8::Broadcast(total);
+  for (int i = 0; i < size8; i += 8) (F32x8::Load(x + i) / total8).Store(x + i);
+  for (int i = size8; i < size; ++i) x[i] /= total;
 }
 
 void Rope(float* q, float* k, int dim, int kv_dim, int head_dim, int pos) {

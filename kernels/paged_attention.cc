@@ -66,18 +66,22 @@ void WeightedSum(const PagedAttentionArgs& a, const float* att, int n,
       const int end = n - t < pt ? n : t + pt;  // absolute, exclusive
       int u = t;
       for (; u < end && (u & 3) != 0; ++u, v += kv_row) {
-        acc[u & 3] = MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), acc[u & 3]);
+        acc[u & 3] =
+            MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), acc[u & 3]);
       }
       F32x8 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
       for (; u + 4 <= end; u += 4, v += 4 * kv_row) {
         a0 = MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), a0);
         a1 = MulAdd(F32x8::Broadcast(att[u + 1]), F32x8::Load(v + kv_row), a1);
-        a2 = MulAdd(F32x8::Broadcast(att[u + 2]), F32x8::Load(v + 2 * kv_row), a2);
-        a3 = MulAdd(F32x8::Broadcast(att[u + 3]), F32x8::Load(v + 3 * kv_row), a3);
+        a2 = MulAdd(F32x8::Broadcast(att[u + 2]), F32x8::Load(v + 2 * kv_row),
+                    a2);
+        a3 = MulAdd(F32x8::Broadcast(att[u + 3]), F32x8::Load(v + 3 * kv_row),
+                    a3);
       }
       acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
       for (; u < end; ++u, v += kv_row) {
-        acc[u & 3] = MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), acc[u & 3]);
+        acc[u & 3] =
+            MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), acc[u & 3]);
       }
     }
     ((acc[0] + acc[1]) + (acc[2] + acc[3])).Store(xb + c);
@@ -184,12 +188,13 @@ bool PagedAttention(const PagedAttentionArgs& a) {
       float* att = a.scores;
       // Scores, page by page: q · k for every token, then / sqrt(head_dim).
       for (int p = 0, t = 0; p < pages; ++p, t += pt) {
-        const float* k = KvPageLayout::keys(
-                             a.layout.page(a.layer_base, a.block_table[p].page)) +
+        const float* k = KvPageLayout::keys(a.layout.page(
+                             a.layer_base, a.block_table[p].page)) +
                          head_off;
         const int slots = n - t < pt ? n - t : pt;
         int s = 0;
-        for (; s + 8 <= slots; s += 8) Dot8(q, k + s * kv_row, kv_row, hd, att + t + s);
+        for (; s + 8 <= slots; s += 8)
+          Dot8(q, k + s * kv_row, kv_row, hd, att + t + s);
         for (; s < slots; ++s) att[t + s] = Dot(q, k + s * kv_row, hd);
       }
       const F32x8 scale8 = F32x8::Broadcast(scale);

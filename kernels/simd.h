@@ -24,7 +24,7 @@ struct F32x8 {
   float HorizontalSum() const {
     __m128 lo = _mm256_castps256_ps128(v);
     __m128 hi = _mm256_extractf128_ps(v, 1);
-    __m128 pairs = _mm_hadd_ps(lo, hi);     // l0+l1, l2+l3, l4+l5, l6+l7
+    __m128 pairs = _mm_hadd_ps(lo, hi);        // l0+l1, l2+l3, l4+l5, l6+l7
     __m128 quads = _mm_hadd_ps(pairs, pairs);  // (01)+(23), (45)+(67), ...
     __m128 hi2 = _mm_shuffle_ps(quads, quads, 0x55);
     return _mm_cvtss_f32(_mm_add_ss(quads, hi2));
@@ -74,11 +74,11 @@ struct F32x8 {
     return ((v[0] + v[1]) + (v[2] + v[3])) + ((v[4] + v[5]) + (v[6] + v[7]));
   }
 };
-#define KVC_F32X8_BINARY(name, expr)        \
-  inline F32x8 name(F32x8 a, F32x8 b) {    \
-    F32x8 r;                                \
+#define KVC_F32X8_BINARY(name, expr)           \
+  inline F32x8 name(F32x8 a, F32x8 b) {        \
+    F32x8 r;                                   \
     for (int i = 0; i < 8; ++i) r.v[i] = expr; \
-    return r;                               \
+    return r;                                  \
   }
 KVC_F32X8_BINARY(operator+, a.v[i] + b.v[i])
 KVC_F32X8_BINARY(operator-, a.v[i] - b.v[i])
@@ -99,7 +99,8 @@ inline F32x8 Floor(F32x8 a) {
 inline F32x8 Pow2(F32x8 n) {
   F32x8 r;
   for (int i = 0; i < 8; ++i) {
-    const unsigned bits = static_cast<unsigned>(static_cast<int>(n.v[i]) + 127) << 23;
+    const unsigned bits = static_cast<unsigned>(static_cast<int>(n.v[i]) + 127)
+                          << 23;
     __builtin_memcpy(&r.v[i], &bits, 4);
   }
   return r;

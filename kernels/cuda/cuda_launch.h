@@ -94,9 +94,9 @@ cudaError_t LaunchClassify(const RawStamp* stamps, const RawIdentity* readers,
 
 // Causal attention, one thread block per (query, head).
 struct AttentionParams {
-  const float* q;      // (num_queries, n_heads, head_dim)
-  float* out;          // (num_queries, n_heads, head_dim)
-  float* scores;       // (num_queries, n_heads, first_pos + num_queries)
+  const float* q;  // (num_queries, n_heads, head_dim)
+  float* out;      // (num_queries, n_heads, head_dim)
+  float* scores;   // (num_queries, n_heads, first_pos + num_queries)
   const char* layer_base;
   const RawPageRef* table;
   int first_pos;

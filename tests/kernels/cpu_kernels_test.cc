@@ -53,8 +53,15 @@ INSTANTIATE_TEST_SUITE_P(
                       MatmulShape{7, 13, 2}, MatmulShape{64, 512, 32},
                       MatmulShape{1, 1, 1}));
 
-TEST(MatmulTest, EachRowIsBitwiseIndependentOfBatchAndThreads) {
-  const int n = 172, d = 200, batch = 37;
+class MatmulInvarianceTest : public ::testing::TestWithParam<MatmulShape> {};
+
+// Both the cache-resident (blocked) and the streaming (row at a time) paths.
+INSTANTIATE_TEST_SUITE_P(Shapes, MatmulInvarianceTest,
+                         ::testing::Values(MatmulShape{172, 200, 37},
+                                           MatmulShape{288, 768, 37}));
+
+TEST_P(MatmulInvarianceTest, EachRowIsBitwiseIndependentOfBatchAndThreads) {
+  const auto [n, d, batch] = GetParam();
   const auto w = RandomVector(static_cast<size_t>(n) * d, 3);
   const auto x = RandomVector(static_cast<size_t>(n) * batch, 4);
   std::vector<float> full(static_cast<size_t>(d) * batch);

@@ -57,9 +57,10 @@ class Engine {
   void Release(RequestId id);
 
   const PagePool& pool() const { return pool_; }
-  // Tests use this to plant another tenant's bytes in a request's pages, the
-  // way the production bugs did, and watch the watermark check catch it.
-  PagePool* pool_for_testing() { return &pool_; }
+  // Direct access to the pages, for fault injection (the demo, tests): plant
+  // another tenant's bytes in a request's pages the way the production bugs
+  // did, and watch the watermark check catch it.
+  PagePool* mutable_pool() { return &pool_; }
   const Model& model() const { return *model_; }
   const EngineOptions& options() const { return options_; }
 

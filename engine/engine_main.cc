@@ -2,6 +2,7 @@
 //
 //   kvcanary-engine generate [--model M --tokenizer T] --prompt P
 //                            --max-tokens N [--temperature 0] [--echo]
+//   kvcanary-engine demo [--model M --tokenizer T] [--threads N]
 //   kvcanary-engine write-model --shape 260k|15m --seed S --out FILE
 //
 // With no --model, the embedded default (a synthetic model of the stories260K
@@ -16,6 +17,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/demo.h"
 #include "engine/engine.h"
 #include "engine/model.h"
 #include "engine/tokenizer.h"
@@ -113,6 +115,13 @@ absl::Status Generate() {
   return absl::OkStatus();
 }
 
+absl::Status Demo() {
+  ASSIGN_OR_RETURN(Loaded loaded, LoadModelAndTokenizer());
+  DemoOptions options;
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  return RunDemo(loaded.model, loaded.tokenizer, options, stdout);
+}
+
 absl::Status WriteModel() {
   const std::string shape = absl::GetFlag(FLAGS_shape);
   const std::string out = absl::GetFlag(FLAGS_out);
@@ -137,7 +146,7 @@ absl::Status WriteModel() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "kvcanary-engine generate|write-model [flags]; see README.md");
+      "kvcanary-engine generate|demo|write-model [flags]; see README.md");
   // Accept --max-tokens as well as --max_tokens.
   std::vector<std::string> normalized(argv, argv + argc);
   std::vector<char*> argv2;
@@ -154,13 +163,15 @@ int main(int argc, char** argv) {
       absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
   if (args.size() != 2) {
     std::fprintf(stderr,
-                 "usage: kvcanary-engine generate|write-model [flags]\n");
+                 "usage: kvcanary-engine generate|demo|write-model [flags]\n");
     return 2;
   }
   const std::string command = args[1];
   absl::Status status;
   if (command == "generate") {
     status = kvcanary::engine::Generate();
+  } else if (command == "demo") {
+    status = kvcanary::engine::Demo();
   } else if (command == "write-model") {
     status = kvcanary::engine::WriteModel();
   } else {

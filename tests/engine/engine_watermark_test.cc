@@ -15,7 +15,7 @@ constexpr TenantId kVictim{1}, kOther{2};
 // Overwrites slot 0 of the request's first page in every layer with K/V
 // stamped by another tenant.
 void PlantForeignWrite(Engine& engine, const Sequence& seq) {
-  PagePool* pool = engine.pool_for_testing();
+  PagePool* pool = engine.mutable_pool();
   const PageRef ref = seq.block_table[0];
   std::vector<float> row(pool->layout().kv_heads * pool->layout().head_dim,
                          0.1f);

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The README demo: installs what is missing, builds, and runs the engine demo
+# on the embedded default model (and on stories260K where ../shared/models is
+# present, with a byte-for-byte check against the reference output).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh "$@" >/dev/null
+bin=build/bin
+echo "== generate, embedded default model (synthetic weights: the text is noise) =="
+"$bin/kvcanary-engine" generate --prompt "Once upon a time" --max-tokens 24 --echo
+echo
+"$bin/kvcanary-engine" demo
+shared="${KVCANARY_SHARED_DIR:-../shared}"
+if [ -f "$shared/models/stories260K.bin" ]; then
+  echo
+  echo "== stories260K (real weights) =="
+  "$bin/kvcanary-engine" generate --model "$shared/models/stories260K.bin" \
+    --tokenizer "$shared/models/tok512.bin" --prompt "Once upon a time" \
+    --max-tokens 252 --echo | tee /tmp/kvcanary-demo-golden.txt
+  if cmp -s /tmp/kvcanary-demo-golden.txt \
+    "$shared/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt"; then
+    echo "(identical, byte for byte, to the reference implementation's output)"
+  else
+    echo "MISMATCH with $shared/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt" >&2
+    exit 1
+  fi
+  "$bin/kvcanary-engine" demo --model "$shared/models/stories260K.bin" \
+    --tokenizer "$shared/models/tok512.bin" | tail -n +2
+fi

@@ -34,7 +34,8 @@ ModelRunner::ModelRunner(const Model* model, PagePool* pool,
       cfg_(model->config),
       pool_(pool),
       threads_(threads),
-      options_(options) {
+      options_(options),
+      rope_(kernels::MakeRopeTable(cfg_.head_dim(), cfg_.seq_len)) {
   CHECK_EQ(pool->n_layers(), cfg_.n_layers);
   CHECK_EQ(pool->layout().kv_heads, cfg_.n_kv_heads);
   CHECK_EQ(pool->layout().head_dim, cfg_.head_dim());
@@ -153,8 +154,9 @@ StepOutput ModelRunner::Run(const Batch& batch) {
       for (int i = 0; i < batch.entries[e].num_tokens; ++i) {
         const int r = entry_row_[e] + i;
         const int pos = positions[r];
-        kernels::Rope(q_.data() + r * dim, k_.data() + r * kv_dim, dim, kv_dim,
-                      head_dim, pos);
+        kernels::RopeFromTable(
+            q_.data() + r * dim, k_.data() + r * kv_dim, dim, kv_dim, head_dim,
+            rope_.data() + static_cast<size_t>(pos) * head_dim);
         const PageRef ref = seq.block_table[pos / pt];
         kernels::WriteKvRow(layer_base, pool_->layout(), ref, pos % pt,
                             k_.data() + r * kv_dim, v_.data() + r * kv_dim,

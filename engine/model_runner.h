@@ -43,6 +43,7 @@ class ModelRunner {
   PagePool* pool_;
   kernels::ThreadPool* threads_;
   ModelRunnerOptions options_;
+  std::vector<float> rope_;  // (seq_len, head_dim): RoPE (cos, sin) pairs
 
   // Activations, grown on demand; rows = query rows of the step.
   std::vector<float> x_;        // (rows, dim) residual stream

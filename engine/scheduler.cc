@@ -99,7 +99,8 @@ std::vector<Sequence*> Scheduler::Postprocess(const Batch& batch,
       const int token = seq->sampler.Sample(
           output.logits.data() + i * static_cast<size_t>(vocab_size),
           vocab_size);
-      if ((token == kBosToken || token == kEosToken) && !seq->sampling.ignore_eos) {
+      if ((token == kBosToken || token == kEosToken) &&
+          !seq->sampling.ignore_eos) {
         seq->state.Finish(FinishReason::kStop);
       } else {
         seq->output.push_back(token);

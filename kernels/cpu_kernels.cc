@@ -141,21 +141,51 @@ void Softmax(float* x, int size) {
   for (int i = size8; i < size; ++i) x[i] /= total;
 }
 
+namespace {
+
+// The angle of pair (i, i+1) at `pos`, exactly as llama2.c computes it.
+inline void RopeAngle(int i, int head_dim, int pos, float* fcr, float* fci) {
+  const int hd = i % head_dim;
+  const float freq = 1.0f / powf(10000.0f, hd / static_cast<float>(head_dim));
+  const float val = pos * freq;
+  *fcr = cosf(val);
+  *fci = sinf(val);
+}
+
+inline void Rotate(float* vec, int i, float fcr, float fci) {
+  const float v0 = vec[i];
+  const float v1 = vec[i + 1];
+  vec[i] = v0 * fcr - v1 * fci;
+  vec[i + 1] = v0 * fci + v1 * fcr;
+}
+
+}  // namespace
+
 void Rope(float* q, float* k, int dim, int kv_dim, int head_dim, int pos) {
   for (int i = 0; i < dim; i += 2) {
+    float fcr, fci;
+    RopeAngle(i, head_dim, pos, &fcr, &fci);
+    Rotate(q, i, fcr, fci);
+    if (i < kv_dim) Rotate(k, i, fcr, fci);
+  }
+}
+
+std::vector<float> MakeRopeTable(int head_dim, int seq_len) {
+  std::vector<float> table(static_cast<size_t>(seq_len) * head_dim);
+  for (int pos = 0; pos < seq_len; ++pos) {
+    float* row = table.data() + static_cast<size_t>(pos) * head_dim;
+    for (int i = 0; i < head_dim; i += 2)
+      RopeAngle(i, head_dim, pos, &row[i], &row[i + 1]);
+  }
+  return table;
+}
+
+void RopeFromTable(float* q, float* k, int dim, int kv_dim, int head_dim,
+                   const float* row) {
+  for (int i = 0; i < dim; i += 2) {
     const int hd = i % head_dim;
-    const float freq = 1.0f / powf(10000.0f, hd / static_cast<float>(head_dim));
-    const float val = pos * freq;
-    const float fcr = cosf(val);
-    const float fci = sinf(val);
-    const int rotn = i < kv_dim ? 2 : 1;
-    for (int v = 0; v < rotn; ++v) {
-      float* vec = v == 0 ? q : k;
-      const float v0 = vec[i];
-      const float v1 = vec[i + 1];
-      vec[i] = v0 * fcr - v1 * fci;
-      vec[i + 1] = v0 * fci + v1 * fcr;
-    }
+    Rotate(q, i, row[hd], row[hd + 1]);
+    if (i < kv_dim) Rotate(k, i, row[hd], row[hd + 1]);
   }
 }
 

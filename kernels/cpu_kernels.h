@@ -10,6 +10,7 @@
 #define KVCANARY_KERNELS_CPU_KERNELS_H_
 
 #include <cstddef>
+#include <vector>
 
 #include "kernels/thread_pool.h"
 
@@ -37,6 +38,13 @@ void Softmax(float* x, int size);
 // formulation: pairs (i, i+1) of q (dim) and of k (kv_dim) rotated by
 // pos / 10000^((i % head_dim) / head_dim).
 void Rope(float* q, float* k, int dim, int kv_dim, int head_dim, int pos);
+
+// The same rotation with the angles precomputed: row `pos` of the table holds
+// head_dim/2 (cos, sin) pairs, bitwise equal to what Rope() computes.
+// Table: (seq_len, head_dim), f32.
+std::vector<float> MakeRopeTable(int head_dim, int seq_len);
+void RopeFromTable(float* q, float* k, int dim, int kv_dim, int head_dim,
+                   const float* row);
 
 // hb[i] = silu(hb[i]) * hb2[i] for i in [0, size).
 void SwiGlu(float* hb, const float* hb2, int size);

@@ -114,6 +114,18 @@ TEST(RopeTest, MatchesReferenceAtManyPositions) {
   }
 }
 
+TEST(RopeTest, TableIsBitwiseEqualToDirectComputation) {
+  const auto table = MakeRopeTable(48, 256);
+  for (int pos : {0, 3, 100, 255}) {
+    auto q = RandomVector(288, 14), k = RandomVector(288, 15);
+    auto qt = q, kt = k;
+    Rope(q.data(), k.data(), 288, 288, 48, pos);
+    RopeFromTable(qt.data(), kt.data(), 288, 288, 48, table.data() + pos * 48);
+    EXPECT_EQ(q, qt);
+    EXPECT_EQ(k, kt);
+  }
+}
+
 TEST(RopeTest, PositionZeroIsIdentity) {
   auto q = RandomVector(64, 10), k = RandomVector(32, 11);
   const auto q0 = q, k0 = k;

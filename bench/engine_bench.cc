@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "kernels/paged_attention.h"
 
 ABSL_FLAG(int, threads, 1, "kernel threads, including the engine thread");
 ABSL_FLAG(std::string, models, "260k,15m", "models to measure: 260k, 15m");
@@ -93,6 +94,51 @@ double Decode(const Setup& s, int seqs, WatermarkMode mode) {
   return static_cast<double>(seqs) * (sp.max_tokens - 1) / dt;
 }
 
+// The stamp check alone, timed directly: what CheckPageStamps costs per
+// decoded token (every layer, context growing 1..decode_positions), as a
+// share of the time a decoded token takes. Immune to run-to-run noise, which
+// is larger than the check itself.
+double CheckShare(const Setup& s, double decode_tokens_per_s) {
+  const ModelConfig& c = s.model.config;
+  PagePoolOptions po;
+  po.n_layers = 1;
+  po.layout.page_tokens = 16;
+  po.layout.kv_heads = c.n_kv_heads;
+  po.layout.head_dim = c.head_dim();
+  po.num_pages = (s.decode_positions + 15) / 16;
+  PagePool pool(po);
+  auto pages = pool.Allocate(TenantId(1), RequestId(1), po.num_pages);
+  std::vector<float> row(c.kv_dim(), 0.5f);
+  for (int pos = 0; pos < s.decode_positions; ++pos) {
+    kernels::WriteKvRow(
+        pool.layer_base(0), pool.layout(), pages[pos / 16], pos % 16,
+        row.data(), row.data(),
+        StampIdentity{RequestId(1), TenantId(1), pages[pos / 16].generation}, 0,
+        nullptr);
+  }
+  kernels::PagedAttentionArgs a;
+  a.layer_base = pool.layer_base(0);
+  a.layout = pool.layout();
+  a.block_table = pages.data();
+  a.num_block_pages = po.num_pages;
+  a.reader_tenant = TenantId(1);
+  a.reader_request = RequestId(1);
+  std::vector<WatermarkViolation> violations;
+  a.violations = &violations;
+  const int rounds = 200;
+  int found = 0;
+  const auto t0 = Clock::now();
+  for (int r = 0; r < rounds; ++r) {
+    for (int n = 1; n <= s.decode_positions; ++n)
+      found += kernels::CheckPageStamps(a, n);
+  }
+  const double per_call_s =
+      Seconds(t0, Clock::now()) / (rounds * s.decode_positions);
+  if (found != 0)
+    std::fprintf(stderr, "unexpected violations in the check benchmark\n");
+  return per_call_s * c.n_layers * decode_tokens_per_s;
+}
+
 template <typename F>
 double Best(F f) {
   double best = 0;
@@ -124,6 +170,8 @@ void Measure(const Setup& s) {
   row("decode 1 seq, watermark off", off, "t/s");
   row("decode 1 seq, watermark enforce", enforce, "t/s");
   std::printf("| %-34s | %13.4f  |\n", "enforce / off (1 seq)", enforce / off);
+  std::printf("| %-34s | %13.3f%% |\n", "stamp check share (timed directly)",
+              100.0 * CheckShare(s, enforce));
   double single = enforce;
   for (absl::string_view size : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes),
                                                ',', absl::SkipEmpty())) {

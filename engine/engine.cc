@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 
@@ -39,7 +41,8 @@ Engine::Engine(const Model* model, const EngineOptions& options)
 
 absl::StatusOr<RequestId> Engine::Submit(TenantId tenant,
                                          std::vector<int> prompt,
-                                         const SamplingParams& sampling) {
+                                         const SamplingParams& sampling,
+                                         const SubmitOptions& options) {
   const ModelConfig& cfg = model_->config;
   if (prompt.empty()) return absl::InvalidArgumentError("empty prompt");
   for (int t : prompt) {
@@ -69,9 +72,18 @@ absl::StatusOr<RequestId> Engine::Submit(TenantId tenant,
                                                      " KV pages; the pool has ",
                                                      pool_.num_pages()));
   }
-  const RequestId id(next_request_++);
+  RequestId id = options.id;
+  if (id == kNoRequest) {
+    do {
+      id = RequestId(next_request_++);
+    } while (requests_.contains(id));
+  } else if (requests_.contains(id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request id ", id.value(), " is already in use"));
+  }
   auto seq =
       std::make_unique<Sequence>(id, tenant, std::move(prompt), sampling);
+  seq->role = options.role;
   scheduler_.Add(seq.get());
   requests_.emplace(id, std::move(seq));
   return id;
@@ -83,16 +95,77 @@ void Engine::Abort(RequestId id, absl::Status status) {
   scheduler_.Abort(it->second.get(), std::move(status));
 }
 
-std::vector<RequestId> Engine::Step() {
+StepEvents Engine::Step() {
+  StepEvents events;
   Batch batch = scheduler_.Schedule();
-  if (batch.empty()) return {};
+  for (Sequence* seq : batch.reserved) events.reserved.push_back(seq->id);
+  if (batch.entries.empty()) return events;
   StepOutput out = runner_.Run(batch);
-  std::vector<RequestId> done;
   for (Sequence* seq :
        scheduler_.Postprocess(batch, out, model_->config.vocab_size)) {
-    done.push_back(seq->id);
+    events.finished.push_back(seq->id);
   }
-  return done;
+  for (const BatchEntry& e : batch.entries) {
+    if (e.seq->role == SequenceRole::kPrefillOnly &&
+        e.seq->state.phase() == RequestPhase::kTransferring) {
+      events.prefilled.push_back(e.seq->id);
+    } else {
+      events.progressed.push_back(e.seq->id);
+    }
+  }
+  return events;
+}
+
+absl::Status Engine::InstallTransferredKv(RequestId id,
+                                          const std::vector<kv::Page>& pages,
+                                          int computed_tokens,
+                                          int first_token) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return absl::NotFoundError("unknown request");
+  Sequence* seq = it->second.get();
+  if (seq->role != SequenceRole::kRemotePrefill ||
+      seq->state.phase() != RequestPhase::kTransferring) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("request ", id.value(), " is not waiting for a transfer (",
+                     RequestPhaseName(seq->state.phase()), ")"));
+  }
+  const KvPageLayout& layout = pool_.layout();
+  const size_t row_bytes =
+      static_cast<size_t>(layout.kv_heads) * layout.head_dim * sizeof(float);
+  if (computed_tokens < 1 ||
+      computed_tokens > static_cast<int>(seq->prompt.size()) ||
+      first_token < 0 || first_token >= model_->config.vocab_size) {
+    return absl::InvalidArgumentError("transfer does not fit the request");
+  }
+  for (const kv::Page& page : pages) {
+    if (page.index >= seq->block_table.size() ||
+        page.layer >= static_cast<uint32_t>(pool_.n_layers()) ||
+        page.slots > static_cast<uint32_t>(layout.page_tokens) ||
+        page.kv_bytes.size() != 2 * page.slots * row_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("page ", page.index, " layer ", page.layer,
+                       " does not fit the reservation or the KV geometry"));
+    }
+  }
+  for (const kv::Page& page : pages) {
+    const PageRef ref = seq->block_table[page.index];
+    char* dst =
+        layout.page(pool_.layer_base(static_cast<int>(page.layer)), ref.page);
+    const size_t half = page.slots * row_bytes;
+    std::memcpy(KvPageLayout::keys(dst), page.kv_bytes.data(), half);
+    std::memcpy(layout.values(dst), page.kv_bytes.data() + half, half);
+    StampWrite(KvPageLayout::stamp(dst),
+               StampIdentity{seq->id, seq->tenant, ref.generation}, 0,
+               page.slots);
+  }
+  scheduler_.StartDecodeAfterTransfer(seq, first_token, computed_tokens);
+  return absl::OkStatus();
+}
+
+void Engine::FinishTransfer(RequestId id, absl::Status status) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second->state.finished()) return;
+  scheduler_.FinishTransfer(it->second.get(), std::move(status));
 }
 
 void Engine::RunUntilIdle() {

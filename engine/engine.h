@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "engine/kv_transfer_format.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/page_pool.h"
@@ -32,6 +33,23 @@ struct EngineOptions {
   SchedulerOptions scheduler;  // seq_len is taken from the model
 };
 
+// Options of one Submit().
+struct SubmitOptions {
+  // The request's id; 0 = let the engine assign one. Nodes pass the router's
+  // id so page stamps name the same request on every node. Must be unique
+  // among the engine's live requests.
+  RequestId id;
+  SequenceRole role = SequenceRole::kLocal;
+};
+
+// What happened in one Step().
+struct StepEvents {
+  std::vector<RequestId> finished;    // reached Finished in this step
+  std::vector<RequestId> reserved;    // kRemotePrefill: pages reserved
+  std::vector<RequestId> prefilled;   // kPrefillOnly: K/V ready to send
+  std::vector<RequestId> progressed;  // got a new token (finished or not)
+};
+
 class Engine {
  public:
   // `model` must outlive the engine.
@@ -40,13 +58,28 @@ class Engine {
   // Queues a request. kInvalidArgument if the prompt is empty, has a token
   // outside the vocabulary, or leaves no room to generate in the context;
   // if max_tokens < 1; if temperature < 0 or top_p is not in [0, 1].
+  // kAlreadyExists if options.id is in use.
   absl::StatusOr<RequestId> Submit(TenantId tenant, std::vector<int> prompt,
-                                   const SamplingParams& sampling);
+                                   const SamplingParams& sampling,
+                                   const SubmitOptions& options = {});
   // Cancels a queued or running request (no-op if already finished).
   void Abort(RequestId id, absl::Status status);
 
-  // One scheduling step. Returns the requests that finished in it.
-  std::vector<RequestId> Step();
+  // A kRemotePrefill request's K/V arrived from the prefill node: writes each
+  // page's K/V into the request's reserved pages (stamped by this request,
+  // as the transfer receiver), then the request joins decoding with
+  // `first_token`. kFailedPrecondition if the request is not waiting for a
+  // transfer; kInvalidArgument if a page does not fit the reservation or the
+  // pool's geometry (the caller verified the transfer; this is the last line).
+  absl::Status InstallTransferredKv(RequestId id,
+                                    const std::vector<kv::Page>& pages,
+                                    int computed_tokens, int first_token);
+  // A kPrefillOnly request's transfer ended: OK (acked by decode) or the
+  // reason it failed. Frees its pages. No-op if already finished.
+  void FinishTransfer(RequestId id, absl::Status status);
+
+  // One scheduling step.
+  StepEvents Step();
   bool has_work() const { return scheduler_.has_work(); }
   // Steps until every submitted request has finished.
   void RunUntilIdle();

@@ -28,6 +28,8 @@ const char* FinishReasonName(FinishReason reason) {
       return "stop";
     case FinishReason::kLength:
       return "length";
+    case FinishReason::kTransferred:
+      return "transferred";
     case FinishReason::kAbort:
       return "abort";
   }
@@ -53,7 +55,9 @@ void RequestState::StartDecode() {
 
 void RequestState::Finish(FinishReason reason) {
   CHECK(!finished()) << "finished twice";
-  CHECK(reason == FinishReason::kStop || reason == FinishReason::kLength);
+  CHECK(reason == FinishReason::kStop || reason == FinishReason::kLength ||
+        (reason == FinishReason::kTransferred &&
+         phase_ == RequestPhase::kTransferring));
   phase_ = RequestPhase::kFinished;
   reason_ = reason;
 }

@@ -24,9 +24,10 @@ enum class RequestPhase {
 };
 enum class FinishReason {
   kNone,
-  kStop,    // the model emitted an end token (or a stop sequence matched)
-  kLength,  // max_tokens reached, or the context is full
-  kAbort,   // failed or cancelled; abort_status() says why
+  kStop,         // the model emitted an end token (or a stop sequence matched)
+  kLength,       // max_tokens reached, or the context is full
+  kTransferred,  // prefill node: K/V handed to the decode node and acked
+  kAbort,        // failed or cancelled; abort_status() says why
 };
 
 const char* RequestPhaseName(RequestPhase phase);
@@ -43,7 +44,8 @@ class RequestState {
   void StartPrefill();   // REQUIRES: kAdmitted
   void StartTransfer();  // REQUIRES: kPrefilling
   void StartDecode();    // REQUIRES: kPrefilling or kTransferring
-  // REQUIRES: !finished(); reason is kStop or kLength.
+  // REQUIRES: !finished(); reason is kStop or kLength, or kTransferred from
+  // kTransferring.
   void Finish(FinishReason reason);
   // Finishes with kAbort. A second abort, or an abort after a normal finish,
   // is ignored: the first finish is the truth. REQUIRES: !status.ok().

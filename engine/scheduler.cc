@@ -29,9 +29,54 @@ void Scheduler::Abort(Sequence* seq, absl::Status status) {
     waiting_.erase(it);
     return;
   }
-  auto rit = std::find(running_.begin(), running_.end(), seq);
-  CHECK(rit != running_.end());
-  running_.erase(rit);
+  auto tit = std::find(transferring_.begin(), transferring_.end(), seq);
+  if (tit != transferring_.end()) {
+    transferring_.erase(tit);
+  } else {
+    auto rit = std::find(running_.begin(), running_.end(), seq);
+    CHECK(rit != running_.end());
+    running_.erase(rit);
+  }
+  Release(seq);
+}
+
+void Scheduler::StartDecodeAfterTransfer(Sequence* seq, int first_token,
+                                         int computed) {
+  auto it = std::find(transferring_.begin(), transferring_.end(), seq);
+  CHECK(it != transferring_.end());
+  CHECK(seq->role == SequenceRole::kRemotePrefill);
+  transferring_.erase(it);
+  seq->num_computed = computed;
+  seq->state.StartDecode();
+  // The first token was sampled by the prefill node; the stop rules apply
+  // to it as to any other.
+  if ((first_token == kBosToken || first_token == kEosToken) &&
+      !seq->sampling.ignore_eos) {
+    seq->state.Finish(FinishReason::kStop);
+  } else {
+    seq->output.push_back(first_token);
+    if (static_cast<int>(seq->output.size()) >= seq->sampling.max_tokens ||
+        seq->num_tokens() > options_.seq_len) {
+      seq->state.Finish(FinishReason::kLength);
+    }
+  }
+  if (seq->state.finished()) {
+    Release(seq);
+  } else {
+    running_.push_back(seq);
+  }
+}
+
+void Scheduler::FinishTransfer(Sequence* seq, absl::Status status) {
+  auto it = std::find(transferring_.begin(), transferring_.end(), seq);
+  CHECK(it != transferring_.end());
+  CHECK(seq->role == SequenceRole::kPrefillOnly);
+  transferring_.erase(it);
+  if (status.ok()) {
+    seq->state.Finish(FinishReason::kTransferred);
+  } else {
+    seq->state.Abort(std::move(status));
+  }
   Release(seq);
 }
 
@@ -60,6 +105,13 @@ Batch Scheduler::Schedule() {
     waiting_.pop_front();
     seq->block_table = pool_->Allocate(seq->tenant, seq->id, pages);
     seq->state.StartPrefill();
+    if (seq->role == SequenceRole::kRemotePrefill) {
+      // The prefill happens on the prefill node; hold the pages for it.
+      seq->state.StartTransfer();
+      transferring_.push_back(seq);
+      batch.reserved.push_back(seq);
+      continue;
+    }
     batch.entries.push_back(BatchEntry{seq, 0, prompt});
     prefill_tokens += prompt;
     ++seqs;
@@ -79,16 +131,39 @@ void Scheduler::Release(Sequence* seq) {
   seq->block_table.clear();
 }
 
+void Scheduler::Advance(Sequence* seq, float* logits, int vocab_size) {
+  const int token = seq->sampler.Sample(logits, vocab_size);
+  if (seq->role == SequenceRole::kPrefillOnly) {
+    // The first token goes to the decode node with the K/V, whatever it is;
+    // the decode node applies the stop rules.
+    seq->output.push_back(token);
+    seq->state.StartTransfer();
+    return;
+  }
+  if ((token == kBosToken || token == kEosToken) && !seq->sampling.ignore_eos) {
+    seq->state.Finish(FinishReason::kStop);
+    return;
+  }
+  seq->output.push_back(token);
+  if (static_cast<int>(seq->output.size()) >= seq->sampling.max_tokens ||
+      seq->num_tokens() > options_.seq_len) {
+    seq->state.Finish(FinishReason::kLength);
+  }
+}
+
 std::vector<Sequence*> Scheduler::Postprocess(const Batch& batch,
                                               StepOutput& output,
                                               int vocab_size) {
   std::vector<Sequence*> finished;
+  std::vector<Sequence*> to_transfer;
   for (size_t i = 0; i < batch.entries.size(); ++i) {
     const BatchEntry& e = batch.entries[i];
     Sequence* seq = e.seq;
     seq->num_computed = e.first_pos + e.num_tokens;
-    if (seq->state.phase() == RequestPhase::kPrefilling)
+    if (seq->state.phase() == RequestPhase::kPrefilling &&
+        seq->role == SequenceRole::kLocal) {
       seq->state.StartDecode();
+    }
     if (output.refused[i]) {
       const WatermarkViolation& v = seq->violations.front();
       seq->state.Abort(absl::DataLossError(absl::StrCat(
@@ -96,25 +171,22 @@ std::vector<Sequence*> Scheduler::Postprocess(const Batch& batch,
           " on page ", v.page.value(), " (", seq->violations.size(),
           " violation(s)); no output built on that memory is returned")));
     } else {
-      const int token = seq->sampler.Sample(
-          output.logits.data() + i * static_cast<size_t>(vocab_size),
-          vocab_size);
-      if ((token == kBosToken || token == kEosToken) &&
-          !seq->sampling.ignore_eos) {
-        seq->state.Finish(FinishReason::kStop);
-      } else {
-        seq->output.push_back(token);
-        if (static_cast<int>(seq->output.size()) >= seq->sampling.max_tokens ||
-            seq->num_tokens() > options_.seq_len) {
-          seq->state.Finish(FinishReason::kLength);
-        }
-      }
+      Advance(seq, output.logits.data() + i * static_cast<size_t>(vocab_size),
+              vocab_size);
     }
-    if (seq->state.finished()) finished.push_back(seq);
+    if (seq->state.finished()) {
+      finished.push_back(seq);
+    } else if (seq->state.phase() == RequestPhase::kTransferring) {
+      to_transfer.push_back(seq);
+    }
   }
   for (Sequence* seq : finished) {
     running_.erase(std::find(running_.begin(), running_.end(), seq));
     Release(seq);
+  }
+  for (Sequence* seq : to_transfer) {
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+    transferring_.push_back(seq);
   }
   return finished;
 }

@@ -35,12 +35,15 @@ struct BatchEntry {
 
 struct Batch {
   std::vector<BatchEntry> entries;  // prefills first, then decodes
+  // kRemotePrefill sequences given their pages in this Schedule(): now in
+  // kTransferring, waiting for the prefill node's K/V.
+  std::vector<Sequence*> reserved;
   int num_rows() const {
     int n = 0;
     for (const auto& e : entries) n += e.num_tokens;
     return n;
   }
-  bool empty() const { return entries.empty(); }
+  bool empty() const { return entries.empty() && reserved.empty(); }
 };
 
 // What the model runner produced for a batch: logits of the last row of each
@@ -58,6 +61,13 @@ class Scheduler {
   void Add(Sequence* seq);
   // Cancels a sequence wherever it is and frees its pages. Call between steps.
   void Abort(Sequence* seq, absl::Status status);
+  // kRemotePrefill: the prefill node's K/V are in the pages (written by the
+  // caller) with `first_token` sampled there; the sequence joins decoding.
+  // REQUIRES: seq is kTransferring here.
+  void StartDecodeAfterTransfer(Sequence* seq, int first_token, int computed);
+  // kPrefillOnly: the transfer ended (acked: OK; else the reason). Frees
+  // the pages. REQUIRES: seq is kTransferring here.
+  void FinishTransfer(Sequence* seq, absl::Status status);
 
   Batch Schedule();
   // Samples, appends, finishes sequences (end token, max_tokens, full
@@ -68,16 +78,23 @@ class Scheduler {
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
+  int num_transferring() const {
+    return static_cast<int>(transferring_.size());
+  }
+  // Work a Step() can do now (transferring sequences wait on someone else).
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
 
  private:
   int PagesNeeded(const Sequence& seq) const;
   void Release(Sequence* seq);
+  // Samples the entry's next token and applies stop rules.
+  void Advance(Sequence* seq, float* logits, int vocab_size);
 
   SchedulerOptions options_;
   PagePool* pool_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
+  std::vector<Sequence*> transferring_;  // holding pages, waiting on a peer
 };
 
 }  // namespace kvcanary::engine

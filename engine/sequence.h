@@ -14,6 +14,15 @@
 
 namespace kvcanary::engine {
 
+// Where a sequence's prefill and decode happen.
+enum class SequenceRole {
+  kLocal,          // both here (single process)
+  kPrefillOnly,    // prefill node: prefill, sample the first token, then hold
+                   // the pages in kTransferring until FinishTransfer()
+  kRemotePrefill,  // decode node: reserve pages, wait in kTransferring for
+                   // the prefill node's K/V (InstallTransferredKv), decode
+};
+
 struct Sequence {
   Sequence(RequestId id, TenantId tenant, std::vector<int> prompt,
            const SamplingParams& sampling)
@@ -25,6 +34,7 @@ struct Sequence {
 
   RequestId id;
   TenantId tenant;
+  SequenceRole role = SequenceRole::kLocal;
   std::vector<int> prompt;  // BOS first
   std::vector<int> output;  // generated tokens, end token excluded
   SamplingParams sampling;

@@ -81,6 +81,9 @@ class Engine {
   // One scheduling step.
   StepEvents Step();
   bool has_work() const { return scheduler_.has_work(); }
+  int num_waiting() const { return scheduler_.num_waiting(); }
+  int num_running() const { return scheduler_.num_running(); }
+  int num_transferring() const { return scheduler_.num_transferring(); }
   // Steps until every submitted request has finished.
   void RunUntilIdle();
 

@@ -3,6 +3,8 @@
 //   kvcanary-engine generate [--model M --tokenizer T] --prompt P
 //                            --max-tokens N [--temperature 0] [--echo]
 //   kvcanary-engine demo [--model M --tokenizer T] [--threads N]
+//   kvcanary-engine serve --role=router|prefill|decode [flags]
+//   kvcanary-engine up --port P --tenants FILE [--model M --tokenizer T]
 //   kvcanary-engine write-model --shape 260k|15m --seed S --out FILE
 //
 // With no --model, the embedded default (a synthetic model of the stories260K
@@ -20,6 +22,7 @@
 #include "engine/demo.h"
 #include "engine/engine.h"
 #include "engine/model.h"
+#include "engine/serve.h"
 #include "engine/tokenizer.h"
 
 ABSL_FLAG(std::string, model, "",
@@ -40,6 +43,26 @@ ABSL_FLAG(int, page_tokens, 16, "token slots per KV page");
 ABSL_FLAG(std::string, watermark, "enforce",
           "page stamp checks: off, detect or enforce");
 ABSL_FLAG(std::string, shape, "260k", "write-model: 260k or 15m");
+ABSL_FLAG(std::string, role, "", "serve: router, prefill or decode");
+ABSL_FLAG(std::string, host, "127.0.0.1", "serve/up: address to listen on");
+ABSL_FLAG(int, port, -1,
+          "serve/up: HTTP port (0 = any free; default: up 8000, serve 0)");
+ABSL_FLAG(int, kv_port, 0,
+          "serve --role=decode: KV transfer port (0 = any free)");
+ABSL_FLAG(std::string, tenants, "",
+          "router/up: tenants JSON file (docs/api.md)");
+ABSL_FLAG(std::vector<std::string>, prefill, {}, "router: prefill node URLs");
+ABSL_FLAG(std::vector<std::string>, decode, {}, "router: decode node URLs");
+ABSL_FLAG(
+    int, max_prompt_tokens, 0,
+    "prefill/decode: longest prompt accepted (0 = prefill: half the context, "
+    "decode: context - 1)");
+ABSL_FLAG(int, max_waiting, 256, "prefill/decode: queued requests before 429");
+ABSL_FLAG(int, num_pages, 0,
+          "prefill/decode: KV pages (0 = enough for 64 full contexts)");
+ABSL_FLAG(
+    std::string, test_transfer_damage, "none",
+    "prefill, tests only: none, flip-byte or truncate the first KV page frame");
 ABSL_FLAG(std::string, out, "", "write-model: output file");
 
 namespace kvcanary::engine {
@@ -122,6 +145,80 @@ absl::Status Demo() {
   return RunDemo(loaded.model, loaded.tokenizer, options, stdout);
 }
 
+absl::StatusOr<EngineOptions> NodeEngineOptions() {
+  ASSIGN_OR_RETURN(WatermarkMode mode,
+                   ParseWatermarkMode(absl::GetFlag(FLAGS_watermark)));
+  EngineOptions e;
+  e.watermark = mode;
+  e.num_threads = absl::GetFlag(FLAGS_threads);
+  e.page_tokens = absl::GetFlag(FLAGS_page_tokens);
+  e.num_pages = absl::GetFlag(FLAGS_num_pages);
+  if (e.num_threads < 1 || e.num_threads > 256) {
+    return absl::InvalidArgumentError("--threads must be in [1, 256]");
+  }
+  if (e.page_tokens < 1 || e.page_tokens > 4096) {
+    return absl::InvalidArgumentError("--page-tokens must be in [1, 4096]");
+  }
+  if (e.num_pages < 0)
+    return absl::InvalidArgumentError("--num-pages must be >= 0");
+  return e;
+}
+
+absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
+  ServeOptions o;
+  o.role = absl::GetFlag(FLAGS_role);
+  o.host = absl::GetFlag(FLAGS_host);
+  o.port =
+      absl::GetFlag(FLAGS_port) >= 0 ? absl::GetFlag(FLAGS_port) : default_port;
+  o.kv_port = absl::GetFlag(FLAGS_kv_port);
+  o.model_path = absl::GetFlag(FLAGS_model);
+  o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  o.tenants_path = absl::GetFlag(FLAGS_tenants);
+  o.prefill_urls = absl::GetFlag(FLAGS_prefill);
+  o.decode_urls = absl::GetFlag(FLAGS_decode);
+  o.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  ASSIGN_OR_RETURN(o.engine, NodeEngineOptions());
+  const std::string damage = absl::GetFlag(FLAGS_test_transfer_damage);
+  if (damage == "flip-byte") {
+    o.damage = TransferDamage::kFlipPageByte;
+  } else if (damage == "truncate") {
+    o.damage = TransferDamage::kTruncateFrame;
+  } else if (damage != "none") {
+    return absl::InvalidArgumentError(
+        "--test-transfer-damage: none, flip-byte or truncate");
+  }
+  if (o.port < 0 || o.port > 65535)
+    return absl::InvalidArgumentError("--port out of range");
+  if (!o.model_path.empty() && o.tokenizer_path.empty()) {
+    return absl::InvalidArgumentError("--model needs --tokenizer");
+  }
+  return o;
+}
+
+absl::Status Serve() {
+  ASSIGN_OR_RETURN(ServeOptions o, ServeFlags(0));
+  return RunServe(o);
+}
+
+absl::Status Up() {
+  ASSIGN_OR_RETURN(ServeOptions o, ServeFlags(8000));
+  if (o.tenants_path.empty())
+    return absl::InvalidArgumentError("up needs --tenants");
+  // Node flags go to both nodes as given.
+  std::vector<std::string> node_args = {
+      absl::StrCat("--watermark=", absl::GetFlag(FLAGS_watermark)),
+      absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)),
+      absl::StrCat("--page_tokens=", absl::GetFlag(FLAGS_page_tokens)),
+      absl::StrCat("--num_pages=", absl::GetFlag(FLAGS_num_pages)),
+      absl::StrCat("--max_waiting=", absl::GetFlag(FLAGS_max_waiting)),
+      absl::StrCat("--max_prompt_tokens=",
+                   absl::GetFlag(FLAGS_max_prompt_tokens)),
+      absl::StrCat("--test_transfer_damage=",
+                   absl::GetFlag(FLAGS_test_transfer_damage))};
+  return RunUp(o, node_args);
+}
+
 absl::Status WriteModel() {
   const std::string shape = absl::GetFlag(FLAGS_shape);
   const std::string out = absl::GetFlag(FLAGS_out);
@@ -146,7 +243,8 @@ absl::Status WriteModel() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "kvcanary-engine generate|demo|write-model [flags]; see README.md");
+      "kvcanary-engine generate|demo|serve|up|write-model [flags]; see "
+      "README.md");
   // Accept --max-tokens as well as --max_tokens.
   std::vector<std::string> normalized(argv, argv + argc);
   std::vector<char*> argv2;
@@ -162,14 +260,19 @@ int main(int argc, char** argv) {
   std::vector<char*> args =
       absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
   if (args.size() != 2) {
-    std::fprintf(stderr,
-                 "usage: kvcanary-engine generate|demo|write-model [flags]\n");
+    std::fprintf(
+        stderr,
+        "usage: kvcanary-engine generate|demo|serve|up|write-model [flags]\n");
     return 2;
   }
   const std::string command = args[1];
   absl::Status status;
   if (command == "generate") {
     status = kvcanary::engine::Generate();
+  } else if (command == "serve") {
+    status = kvcanary::engine::Serve();
+  } else if (command == "up") {
+    status = kvcanary::engine::Up();
   } else if (command == "demo") {
     status = kvcanary::engine::Demo();
   } else if (command == "write-model") {

@@ -54,9 +54,10 @@ enum class FrameType : uint8_t {
 struct Metadata {
   RequestId request;
   TenantId tenant;
-  uint32_t prompt_tokens = 0;   // tokens whose K/V will be sent
-  uint32_t reserved_pages = 0;  // pages the decode node reserved (from the request)
-  uint32_t page_tokens = 0;     // KV geometry; must equal the decode node's
+  uint32_t prompt_tokens = 0;  // tokens whose K/V will be sent
+  // Pages the decode node reserved (from the request).
+  uint32_t reserved_pages = 0;
+  uint32_t page_tokens = 0;  // KV geometry; must equal the decode node's
   uint32_t n_layers = 0;
   uint32_t kv_heads = 0;
   uint32_t head_dim = 0;
@@ -88,7 +89,8 @@ struct Commit {
   int32_t first_token = -1;
 };
 
-// Either side gives up; `code` is an absl::StatusCode value.
+// Either side gives up; `code` is an absl::StatusCode value, never OK: the
+// decoder refuses 0 (so set it) and codes absl does not define.
 struct Abort {
   RequestId request;
   uint32_t code = 0;
@@ -98,7 +100,7 @@ struct Abort {
 // Decode's verdict after verifying the commit: OK, or why not.
 struct Ack {
   RequestId request;
-  uint32_t code = 0;  // absl::StatusCode; 0 = OK
+  uint32_t code = 0;  // absl::StatusCode; 0 = OK (the decoder refuses > 16)
   std::string message;
 };
 
@@ -116,7 +118,9 @@ void EncodeFrame(const Frame& frame, std::string* out);
 // Incremental decoder over a byte stream. Not thread-safe.
 class FrameDecoder {
  public:
-  void Feed(absl::string_view bytes) { buffer_.append(bytes.data(), bytes.size()); }
+  void Feed(absl::string_view bytes) {
+    buffer_.append(bytes.data(), bytes.size());
+  }
   // The next complete frame; nullopt if more bytes are needed. kDataLoss for
   // anything corrupt (bad magic, header CRC, page CRC, unknown version or
   // type, oversized or inconsistent payload, trailing bytes inside a

@@ -1,0 +1,381 @@
+#include "engine/decode_node.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "engine/node_common.h"
+
+namespace kvcanary::engine {
+namespace {
+
+constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
+
+std::string NdjsonLine(const nlohmann::json& j) { return j.dump() + "\n"; }
+
+}  // namespace
+
+DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
+    : model_(model),
+      options_(options),
+      loop_(model, options.engine, options.max_waiting),
+      metrics_("decode") {
+  if (options_.max_prompt_tokens <= 0) {
+    options_.max_prompt_tokens = model->config.seq_len - 1;
+  }
+}
+
+DecodeNode::~DecodeNode() { Stop(); }
+
+absl::Status DecodeNode::Start() {
+  server_ = MakeHttpServer(options_.http_threads);
+  server_->Post("/internal/v1/generate",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  HandleGenerate(req, res);
+                });
+  server_->Get("/internal/v1/limits",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 nlohmann::json j;
+                 j["max_prompt_tokens"] = options_.max_prompt_tokens;
+                 j["context_tokens"] = model_->config.seq_len;
+                 j["page_tokens"] = loop_.options().page_tokens;
+                 res.set_content(j.dump(), "application/json");
+               });
+  server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"status\":\"ok\",\"role\":\"decode\"}",
+                    "application/json");
+  });
+  server_->Get("/metrics", [this](const httplib::Request&,
+                                  httplib::Response& res) {
+    res.set_content(metrics_.Serialize(&loop_), "text/plain; version=0.0.4");
+  });
+  auto listener = kv::FrameListener::Listen(options_.host, options_.kv_port);
+  if (!listener.ok()) return listener.status();
+  listener_ = *std::move(listener);
+  kv_port_ = listener_->port();
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
+                           &server_thread_);
+  if (!port.ok()) return port.status();
+  http_port_ = *port;
+  return absl::OkStatus();
+}
+
+void DecodeNode::Stop() {
+  if (server_ != nullptr) server_->stop();
+  if (server_thread_.joinable()) server_thread_.join();
+  if (listener_ != nullptr) listener_->Close();
+  if (accept_thread_.joinable()) accept_thread_.join();
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads.swap(transfer_threads_);
+  }
+  for (auto& t : threads) t.join();
+}
+
+std::shared_ptr<DecodeNode::PendingTransfer> DecodeNode::FindPending(
+    RequestId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(id);
+  return it == pending_.end() ? nullptr : it->second;
+}
+
+void DecodeNode::HandleGenerate(const httplib::Request& req,
+                                httplib::Response& res) {
+  auto fail = [&](const absl::Status& status) {
+    metrics_.CountRequest(status);
+    RespondInternalError(res, status);
+  };
+  auto body = ParseJsonObject(req.body);
+  if (!body.ok()) return fail(body.status());
+  auto request_id = JsonUint(*body, "request_id");
+  auto tenant_id = JsonUint(*body, "tenant_id");
+  auto prompt = JsonTokenArray(*body, "prompt");
+  auto max_tokens = JsonUint(*body, "max_tokens");
+  auto temperature = JsonNumber(*body, "temperature", 0.0);
+  auto top_p = JsonNumber(*body, "top_p", 1.0);
+  auto prefill_url = JsonString(*body, "prefill_url");
+  for (const absl::Status& s :
+       {request_id.status(), tenant_id.status(), prompt.status(),
+        max_tokens.status(), temperature.status(), top_p.status(),
+        prefill_url.status()}) {
+    if (!s.ok()) return fail(s);
+  }
+  uint64_t seed = 0;
+  if (body->contains("seed")) {
+    auto s = JsonUint(*body, "seed");
+    if (!s.ok()) return fail(s.status());
+    seed = *s;
+  }
+  if (static_cast<int>(prompt->size()) > options_.max_prompt_tokens) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("prompt of ", prompt->size(),
+                     " tokens exceeds the decode node's limit of ",
+                     options_.max_prompt_tokens)));
+  }
+  const RequestId id(*request_id);
+  const TenantId tenant(static_cast<uint32_t>(*tenant_id));
+  SamplingParams sampling;
+  sampling.max_tokens =
+      static_cast<int>(std::min<uint64_t>(*max_tokens, 1 << 20));
+  sampling.temperature = static_cast<float>(*temperature);
+  sampling.top_p = static_cast<float>(*top_p);
+  sampling.seed = seed;
+  const int prompt_tokens = static_cast<int>(prompt->size());
+  auto channel = std::make_shared<RequestChannel>();
+  absl::Status submitted = loop_.Submit(
+      tenant, *prompt, sampling, {id, SequenceRole::kRemotePrefill}, channel);
+  if (!submitted.ok()) return fail(submitted);
+
+  // Admitted -> pages reserved (Transferring).
+  auto reserved = channel->Wait(options_.transfer_timeout);
+  if (!reserved.has_value()) {
+    loop_.Abort(id,
+                absl::DeadlineExceededError("no KV pages became free in time"));
+    return fail(absl::DeadlineExceededError("no KV pages became free in time"));
+  }
+  if (reserved->kind == RequestEvent::Kind::kFinished)
+    return fail(reserved->status);
+  CHECK(reserved->kind == RequestEvent::Kind::kReserved);
+  auto pending = std::make_shared<PendingTransfer>();
+  pending->tenant = tenant;
+  pending->prompt_tokens = prompt_tokens;
+  pending->prompt_pages = loop_.pool().PagesFor(prompt_tokens);
+  pending->reserved_pages = static_cast<int>(reserved->block_table.size());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_[id] = pending;
+  }
+
+  // Ask the prefill node to compute the prompt's K/V and ship it here.
+  nlohmann::json pj;
+  pj["request_id"] = id.value();
+  pj["tenant_id"] = tenant.value();
+  pj["prompt"] = *prompt;
+  pj["temperature"] = sampling.temperature;
+  pj["top_p"] = sampling.top_p;
+  pj["seed"] = seed;
+  pj["reserved_pages"] = pending->reserved_pages;
+  pj["kv_host"] = options_.host;
+  pj["kv_port"] = kv_port_;
+  absl::Status transfer;
+  {
+    httplib::Client client(*prefill_url);
+    const auto timeout =
+        absl::ToChronoSeconds(options_.transfer_timeout).count();
+    client.set_connection_timeout(5, 0);
+    client.set_read_timeout(timeout, 0);
+    client.set_write_timeout(timeout, 0);
+    auto pres =
+        client.Post("/internal/v1/prefill", pj.dump(), "application/json");
+    if (!pres) {
+      transfer = absl::UnavailableError(
+          absl::StrCat("prefill node ", *prefill_url,
+                       " unreachable: ", httplib::to_string(pres.error())));
+    } else if (pres->status != 200) {
+      transfer = StatusFromInternalResponse(pres->status, pres->body);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending->cancelled =
+        true;  // a receiver that has not claimed it may not now
+    pending_.erase(id);
+    // The receiver's verdict is the more precise one when it has one.
+    if (pending->claimed && !pending->result.ok()) transfer = pending->result;
+    if (!pending->claimed && transfer.ok()) {
+      transfer = absl::DataLossError(
+          "prefill reported success but no KV transfer arrived");
+    }
+  }
+  if (!transfer.ok()) {
+    loop_.Abort(id, transfer);
+    return fail(transfer);
+  }
+
+  // Decoding: stream the tokens as NDJSON lines until finished.
+  res.set_chunked_content_provider(
+      "application/x-ndjson",
+      [this, channel, id, prompt_tokens](size_t, httplib::DataSink& sink) {
+        auto event = channel->Wait(absl::Milliseconds(200));
+        if (!event.has_value()) {
+          if (!sink.is_writable()) {
+            loop_.Abort(id, absl::CancelledError("router went away"));
+            return false;
+          }
+          return true;
+        }
+        nlohmann::json line;
+        if (event->kind == RequestEvent::Kind::kTokens) {
+          line["tokens"] = event->tokens;
+        } else if (event->kind == RequestEvent::Kind::kFinished) {
+          line["finish_reason"] = FinishReasonName(event->reason);
+          line["prompt_tokens"] = prompt_tokens;
+          line["completion_tokens"] = event->num_output_tokens;
+          line["violations"] = event->violations.size();
+          if (!event->status.ok()) {
+            line["error"] = nlohmann::json::parse(
+                InternalErrorBody(event->status))["error"];
+          }
+          metrics_.CountRequest(event->status);
+        } else {
+          return true;
+        }
+        const std::string text = NdjsonLine(line);
+        if (!sink.write(text.data(), text.size())) {
+          loop_.Abort(id, absl::CancelledError("router went away"));
+          return false;
+        }
+        if (event->kind == RequestEvent::Kind::kFinished) sink.done();
+        return true;
+      },
+      [this, id](bool success) {
+        if (!success) loop_.Abort(id, absl::CancelledError("router went away"));
+      });
+}
+
+void DecodeNode::AcceptLoop() {
+  while (true) {
+    auto conn = listener_->Accept(absl::Seconds(1));
+    if (!conn.ok()) {
+      if (conn.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
+      return;  // closed
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    transfer_threads_.emplace_back(
+        [this](std::unique_ptr<kv::FrameConnection> c) {
+          ServeTransfer(std::move(c));
+        },
+        std::move(*conn));
+  }
+}
+
+void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
+  RequestId id;
+  const uint64_t before = conn->bytes_received();
+  absl::Status verdict = ReceiveTransfer(*conn, &id);
+  metrics_.CountTransfer(conn->bytes_received() - before, verdict);
+  if (verdict.ok()) {
+    (void)conn->Send(kv::Ack{id, 0, ""}, kFrameTimeout);
+    return;
+  }
+  // Tell the prefill node why (best effort), then make sure the request
+  // fails here too: nothing was written into its pages, so they can go.
+  (void)conn->Send(kv::Abort{id, static_cast<uint32_t>(verdict.code()),
+                             std::string(verdict.message())},
+                   kFrameTimeout);
+  if (id != kNoRequest) loop_.Abort(id, verdict);
+}
+
+absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
+                                         RequestId* id) {
+  auto first = conn.Receive(kFrameTimeout);
+  if (!first.ok()) return first.status();
+  const auto* meta = std::get_if<kv::Metadata>(&*first);
+  if (meta == nullptr)
+    return absl::DataLossError("transfer did not start with metadata");
+  *id = meta->request;
+  std::shared_ptr<PendingTransfer> pending = FindPending(meta->request);
+  if (pending == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no reservation for request ", meta->request.value()));
+  }
+  auto finish = [&](absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending->result = status;
+    return status;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending->claimed || pending->cancelled) {
+      return absl::FailedPreconditionError(
+          "transfer already claimed or cancelled");
+    }
+    pending->claimed = true;
+  }
+  const KvPageLayout& layout = loop_.pool().layout();
+  const ModelConfig& cfg = model_->config;
+  if (meta->tenant != pending->tenant ||
+      meta->prompt_tokens != static_cast<uint32_t>(pending->prompt_tokens) ||
+      meta->reserved_pages != static_cast<uint32_t>(pending->reserved_pages)) {
+    return finish(absl::DataLossError(absl::StrCat(
+        "transfer metadata disagrees with the reservation: tenant ",
+        meta->tenant.value(), " vs ", pending->tenant.value(),
+        ", prompt tokens ", meta->prompt_tokens, " vs ", pending->prompt_tokens,
+        ", reserved pages ", meta->reserved_pages, " vs ",
+        pending->reserved_pages)));
+  }
+  if (meta->page_tokens != static_cast<uint32_t>(layout.page_tokens) ||
+      meta->n_layers != static_cast<uint32_t>(cfg.n_layers) ||
+      meta->kv_heads != static_cast<uint32_t>(cfg.n_kv_heads) ||
+      meta->head_dim != static_cast<uint32_t>(cfg.head_dim())) {
+    return finish(
+        absl::FailedPreconditionError("KV geometry differs between the nodes"));
+  }
+  const size_t row_bytes = static_cast<size_t>(cfg.kv_dim()) * sizeof(float);
+  std::vector<kv::Page> pages;
+  std::set<std::pair<uint32_t, uint32_t>> seen;  // (index, layer)
+  std::vector<uint32_t> slots_per_layer(cfg.n_layers, 0);
+  while (true) {
+    auto frame = conn.Receive(kFrameTimeout);
+    if (!frame.ok()) return finish(frame.status());
+    if (auto* abort = std::get_if<kv::Abort>(&*frame)) {
+      return finish(
+          absl::Status(static_cast<absl::StatusCode>(abort->code),
+                       absl::StrCat("prefill node aborted: ", abort->message)));
+    }
+    if (auto* page = std::get_if<kv::Page>(&*frame)) {
+      if (page->index >= static_cast<uint32_t>(pending->prompt_pages) ||
+          page->layer >= static_cast<uint32_t>(cfg.n_layers) ||
+          page->slots == 0 ||
+          page->slots > static_cast<uint32_t>(layout.page_tokens) ||
+          page->kv_bytes.size() != 2 * page->slots * row_bytes ||
+          !seen.insert({page->index, page->layer}).second) {
+        return finish(absl::DataLossError(
+            absl::StrCat("page ", page->index, " layer ", page->layer, " (",
+                         page->slots, " slots) does not fit the reservation")));
+      }
+      // The stamp says who wrote these bytes: it must be this request.
+      const StampIdentity& w = page->stamp.writer;
+      if (w.tenant != meta->tenant || w.request != meta->request ||
+          page->stamp.filled < page->slots) {
+        return finish(absl::DataLossError(
+            absl::StrCat("page ", page->index, " layer ", page->layer,
+                         " is stamped by tenant ", w.tenant.value(),
+                         " request ", w.request.value(), " (filled ",
+                         page->stamp.filled, "), not by this request")));
+      }
+      slots_per_layer[page->layer] += page->slots;
+      pages.push_back(std::move(*page));
+      continue;
+    }
+    auto* commit = std::get_if<kv::Commit>(&*frame);
+    if (commit == nullptr)
+      return finish(absl::DataLossError("unexpected frame in transfer"));
+    const uint32_t expected_pages =
+        static_cast<uint32_t>(pending->prompt_pages * cfg.n_layers);
+    bool tokens_ok = commit->tokens_sent == meta->prompt_tokens;
+    for (uint32_t s : slots_per_layer)
+      tokens_ok = tokens_ok && s == meta->prompt_tokens;
+    if (commit->request != meta->request ||
+        commit->pages_sent != pages.size() || pages.size() != expected_pages ||
+        !tokens_ok) {
+      return finish(absl::DataLossError(absl::StrCat(
+          "commit mismatch: pages sent ", commit->pages_sent, ", received ",
+          pages.size(), ", expected ", expected_pages, "; tokens sent ",
+          commit->tokens_sent, ", expected ", meta->prompt_tokens)));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pending->cancelled)
+        return absl::CancelledError("request gave up waiting");
+    }
+    return finish(loop_.InstallTransferredKv(
+        meta->request, std::move(pages), static_cast<int>(meta->prompt_tokens),
+        commit->first_token));
+  }
+}
+
+}  // namespace kvcanary::engine

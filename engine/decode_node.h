@@ -1,0 +1,90 @@
+// The decode node: reserves pages for a request, asks a prefill node to fill
+// them, receives the K/V over the KV transfer protocol (KvReceiver: counts,
+// CRCs, stamps), then decodes with continuous batching and streams tokens
+// back to the router.
+//
+// Internal HTTP API (docs/nodes.md):
+//   POST /internal/v1/generate   one request; streams NDJSON lines
+//   GET  /internal/v1/limits     {"max_prompt_tokens", "context_tokens"}
+//   GET  /health, GET /metrics
+// and a TCP port for KV transfers.
+//
+// Thread-safe; owns its threads.
+#ifndef KVCANARY_ENGINE_DECODE_NODE_H_
+#define KVCANARY_ENGINE_DECODE_NODE_H_
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "engine/engine_loop.h"
+#include "engine/kv_connection.h"
+#include "engine/node_metrics.h"
+#include "httplib.h"
+
+namespace kvcanary::engine {
+
+struct DecodeNodeOptions {
+  std::string host = "127.0.0.1";
+  int http_port = 0;  // 0: any free port
+  int kv_port = 0;
+  int max_prompt_tokens = 0;  // 0: context - 1
+  int max_waiting = 256;
+  int http_threads = 96;
+  absl::Duration transfer_timeout = absl::Seconds(30);
+  EngineOptions engine;
+};
+
+class DecodeNode {
+ public:
+  DecodeNode(const Model* model, const DecodeNodeOptions& options);
+  ~DecodeNode();
+
+  absl::Status Start();
+  void Stop();
+  int http_port() const { return http_port_; }
+  int kv_port() const { return kv_port_; }
+
+ private:
+  // What the KV receiver must see for a request whose pages are reserved.
+  struct PendingTransfer {
+    TenantId tenant;
+    int prompt_tokens = 0;
+    int prompt_pages = 0;    // pages the prompt's K/V fill
+    int reserved_pages = 0;  // pages reserved for prompt + generation
+    bool claimed = false;    // a receiver took it
+    bool cancelled = false;  // the generate handler gave up
+    absl::Status result = absl::UnknownError("no transfer arrived");
+  };
+
+  void HandleGenerate(const httplib::Request& req, httplib::Response& res);
+  void AcceptLoop();
+  void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn);
+  // Receives, checks and installs one transfer; returns the verdict.
+  absl::Status ReceiveTransfer(kv::FrameConnection& conn, RequestId* id);
+  std::shared_ptr<PendingTransfer> FindPending(RequestId id);
+
+  const Model* model_;
+  DecodeNodeOptions options_;
+  EngineLoop loop_;
+  NodeMetrics metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread server_thread_;
+  std::unique_ptr<kv::FrameListener> listener_;
+  std::thread accept_thread_;
+  int http_port_ = 0;
+  int kv_port_ = 0;
+
+  std::mutex mu_;
+  absl::flat_hash_map<RequestId, std::shared_ptr<PendingTransfer>>
+      pending_;                                // guarded by mu_
+  std::vector<std::thread> transfer_threads_;  // guarded by mu_
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_DECODE_NODE_H_

@@ -1,0 +1,205 @@
+#include "engine/engine_loop.h"
+
+#include <future>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+namespace kvcanary::engine {
+
+void RequestChannel::Push(RequestEvent event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(event));
+  }
+  cv_.notify_all();
+}
+
+std::optional<RequestEvent> RequestChannel::Wait(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                    [&] { return !events_.empty(); })) {
+    return std::nullopt;
+  }
+  RequestEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+EngineLoop::EngineLoop(const Model* model, const EngineOptions& options,
+                       int max_waiting)
+    : model_(model), engine_(model, options), max_waiting_(max_waiting) {
+  UpdateStats();
+  thread_ = std::thread([this] { Run(); });
+}
+
+EngineLoop::~EngineLoop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void EngineLoop::Post(Command command) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(std::move(command));
+  }
+  cv_.notify_all();
+}
+
+absl::Status EngineLoop::Submit(TenantId tenant, std::vector<int> prompt,
+                                const SamplingParams& sampling,
+                                const SubmitOptions& options,
+                                std::shared_ptr<RequestChannel> channel) {
+  if (queued_.fetch_add(1) >= max_waiting_) {
+    queued_.fetch_sub(1);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("queue full: ", max_waiting_, " requests waiting"));
+  }
+  std::promise<absl::Status> done;
+  auto result = done.get_future();
+  Post([&, channel] {
+    auto id = engine_.Submit(tenant, std::move(prompt), sampling, options);
+    if (id.ok()) {
+      tracked_[*id] = Tracked{channel};
+    } else {
+      queued_.fetch_sub(1);
+    }
+    done.set_value(id.status());
+  });
+  return result.get();
+}
+
+void EngineLoop::Abort(RequestId id, absl::Status status) {
+  Post([this, id, status] {
+    engine_.Abort(id, status);
+    Report({id});
+  });
+}
+
+absl::Status EngineLoop::InstallTransferredKv(RequestId id,
+                                              std::vector<kv::Page> pages,
+                                              int computed_tokens,
+                                              int first_token) {
+  std::promise<absl::Status> done;
+  auto result = done.get_future();
+  Post([&] {
+    done.set_value(
+        engine_.InstallTransferredKv(id, pages, computed_tokens, first_token));
+    Report({id});
+  });
+  return result.get();
+}
+
+void EngineLoop::FinishTransfer(RequestId id, absl::Status status) {
+  Post([this, id, status] {
+    engine_.FinishTransfer(id, status);
+    Report({id});
+  });
+}
+
+EngineLoopStats EngineLoop::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  EngineLoopStats s = stats_;
+  s.tokens_generated = tokens_generated_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void EngineLoop::UpdateStats() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.pages_used = engine_.pool().num_used_pages();
+  stats_.pages_free = engine_.pool().num_free_pages();
+  stats_.waiting = engine_.num_waiting();
+  stats_.running = engine_.num_running();
+  stats_.transferring = engine_.num_transferring();
+}
+
+void EngineLoop::Report(const std::vector<RequestId>& ids) {
+  for (RequestId id : ids) {
+    auto it = tracked_.find(id);
+    if (it == tracked_.end()) continue;
+    Tracked& t = it->second;
+    const Sequence* seq = engine_.Get(id);
+    CHECK(seq != nullptr);
+    if (!t.reported_transfer &&
+        (seq->state.phase() == RequestPhase::kTransferring ||
+         (seq->state.finished() &&
+          seq->state.finish_reason() == FinishReason::kTransferred))) {
+      t.reported_transfer = true;
+      RequestEvent e;
+      e.block_table = seq->block_table;
+      if (seq->role == SequenceRole::kPrefillOnly) {
+        e.kind = RequestEvent::Kind::kPrefilled;
+        e.first_token = seq->output.empty() ? -1 : seq->output[0];
+        t.reported_tokens = seq->output.size();
+      } else {
+        e.kind = RequestEvent::Kind::kReserved;
+      }
+      t.channel->Push(std::move(e));
+    }
+    if (seq->output.size() > t.reported_tokens) {
+      RequestEvent e;
+      e.kind = RequestEvent::Kind::kTokens;
+      e.tokens.assign(seq->output.begin() + t.reported_tokens,
+                      seq->output.end());
+      t.reported_tokens = seq->output.size();
+      tokens_generated_.fetch_add(e.tokens.size(), std::memory_order_relaxed);
+      t.channel->Push(std::move(e));
+    }
+    if (seq->state.finished()) {
+      RequestEvent e;
+      e.kind = RequestEvent::Kind::kFinished;
+      e.reason = seq->state.finish_reason();
+      e.status = seq->state.abort_status();
+      e.num_prompt_tokens = static_cast<int>(seq->prompt.size());
+      e.num_output_tokens = static_cast<int>(seq->output.size());
+      e.violations = seq->violations;
+      t.channel->Push(std::move(e));
+      tracked_.erase(it);
+      engine_.Release(id);
+      queued_.fetch_sub(1);
+    }
+  }
+}
+
+void EngineLoop::Run() {
+  while (true) {
+    std::deque<Command> commands;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (commands_.empty() && !engine_.has_work() && !stop_) {
+        cv_.wait_for(lock, std::chrono::milliseconds(100));
+      }
+      if (stop_) break;
+      commands.swap(commands_);
+    }
+    for (Command& c : commands) c();
+    if (engine_.has_work()) {
+      StepEvents ev = engine_.Step();
+      std::vector<RequestId> ids = ev.finished;
+      ids.insert(ids.end(), ev.reserved.begin(), ev.reserved.end());
+      ids.insert(ids.end(), ev.prefilled.begin(), ev.prefilled.end());
+      ids.insert(ids.end(), ev.progressed.begin(), ev.progressed.end());
+      Report(ids);
+    }
+    UpdateStats();
+  }
+  // Shutting down: every request still here ends with an error.
+  std::vector<RequestId> left;
+  for (const auto& [id, t] : tracked_) left.push_back(id);
+  for (RequestId id : left) {
+    const Sequence* seq = engine_.Get(id);
+    if (seq->state.phase() == RequestPhase::kTransferring &&
+        seq->role == SequenceRole::kPrefillOnly) {
+      engine_.FinishTransfer(id, absl::UnavailableError("node shutting down"));
+    } else {
+      engine_.Abort(id, absl::UnavailableError("node shutting down"));
+    }
+  }
+  Report(left);
+}
+
+}  // namespace kvcanary::engine

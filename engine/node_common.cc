@@ -1,0 +1,137 @@
+#include "engine/node_common.h"
+
+#include <sys/socket.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/openai_api.h"
+
+namespace kvcanary::engine {
+
+std::string InternalErrorBody(const absl::Status& status) {
+  nlohmann::json j;
+  j["error"]["message"] = std::string(status.message());
+  j["error"]["code"] = static_cast<int>(status.code());
+  return j.dump();
+}
+
+absl::Status StatusFromInternalResponse(int http_status,
+                                        const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("error") && j["error"].is_object() &&
+      j["error"].contains("code") && j["error"]["code"].is_number_integer() &&
+      j["error"].contains("message") && j["error"]["message"].is_string()) {
+    const int code = j["error"]["code"].get<int>();
+    if (code > 0 && code <= 16) {
+      return absl::Status(static_cast<absl::StatusCode>(code),
+                          j["error"]["message"].get<std::string>());
+    }
+  }
+  return absl::InternalError(absl::StrCat("peer answered HTTP ", http_status));
+}
+
+void RespondInternalError(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatusFor(status.code());
+  res.set_content(InternalErrorBody(status), "application/json");
+}
+
+absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& body) {
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("body is not a JSON object");
+  }
+  return j;
+}
+
+absl::StatusOr<uint64_t> JsonUint(const nlohmann::json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end() || !it->is_number_unsigned()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field '", field, "' must be a non-negative integer"));
+  }
+  return it->get<uint64_t>();
+}
+
+absl::StatusOr<double> JsonNumber(const nlohmann::json& j, const char* field,
+                                  double default_value) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return default_value;
+  if (!it->is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field '", field, "' must be a number"));
+  }
+  return it->get<double>();
+}
+
+absl::StatusOr<std::string> JsonString(const nlohmann::json& j,
+                                       const char* field) {
+  auto it = j.find(field);
+  if (it == j.end() || !it->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field '", field, "' must be a string"));
+  }
+  return it->get<std::string>();
+}
+
+absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
+                                                const char* field) {
+  auto it = j.find(field);
+  if (it == j.end() || !it->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("field '", field, "' must be an array"));
+  }
+  std::vector<int> out;
+  out.reserve(it->size());
+  for (const auto& t : *it) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() > (1 << 30)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field '", field, "' must hold token ids"));
+    }
+    out.push_back(t.get<int>());
+  }
+  return out;
+}
+
+std::unique_ptr<httplib::Server> MakeHttpServer(int threads) {
+  auto server = std::make_unique<httplib::Server>();
+  server->new_task_queue = [threads] {
+    return new httplib::ThreadPool(threads);
+  };
+  server->set_keep_alive_max_count(1000);
+  server->set_read_timeout(30, 0);
+  server->set_write_timeout(30, 0);
+  return server;
+}
+
+absl::StatusOr<int> BindAndServe(httplib::Server* server,
+                                 const std::string& host, int port,
+                                 std::thread* thread) {
+  // Debian's cpp-httplib is compiled with a listen backlog of 5, which drops
+  // connections when a few dozen clients arrive at once. Remember the
+  // listening socket and raise its backlog after the bind.
+  auto listen_fd = std::make_shared<int>(-1);
+  server->set_socket_options([listen_fd](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    *listen_fd = sock;
+  });
+  int bound = port;
+  if (port == 0) {
+    bound = server->bind_to_any_port(host.c_str());
+  } else if (!server->bind_to_port(host.c_str(), port)) {
+    bound = -1;
+  }
+  if (bound <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind ", host, ":", port));
+  }
+  if (*listen_fd >= 0 && ::listen(*listen_fd, SOMAXCONN) != 0) {
+    return absl::InternalError("cannot raise the listen backlog");
+  }
+  *thread = std::thread([server] { server->listen_after_bind(); });
+  return bound;
+}
+
+}  // namespace kvcanary::engine

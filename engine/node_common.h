@@ -1,0 +1,47 @@
+// Pieces shared by the three node roles: internal error bodies between nodes
+// (which carry the absl status code so it survives the hop), JSON helpers,
+// and the HTTP server set-up.
+#ifndef KVCANARY_ENGINE_NODE_COMMON_H_
+#define KVCANARY_ENGINE_NODE_COMMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcanary::engine {
+
+// {"error": {"message": ..., "code": <absl::StatusCode as int>}}
+std::string InternalErrorBody(const absl::Status& status);
+// Reads an internal error response back into a Status (unknown shapes:
+// kInternal with the HTTP status).
+absl::Status StatusFromInternalResponse(int http_status,
+                                        const std::string& body);
+// Writes `status` as the response: HTTP status by code, internal body.
+void RespondInternalError(httplib::Response& res, const absl::Status& status);
+
+// Parses a JSON object body; kInvalidArgument if it is not one.
+absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& body);
+// Reads a field with a type check; kInvalidArgument naming it otherwise.
+absl::StatusOr<uint64_t> JsonUint(const nlohmann::json& j, const char* field);
+absl::StatusOr<double> JsonNumber(const nlohmann::json& j, const char* field,
+                                  double default_value);
+absl::StatusOr<std::string> JsonString(const nlohmann::json& j,
+                                       const char* field);
+absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
+                                                const char* field);
+
+// A server with enough threads for long-lived streaming responses.
+std::unique_ptr<httplib::Server> MakeHttpServer(int threads);
+// Binds host:port (0 = any free port) and serves on a new thread.
+// Returns the bound port.
+absl::StatusOr<int> BindAndServe(httplib::Server* server,
+                                 const std::string& host, int port,
+                                 std::thread* thread);
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODE_COMMON_H_

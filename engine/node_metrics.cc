@@ -1,0 +1,86 @@
+#include "engine/node_metrics.h"
+
+#include <mutex>
+
+#include "absl/status/status.h"
+#include "prometheus/text_serializer.h"
+
+namespace kvcanary::engine {
+namespace {
+std::mutex serialize_mu;
+}  // namespace
+
+NodeMetrics::NodeMetrics(const std::string& role)
+    : registry_(std::make_shared<prometheus::Registry>()), role_(role) {
+  const prometheus::Labels labels{{"role", role}};
+  requests_ = &prometheus::BuildCounter()
+                   .Name("kvcanary_node_requests_total")
+                   .Help("Requests finished, by outcome")
+                   .Labels(labels)
+                   .Register(*registry_);
+  auto& transfer = prometheus::BuildCounter()
+                       .Name("kvcanary_node_transfer_bytes_total")
+                       .Help("KV bytes moved prefill -> decode")
+                       .Labels(labels)
+                       .Register(*registry_);
+  transfer_bytes_ = &transfer.Add({});
+  auto& transfers = prometheus::BuildCounter()
+                        .Name("kvcanary_node_transfers_total")
+                        .Help("KV transfers, by outcome")
+                        .Labels(labels)
+                        .Register(*registry_);
+  transfers_ok_ = &transfers.Add({{"outcome", "ok"}});
+  transfer_failures_ = &transfers.Add({{"outcome", "failed"}});
+  auto& pages = prometheus::BuildGauge()
+                    .Name("kvcanary_node_kv_pages")
+                    .Help("KV pages by state")
+                    .Labels(labels)
+                    .Register(*registry_);
+  pages_used_ = &pages.Add({{"state", "used"}});
+  pages_free_ = &pages.Add({{"state", "free"}});
+  auto& queue = prometheus::BuildGauge()
+                    .Name("kvcanary_node_requests_in_flight")
+                    .Help("Requests by engine phase")
+                    .Labels(labels)
+                    .Register(*registry_);
+  queue_waiting_ = &queue.Add({{"phase", "waiting"}});
+  running_ = &queue.Add({{"phase", "running"}});
+  transferring_ = &queue.Add({{"phase", "transferring"}});
+  tokens_ = &prometheus::BuildCounter()
+                 .Name("kvcanary_node_generated_tokens_total")
+                 .Help("Tokens generated (rate() gives tokens/s)")
+                 .Labels(labels)
+                 .Register(*registry_)
+                 .Add({});
+}
+
+void NodeMetrics::CountRequest(const absl::Status& status) {
+  const std::string outcome =
+      status.ok() ? "ok" : absl::StatusCodeToString(status.code());
+  requests_->Add({{"outcome", outcome}}).Increment();
+}
+
+void NodeMetrics::CountTransfer(uint64_t bytes, const absl::Status& status) {
+  transfer_bytes_->Increment(static_cast<double>(bytes));
+  (status.ok() ? transfers_ok_ : transfer_failures_)->Increment();
+}
+
+std::string NodeMetrics::Serialize(const EngineLoop* loop) {
+  std::lock_guard<std::mutex> lock(serialize_mu);
+  if (loop != nullptr) {
+    const EngineLoopStats s = loop->stats();
+    pages_used_->Set(s.pages_used);
+    pages_free_->Set(s.pages_free);
+    queue_waiting_->Set(s.waiting);
+    running_->Set(s.running);
+    transferring_->Set(s.transferring);
+    if (s.tokens_generated > tokens_seen_) {
+      tokens_->Increment(
+          static_cast<double>(s.tokens_generated - tokens_seen_));
+      tokens_seen_ = s.tokens_generated;
+    }
+  }
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace kvcanary::engine

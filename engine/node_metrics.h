@@ -1,0 +1,48 @@
+// The metrics of a node (router, prefill or decode), declared in one place;
+// handles bound at startup, the hot path only increments. Served at
+// GET /metrics in the Prometheus text format. Labels are bounded: role,
+// outcome, endpoint; never a tenant or request id.
+#ifndef KVCANARY_ENGINE_NODE_METRICS_H_
+#define KVCANARY_ENGINE_NODE_METRICS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "engine/engine_loop.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace kvcanary::engine {
+
+// Thread-safe (prometheus-cpp handles are).
+class NodeMetrics {
+ public:
+  explicit NodeMetrics(const std::string& role);
+
+  // One finished request, by outcome: "ok" or the status code's name.
+  void CountRequest(const absl::Status& status);
+  void CountTransfer(uint64_t bytes, const absl::Status& status);
+  // Refreshes gauges from an engine loop, then serializes everything.
+  std::string Serialize(const EngineLoop* loop);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Counter* transfer_bytes_;
+  prometheus::Counter* transfer_failures_;
+  prometheus::Counter* transfers_ok_;
+  prometheus::Gauge* pages_used_;
+  prometheus::Gauge* pages_free_;
+  prometheus::Gauge* queue_waiting_;
+  prometheus::Gauge* running_;
+  prometheus::Gauge* transferring_;
+  prometheus::Counter* tokens_;
+  uint64_t tokens_seen_ = 0;
+  std::string role_;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODE_METRICS_H_

@@ -1,0 +1,192 @@
+#include "engine/prefill_node.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "engine/kv_connection.h"
+#include "engine/kv_export.h"
+#include "engine/node_common.h"
+
+namespace kvcanary::engine {
+namespace {
+constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
+}  // namespace
+
+PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
+    : model_(model),
+      options_(options),
+      loop_(model, options.engine, options.max_waiting),
+      metrics_("prefill") {
+  if (options_.max_prompt_tokens <= 0) {
+    options_.max_prompt_tokens = model->config.seq_len / 2;
+  }
+}
+
+PrefillNode::~PrefillNode() { Stop(); }
+
+absl::Status PrefillNode::Start() {
+  server_ = MakeHttpServer(options_.http_threads);
+  server_->Post("/internal/v1/prefill",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  HandlePrefill(req, res);
+                });
+  server_->Get("/internal/v1/limits",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 nlohmann::json j;
+                 j["max_prompt_tokens"] = options_.max_prompt_tokens;
+                 j["context_tokens"] = model_->config.seq_len;
+                 j["page_tokens"] = loop_.options().page_tokens;
+                 res.set_content(j.dump(), "application/json");
+               });
+  server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("{\"status\":\"ok\",\"role\":\"prefill\"}",
+                    "application/json");
+  });
+  server_->Get("/metrics", [this](const httplib::Request&,
+                                  httplib::Response& res) {
+    res.set_content(metrics_.Serialize(&loop_), "text/plain; version=0.0.4");
+  });
+  auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
+                           &server_thread_);
+  if (!port.ok()) return port.status();
+  http_port_ = *port;
+  return absl::OkStatus();
+}
+
+void PrefillNode::Stop() {
+  if (server_ != nullptr) server_->stop();
+  if (server_thread_.joinable()) server_thread_.join();
+}
+
+void PrefillNode::HandlePrefill(const httplib::Request& req,
+                                httplib::Response& res) {
+  auto fail = [&](const absl::Status& status) {
+    metrics_.CountRequest(status);
+    RespondInternalError(res, status);
+  };
+  auto body = ParseJsonObject(req.body);
+  if (!body.ok()) return fail(body.status());
+  auto request_id = JsonUint(*body, "request_id");
+  auto tenant_id = JsonUint(*body, "tenant_id");
+  auto prompt = JsonTokenArray(*body, "prompt");
+  auto temperature = JsonNumber(*body, "temperature", 0.0);
+  auto top_p = JsonNumber(*body, "top_p", 1.0);
+  auto seed = JsonUint(*body, "seed");
+  auto reserved_pages = JsonUint(*body, "reserved_pages");
+  auto kv_host = JsonString(*body, "kv_host");
+  auto kv_port = JsonUint(*body, "kv_port");
+  for (const absl::Status& s :
+       {request_id.status(), tenant_id.status(), prompt.status(),
+        temperature.status(), top_p.status(), seed.status(),
+        reserved_pages.status(), kv_host.status(), kv_port.status()}) {
+    if (!s.ok()) return fail(s);
+  }
+  // The prefill scheduler's own admission check.
+  if (static_cast<int>(prompt->size()) > options_.max_prompt_tokens) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("prompt of ", prompt->size(),
+                     " tokens exceeds the prefill node's limit of ",
+                     options_.max_prompt_tokens)));
+  }
+  const RequestId id(*request_id);
+  const TenantId tenant(static_cast<uint32_t>(*tenant_id));
+  SamplingParams sampling;
+  sampling.max_tokens = 1;
+  sampling.temperature = static_cast<float>(*temperature);
+  sampling.top_p = static_cast<float>(*top_p);
+  sampling.seed = *seed;
+  const int prompt_tokens = static_cast<int>(prompt->size());
+  auto channel = std::make_shared<RequestChannel>();
+  absl::Status submitted = loop_.Submit(
+      tenant, *prompt, sampling, {id, SequenceRole::kPrefillOnly}, channel);
+  if (!submitted.ok()) return fail(submitted);
+  auto prefilled = channel->Wait(options_.transfer_timeout);
+  if (!prefilled.has_value()) {
+    loop_.Abort(id, absl::DeadlineExceededError("prefill did not run in time"));
+    return fail(absl::DeadlineExceededError("prefill did not run in time"));
+  }
+  if (prefilled->kind == RequestEvent::Kind::kFinished)
+    return fail(prefilled->status);
+  CHECK(prefilled->kind == RequestEvent::Kind::kPrefilled);
+
+  const ModelConfig& cfg = model_->config;
+  kv::Metadata meta;
+  meta.request = id;
+  meta.tenant = tenant;
+  meta.prompt_tokens = static_cast<uint32_t>(prompt_tokens);
+  meta.reserved_pages = static_cast<uint32_t>(*reserved_pages);
+  meta.page_tokens = static_cast<uint32_t>(loop_.options().page_tokens);
+  meta.n_layers = static_cast<uint32_t>(cfg.n_layers);
+  meta.kv_heads = static_cast<uint32_t>(cfg.n_kv_heads);
+  meta.head_dim = static_cast<uint32_t>(cfg.head_dim());
+  uint64_t bytes = 0;
+  absl::Status verdict =
+      SendKv(*kv_host, static_cast<int>(*kv_port), meta, prefilled->block_table,
+             prefilled->first_token, &bytes);
+  // Only now can no write into the pages still arrive: free them.
+  loop_.FinishTransfer(id, verdict);
+  metrics_.CountTransfer(bytes, verdict);
+  if (!verdict.ok()) return fail(verdict);
+  metrics_.CountRequest(absl::OkStatus());
+  nlohmann::json j;
+  j["pages_sent"] = loop_.pool().PagesFor(prompt_tokens) * cfg.n_layers;
+  j["bytes_sent"] = bytes;
+  res.set_content(j.dump(), "application/json");
+}
+
+absl::Status PrefillNode::SendKv(const std::string& host, int port,
+                                 const kv::Metadata& meta,
+                                 const std::vector<PageRef>& block_table,
+                                 int first_token, uint64_t* bytes_sent) {
+  auto conn = kv::FrameConnection::Connect(host, port, kFrameTimeout);
+  if (!conn.ok()) return conn.status();
+  kv::FrameConnection& c = **conn;
+  auto done = [&](absl::Status s) {
+    *bytes_sent = c.bytes_sent();
+    return s;
+  };
+  absl::Status s = c.Send(meta, kFrameTimeout);
+  if (!s.ok()) return done(s);
+  std::vector<kv::Page> pages = ExportKvPages(
+      loop_.pool(), block_table, static_cast<int>(meta.prompt_tokens));
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (options_.damage != TransferDamage::kNone && i == 0) {
+      std::string bytes;
+      kv::EncodeFrame(pages[i], &bytes);
+      if (options_.damage == TransferDamage::kFlipPageByte) {
+        bytes[bytes.size() / 2] ^= 0x01;  // inside the K/V bytes
+        s = c.SendRaw(bytes, kFrameTimeout);
+      } else {
+        s = c.SendRaw(absl::string_view(bytes).substr(0, bytes.size() / 2),
+                      kFrameTimeout);
+        c.Shutdown();  // the stream ends mid-frame
+        return done(absl::DataLossError("transfer truncated (test damage)"));
+      }
+    } else {
+      s = c.Send(pages[i], kFrameTimeout);
+    }
+    if (!s.ok()) return done(s);
+  }
+  kv::Commit commit;
+  commit.request = meta.request;
+  commit.pages_sent = static_cast<uint32_t>(pages.size());
+  commit.tokens_sent = meta.prompt_tokens;
+  commit.first_token = first_token;
+  s = c.Send(commit, kFrameTimeout);
+  if (!s.ok()) return done(s);
+  auto reply = c.Receive(kFrameTimeout);
+  if (!reply.ok()) return done(reply.status());
+  if (auto* ack = std::get_if<kv::Ack>(&*reply)) {
+    if (ack->code == 0) return done(absl::OkStatus());
+    return done(
+        absl::Status(static_cast<absl::StatusCode>(ack->code), ack->message));
+  }
+  if (auto* abort = std::get_if<kv::Abort>(&*reply)) {
+    return done(absl::Status(
+        static_cast<absl::StatusCode>(abort->code),
+        absl::StrCat("decode node refused the transfer: ", abort->message)));
+  }
+  return done(
+      absl::DataLossError("decode node answered with an unexpected frame"));
+}
+
+}  // namespace kvcanary::engine

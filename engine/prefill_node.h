@@ -1,0 +1,70 @@
+// The prefill node: computes a prompt's K/V and first token (PrefillQueue ->
+// Scheduler -> ModelRunner), then ships the pages to the decode node that
+// reserved them (KvSender), and frees them once decode acked or the transfer
+// failed: never while a write into them could still be in flight.
+//
+// Internal HTTP API (docs/nodes.md):
+//   POST /internal/v1/prefill    compute and transfer; 200 once decode acked
+//   GET  /internal/v1/limits     {"max_prompt_tokens", "context_tokens"}
+//   GET  /health, GET /metrics
+//
+// Thread-safe; owns its threads.
+#ifndef KVCANARY_ENGINE_PREFILL_NODE_H_
+#define KVCANARY_ENGINE_PREFILL_NODE_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/time/time.h"
+#include "engine/engine_loop.h"
+#include "engine/node_metrics.h"
+#include "httplib.h"
+
+namespace kvcanary::engine {
+
+// Test-only damage to outgoing transfers, to prove the receiver's checks.
+enum class TransferDamage { kNone, kFlipPageByte, kTruncateFrame };
+
+struct PrefillNodeOptions {
+  std::string host = "127.0.0.1";
+  int http_port = 0;
+  // Longest prompt this node accepts; 0: half the model's context (as the
+  // incident's prefill tier: below the model's context).
+  int max_prompt_tokens = 0;
+  int max_waiting = 256;
+  int http_threads = 64;
+  absl::Duration transfer_timeout = absl::Seconds(30);
+  TransferDamage damage = TransferDamage::kNone;
+  EngineOptions engine;
+};
+
+class PrefillNode {
+ public:
+  PrefillNode(const Model* model, const PrefillNodeOptions& options);
+  ~PrefillNode();
+
+  absl::Status Start();
+  void Stop();
+  int http_port() const { return http_port_; }
+
+ private:
+  void HandlePrefill(const httplib::Request& req, httplib::Response& res);
+  // KvSender: one transfer to the decode node; returns decode's verdict.
+  absl::Status SendKv(const std::string& host, int port,
+                      const kv::Metadata& meta,
+                      const std::vector<PageRef>& block_table, int first_token,
+                      uint64_t* bytes_sent);
+
+  const Model* model_;
+  PrefillNodeOptions options_;
+  EngineLoop loop_;
+  NodeMetrics metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread server_thread_;
+  int http_port_ = 0;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_PREFILL_NODE_H_

@@ -1,0 +1,45 @@
+// Process-level entry points of `kvcanary-engine serve` and
+// `kvcanary-engine up`: start a node role in this process, or start the
+// whole topology (router + prefill + decode) as separate processes.
+#ifndef KVCANARY_ENGINE_SERVE_H_
+#define KVCANARY_ENGINE_SERVE_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/engine.h"
+#include "engine/prefill_node.h"
+
+namespace kvcanary::engine {
+
+struct ServeOptions {
+  std::string role;  // router, prefill or decode
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int kv_port = 0;  // decode
+  std::string model_path;
+  std::string tokenizer_path;
+  std::string tenants_path;               // router
+  std::vector<std::string> prefill_urls;  // router
+  std::vector<std::string> decode_urls;   // router
+  int max_prompt_tokens = 0;              // nodes; 0 = role default
+  int max_waiting = 256;
+  EngineOptions engine;
+  TransferDamage damage = TransferDamage::kNone;  // prefill, tests only
+};
+
+// Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and
+// serves until SIGINT or SIGTERM; then stops cleanly.
+absl::Status RunServe(const ServeOptions& options);
+
+// Starts prefill, decode, then router as child processes of this binary
+// (`serve --role=...`, with `node_args` passed to the two nodes), prints
+// "router http://...", "prefill http://...", "decode http://..." once all
+// are ready, and stops them all on SIGINT/SIGTERM (or when one dies).
+absl::Status RunUp(const ServeOptions& options,
+                   const std::vector<std::string>& node_args);
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_SERVE_H_

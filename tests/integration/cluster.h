@@ -1,0 +1,187 @@
+// Test helper: the real topology as separate processes on loopback —
+// `kvcanary-engine up` (router + prefill + decode), or single roles with
+// `kvcanary-engine serve` — and an HTTP client for it.
+#ifndef KVCANARY_TESTS_INTEGRATION_CLUSTER_H_
+#define KVCANARY_TESTS_INTEGRATION_CLUSTER_H_
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcanary::testing {
+
+inline std::string EngineBinary() {
+  return std::string(KVCANARY_BIN_DIR) + "/kvcanary-engine";
+}
+
+// Writes a tenants file with four tenants, key "sk-<name>" each.
+inline std::string WriteTenantsFile() {
+  const std::string path = ::testing::TempDir() + "/tenants.json";
+  std::ofstream f(path);
+  f << R"({"tenants": [
+    {"id": "acme", "api_keys": ["sk-acme"]},
+    {"id": "globex", "api_keys": ["sk-globex"]},
+    {"id": "initech", "api_keys": ["sk-initech"]},
+    {"id": "umbrella", "api_keys": ["sk-umbrella"]}]})";
+  return path;
+}
+
+// A child process running the engine binary, with its stdout lines.
+class Process {
+ public:
+  explicit Process(const std::vector<std::string>& args) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], STDOUT_FILENO);
+      close(fds[0]);
+      std::vector<std::string> a = {EngineBinary()};
+      a.insert(a.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& s : a) argv.push_back(s.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    fd_ = fds[0];
+  }
+  ~Process() {
+    Signal(SIGTERM);
+    Wait();
+    if (fd_ >= 0) close(fd_);
+  }
+  // The next stdout line, or "" after `timeout_ms`.
+  std::string ReadLine(int timeout_ms = 60000) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(timeout_ms);
+    std::string line;
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char c;
+      if (read(fd_, &c, 1) <= 0) return "";
+      if (c == '\n') return line;
+      line.push_back(c);
+    }
+    return "";
+  }
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  // Exit status, or -1 if it was killed by a signal.
+  int Wait() {
+    if (pid_ <= 0) return exit_code_;
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return exit_code_;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+  int exit_code_ = -1;
+};
+
+// Second word of a line like "router http://127.0.0.1:1234".
+inline std::string UrlOf(const std::string& line) {
+  const size_t a = line.find(' ');
+  if (a == std::string::npos) return "";
+  const size_t b = line.find(' ', a + 1);
+  return line.substr(a + 1,
+                     b == std::string::npos ? std::string::npos : b - a - 1);
+}
+
+// `kvcanary-engine up` with the given extra flags.
+class Cluster {
+ public:
+  explicit Cluster(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"up", "--port=0",
+                                     "--tenants=" + WriteTenantsFile()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    process_ = std::make_unique<Process>(args);
+    router_ = UrlOf(process_->ReadLine());
+    prefill_ = UrlOf(process_->ReadLine());
+    decode_ = UrlOf(process_->ReadLine());
+  }
+  bool ok() const {
+    return !router_.empty() && !prefill_.empty() && !decode_.empty();
+  }
+  const std::string& router() const { return router_; }
+  const std::string& prefill() const { return prefill_; }
+  const std::string& decode() const { return decode_; }
+  Process& process() { return *process_; }
+
+ private:
+  std::unique_ptr<Process> process_;
+  std::string router_, prefill_, decode_;
+};
+
+struct HttpResult {
+  int status = 0;  // 0: no response
+  std::string body;
+  nlohmann::json json;  // parsed body, or null
+};
+
+inline HttpResult Post(const std::string& base, const std::string& path,
+                       const std::string& body, const std::string& api_key) {
+  httplib::Client client(base);
+  client.set_read_timeout(120, 0);
+  httplib::Headers headers;
+  if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+  auto res = client.Post(path.c_str(), headers, body, "application/json");
+  HttpResult r;
+  if (!res) {
+    r.body = "no response: " + httplib::to_string(res.error());
+    return r;
+  }
+  r.status = res->status;
+  r.body = res->body;
+  r.json = nlohmann::json::parse(r.body, nullptr, false);
+  return r;
+}
+
+inline HttpResult Get(const std::string& base, const std::string& path) {
+  httplib::Client client(base);
+  auto res = client.Get(path.c_str());
+  HttpResult r;
+  if (!res) return r;
+  r.status = res->status;
+  r.body = res->body;
+  r.json = nlohmann::json::parse(r.body, nullptr, false);
+  return r;
+}
+
+// The value of a metric line `name{labels...} value` whose text contains
+// `match`; -1 if absent.
+inline double MetricValue(const std::string& metrics, const std::string& name,
+                          const std::string& match) {
+  size_t pos = 0;
+  while ((pos = metrics.find(name, pos)) != std::string::npos) {
+    const size_t end = metrics.find('\n', pos);
+    const std::string line = metrics.substr(pos, end - pos);
+    pos = end;
+    if (line.find(match) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+}  // namespace kvcanary::testing
+
+#endif  // KVCANARY_TESTS_INTEGRATION_CLUSTER_H_

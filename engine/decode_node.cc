@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/check.h"
 #include "engine/node_common.h"
 
@@ -277,6 +278,9 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
   if (meta == nullptr)
     return absl::DataLossError("transfer did not start with metadata");
   *id = meta->request;
+  if (options_.test_receive_delay > absl::ZeroDuration()) {
+    absl::SleepFor(options_.test_receive_delay);
+  }
   std::shared_ptr<PendingTransfer> pending = FindPending(meta->request);
   if (pending == nullptr) {
     return absl::FailedPreconditionError(

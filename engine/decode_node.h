@@ -36,6 +36,9 @@ struct DecodeNodeOptions {
   int max_waiting = 256;
   int http_threads = 96;
   absl::Duration transfer_timeout = absl::Seconds(30);
+  // Tests only: the receiver waits this long after the metadata frame, so a
+  // test can kill the node in the middle of a transfer.
+  absl::Duration test_receive_delay = absl::ZeroDuration();
   EngineOptions engine;
 };
 

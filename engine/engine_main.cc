@@ -60,6 +60,9 @@ ABSL_FLAG(
 ABSL_FLAG(int, max_waiting, 256, "prefill/decode: queued requests before 429");
 ABSL_FLAG(int, num_pages, 0,
           "prefill/decode: KV pages (0 = enough for 64 full contexts)");
+ABSL_FLAG(int, test_kv_receive_delay_ms, 0,
+          "decode, tests only: pause each KV transfer after its metadata");
+ABSL_FLAG(int, max_in_flight, 256, "router: requests in flight before 429");
 ABSL_FLAG(
     std::string, test_transfer_damage, "none",
     "prefill, tests only: none, flip-byte or truncate the first KV page frame");
@@ -178,6 +181,13 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.decode_urls = absl::GetFlag(FLAGS_decode);
   o.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  o.test_receive_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_test_kv_receive_delay_ms));
+  if (o.max_waiting < 1 || o.max_in_flight < 1) {
+    return absl::InvalidArgumentError(
+        "--max-waiting and --max-in-flight must be >= 1");
+  }
   ASSIGN_OR_RETURN(o.engine, NodeEngineOptions());
   const std::string damage = absl::GetFlag(FLAGS_test_transfer_damage);
   if (damage == "flip-byte") {

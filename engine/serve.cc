@@ -83,6 +83,7 @@ absl::Status RunServe(const ServeOptions& o) {
     d.max_prompt_tokens = o.max_prompt_tokens;
     d.max_waiting = o.max_waiting;
     d.engine = o.engine;
+    d.test_receive_delay = o.test_receive_delay;
     DecodeNode node(&model, d);
     RETURN_IF_ERROR(node.Start());
     PrintReady(absl::StrCat("ready role=decode http=", node.http_port(),
@@ -104,6 +105,7 @@ absl::Status RunServe(const ServeOptions& o) {
     r.http_port = o.port;
     r.prefill_urls = o.prefill_urls;
     r.decode_urls = o.decode_urls;
+    r.max_in_flight = o.max_in_flight;
     Router router(&tokenizer, &tenants, r);
     RETURN_IF_ERROR(router.Start());
     PrintReady(absl::StrCat("ready role=router http=", router.http_port()));

@@ -27,6 +27,8 @@ struct ServeOptions {
   int max_waiting = 256;
   EngineOptions engine;
   TransferDamage damage = TransferDamage::kNone;  // prefill, tests only
+  absl::Duration test_receive_delay;              // decode, tests only
+  int max_in_flight = 256;                        // router
 };
 
 // Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and

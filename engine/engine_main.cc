@@ -224,6 +224,8 @@ absl::Status Up() {
       absl::StrCat("--max_waiting=", absl::GetFlag(FLAGS_max_waiting)),
       absl::StrCat("--max_prompt_tokens=",
                    absl::GetFlag(FLAGS_max_prompt_tokens)),
+      absl::StrCat("--test_kv_receive_delay_ms=",
+                   absl::GetFlag(FLAGS_test_kv_receive_delay_ms)),
       absl::StrCat("--test_transfer_damage=",
                    absl::GetFlag(FLAGS_test_transfer_damage))};
   return RunUp(o, node_args);

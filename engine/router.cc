@@ -115,7 +115,8 @@ Router::Router(const Tokenizer* tokenizer, const TenantRegistry* tenants,
     : tokenizer_(tokenizer),
       tenants_(tenants),
       options_(options),
-      metrics_("router") {
+      metrics_("router"),
+      tenant_in_flight_(new std::atomic<int>[tenants->tenants().size() + 1]()) {
   created_ = absl::ToUnixSeconds(absl::Now());
 }
 
@@ -174,11 +175,17 @@ absl::Status Router::Start() {
                 [this](const httplib::Request& req, httplib::Response& res) {
                   HandleCompletion(req, res, /*chat=*/true);
                 });
-  server_->Get("/v1/models",
-               [this](const httplib::Request&, httplib::Response& res) {
-                 res.set_content(ModelsJson(options_.model_name, created_),
-                                 "application/json");
-               });
+  server_->Get("/v1/models", [this](const httplib::Request& req,
+                                    httplib::Response& res) {
+    auto tenant = tenants_->Authenticate(req.get_header_value("Authorization"));
+    if (!tenant.ok()) {
+      res.status = HttpStatusFor(tenant.status().code());
+      res.set_content(ErrorBody(tenant.status()), "application/json");
+      return;
+    }
+    res.set_content(ModelsJson(options_.model_name, created_),
+                    "application/json");
+  });
   server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\",\"role\":\"router\"}",
                     "application/json");
@@ -226,11 +233,33 @@ void Router::HandleCompletion(const httplib::Request& req,
     return fail(absl::ResourceExhaustedError(
         "too many requests in flight; retry later"));
   }
-  struct InFlight {
-    std::atomic<int>* n;
-    ~InFlight() { n->fetch_sub(1); }
+  std::atomic<int>& tenant_count = tenant_in_flight_[(*tenant)->id.value()];
+  const int tenant_limit = (*tenant)->max_concurrent_requests;
+  if (tenant_count.fetch_add(1) >= tenant_limit && tenant_limit > 0) {
+    tenant_count.fetch_sub(1);
+    in_flight_.fetch_sub(1);
+    return fail(absl::ResourceExhaustedError(
+        absl::StrCat("tenant ", (*tenant)->name, " has ", tenant_limit,
+                     " requests in flight; retry later")));
+  }
+  // Releases the two counts when the last holder (this handler, or the
+  // streaming provider) is done. Built in place: a copy would release twice.
+  class InFlight {
+   public:
+    InFlight(std::atomic<int>* total, std::atomic<int>* tenant)
+        : total_(total), tenant_(tenant) {}
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    ~InFlight() {
+      total_->fetch_sub(1);
+      tenant_->fetch_sub(1);
+    }
+
+   private:
+    std::atomic<int>* total_;
+    std::atomic<int>* tenant_;
   };
-  auto guard = std::make_shared<InFlight>(InFlight{&in_flight_});
+  auto guard = std::make_shared<InFlight>(&in_flight_, &tenant_count);
   const uint64_t node = next_node_.fetch_add(1);
   const std::string& prefill =
       options_.prefill_urls[node % options_.prefill_urls.size()];
@@ -336,7 +365,7 @@ void Router::HandleCompletion(const httplib::Request& req,
           tail = StreamChunkSse(result, "", chat, /*final_chunk=*/true) +
                  StreamDoneSse();
         } else {
-          tail = "data: " + ErrorBody(relay->error) + "\n\n";
+          tail = "data: " + ErrorBody(relay->error) + "\n\n" + StreamDoneSse();
         }
         metrics_.CountRequest(relay->error);
         sink.write(tail.data(), tail.size());

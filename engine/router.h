@@ -69,6 +69,8 @@ class Router {
   std::atomic<uint64_t> next_request_{1};
   std::atomic<uint64_t> next_node_{0};
   std::atomic<int> in_flight_{0};
+  // Requests in flight per tenant, indexed by TenantId (1..N).
+  std::unique_ptr<std::atomic<int>[]> tenant_in_flight_;
   int64_t created_ = 0;
 };
 

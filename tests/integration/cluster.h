@@ -26,9 +26,17 @@ inline std::string EngineBinary() {
 }
 
 // Writes a tenants file with four tenants, key "sk-<name>" each.
-inline std::string WriteTenantsFile() {
-  const std::string path = ::testing::TempDir() + "/tenants.json";
+inline std::string WriteTenantsFile(const std::string& contents = "") {
+  // One file per call: tests run as parallel processes sharing TempDir().
+  static int counter = 0;
+  const std::string path = ::testing::TempDir() + "/kvcanary-tenants-" +
+                           std::to_string(getpid()) + "-" +
+                           std::to_string(counter++) + ".json";
   std::ofstream f(path);
+  if (!contents.empty()) {
+    f << contents;
+    return path;
+  }
   f << R"({"tenants": [
     {"id": "acme", "api_keys": ["sk-acme"]},
     {"id": "globex", "api_keys": ["sk-globex"]},
@@ -110,9 +118,10 @@ inline std::string UrlOf(const std::string& line) {
 // `kvcanary-engine up` with the given extra flags.
 class Cluster {
  public:
-  explicit Cluster(std::vector<std::string> extra) {
-    std::vector<std::string> args = {"up", "--port=0",
-                                     "--tenants=" + WriteTenantsFile()};
+  explicit Cluster(std::vector<std::string> extra,
+                   const std::string& tenants_json = "") {
+    std::vector<std::string> args = {
+        "up", "--port=0", "--tenants=" + WriteTenantsFile(tenants_json)};
     args.insert(args.end(), extra.begin(), extra.end());
     process_ = std::make_unique<Process>(args);
     router_ = UrlOf(process_->ReadLine());
@@ -156,9 +165,12 @@ inline HttpResult Post(const std::string& base, const std::string& path,
   return r;
 }
 
-inline HttpResult Get(const std::string& base, const std::string& path) {
+inline HttpResult Get(const std::string& base, const std::string& path,
+                      const std::string& api_key = "") {
   httplib::Client client(base);
-  auto res = client.Get(path.c_str());
+  httplib::Headers headers;
+  if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+  auto res = client.Get(path.c_str(), headers);
   HttpResult r;
   if (!res) return r;
   r.status = res->status;

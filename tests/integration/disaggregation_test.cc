@@ -177,7 +177,8 @@ TEST_F(DisaggregationTest, MalformedJsonIs400) {
 
 TEST_F(DisaggregationTest, ModelsAndHealth) {
   EXPECT_EQ(Get(cluster_->router(), "/health").status, 200);
-  HttpResult models = Get(cluster_->router(), "/v1/models");
+  EXPECT_EQ(Get(cluster_->router(), "/v1/models").status, 401);
+  HttpResult models = Get(cluster_->router(), "/v1/models", "sk-acme");
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(models.json["object"], "list");
 }

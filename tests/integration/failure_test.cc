@@ -1,6 +1,7 @@
 // Failure paths of the disaggregated topology, with real processes.
 #include <dirent.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <thread>
@@ -142,6 +143,35 @@ TEST(FailureTest, FullQueuesAre429) {
   EXPECT_GE(too_many, 1);
   EXPECT_EQ(ok + too_many, 6);
   EXPECT_TRUE(EventuallyNoPagesUsed(cluster.decode()));
+}
+
+TEST(FailureTest, TenantOverItsConcurrencyLimitIs429OthersAreServed) {
+  // Each transfer pauses 500 ms in the decode node, so requests overlap.
+  Cluster cluster(std::vector<std::string>{"--test_kv_receive_delay_ms=500"},
+                  R"({"tenants": [
+      {"id": "small", "api_keys": ["sk-small"], "max_concurrent_requests": 1},
+      {"id": "big", "api_keys": ["sk-big"]}]})");
+  ASSERT_TRUE(cluster.ok());
+  std::vector<int> small(4), big(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      small[i] = Post(cluster.router(), "/v1/completions", Completion("s", 150),
+                      "sk-small")
+                     .status;
+    });
+    threads.emplace_back([&, i] {
+      big[i] = Post(cluster.router(), "/v1/completions", Completion("b", 150),
+                    "sk-big")
+                   .status;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GE(std::count(small.begin(), small.end(), 429), 1)
+      << ::testing::PrintToString(small) << " "
+      << ::testing::PrintToString(big);
+  EXPECT_GE(std::count(small.begin(), small.end(), 200), 1);
+  EXPECT_EQ(std::count(big.begin(), big.end(), 200), 4);
 }
 
 TEST(FailureTest, ClientDisconnectAbortsTheRequestOnTheNodes) {

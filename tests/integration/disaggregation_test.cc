@@ -202,6 +202,16 @@ TEST(DisaggregationGoldenTest, GreedyThroughRouterMatchesTheReference) {
   EXPECT_EQ("Once upon a time" +
                 r.json["choices"][0]["text"].get<std::string>() + "\n",
             golden.str());
+  // The second golden: no prompt (BOS only), 200 positions.
+  std::ifstream noprompt_file(SharedDir() +
+                              "/golden/stories260K_t0_n200_noprompt.txt");
+  std::stringstream noprompt;
+  noprompt << noprompt_file.rdbuf();
+  HttpResult empty =
+      Post(cluster.router(), "/v1/completions", Completion("", 200), "sk-acme");
+  ASSERT_EQ(empty.status, 200) << empty.body;
+  EXPECT_EQ(empty.json["choices"][0]["text"].get<std::string>() + "\n",
+            noprompt.str());
 }
 
 TEST(DisaggregationDamageTest, CorruptedPageByteIsRejectedAsDataLoss) {

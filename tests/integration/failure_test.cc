@@ -100,6 +100,29 @@ TEST(FailureTest,
   EXPECT_EQ(again.status, 200) << again.body;
 }
 
+TEST(FailureTest, RouterSpreadsRequestsOverSeveralDecodeNodes) {
+  const std::string tenants = WriteTenantsFile();
+  Node prefill({"serve", "--role=prefill"});
+  Node decode_a({"serve", "--role=decode"});
+  Node decode_b({"serve", "--role=decode"});
+  Node router({"serve", "--role=router", "--tenants=" + tenants,
+               "--prefill=" + prefill.url,
+               "--decode=" + decode_a.url + "," + decode_b.url});
+  ASSERT_FALSE(router.url.empty());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(Post(router.url, "/v1/completions", Completion("round robin", 4),
+                   "sk-acme")
+                  .status,
+              200);
+  }
+  for (const std::string& node : {decode_a.url, decode_b.url}) {
+    EXPECT_EQ(MetricValue(Get(node, "/metrics").body,
+                          "kvcanary_node_requests_total", "outcome=\"ok\""),
+              2)
+        << node;
+  }
+}
+
 TEST(FailureTest, UnreachableDecodeNodeIs503) {
   const std::string tenants = WriteTenantsFile();
   Node prefill({"serve", "--role=prefill"});

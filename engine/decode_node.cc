@@ -35,22 +35,8 @@ absl::Status DecodeNode::Start() {
                 [this](const httplib::Request& req, httplib::Response& res) {
                   HandleGenerate(req, res);
                 });
-  server_->Get("/internal/v1/limits",
-               [this](const httplib::Request&, httplib::Response& res) {
-                 nlohmann::json j;
-                 j["max_prompt_tokens"] = options_.max_prompt_tokens;
-                 j["context_tokens"] = model_->config.seq_len;
-                 j["page_tokens"] = loop_.options().page_tokens;
-                 res.set_content(j.dump(), "application/json");
-               });
-  server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("{\"status\":\"ok\",\"role\":\"decode\"}",
-                    "application/json");
-  });
-  server_->Get("/metrics", [this](const httplib::Request&,
-                                  httplib::Response& res) {
-    res.set_content(metrics_.Serialize(&loop_), "text/plain; version=0.0.4");
-  });
+  AddEngineNodeRoutes(server_.get(), "decode", options_.max_prompt_tokens,
+                      &loop_, &metrics_);
   auto listener = kv::FrameListener::Listen(options_.host, options_.kv_port);
   if (!listener.ok()) return listener.status();
   listener_ = *std::move(listener);

@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/engine_loop.h"
+#include "engine/node_metrics.h"
 #include "engine/openai_api.h"
 
 namespace kvcanary::engine {
@@ -92,6 +94,29 @@ absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
     out.push_back(t.get<int>());
   }
   return out;
+}
+
+void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
+                         int max_prompt_tokens, const EngineLoop* loop,
+                         NodeMetrics* metrics) {
+  server->Get("/internal/v1/limits",
+              [=](const httplib::Request&, httplib::Response& res) {
+                nlohmann::json j;
+                j["max_prompt_tokens"] = max_prompt_tokens;
+                j["context_tokens"] = loop->model().config.seq_len;
+                j["page_tokens"] = loop->options().page_tokens;
+                res.set_content(j.dump(), "application/json");
+              });
+  server->Get("/health",
+              [role](const httplib::Request&, httplib::Response& res) {
+                nlohmann::json j;
+                j["status"] = "ok";
+                j["role"] = role;
+                res.set_content(j.dump(), "application/json");
+              });
+  server->Get("/metrics", [=](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics->Serialize(loop), "text/plain; version=0.0.4");
+  });
 }
 
 std::unique_ptr<httplib::Server> MakeHttpServer(int threads) {

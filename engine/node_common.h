@@ -34,6 +34,14 @@ absl::StatusOr<std::string> JsonString(const nlohmann::json& j,
 absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
                                                 const char* field);
 
+// The routes every engine node serves: GET /internal/v1/limits, /health and
+// /metrics. `loop` and `metrics` must outlive the server.
+class EngineLoop;
+class NodeMetrics;
+void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
+                         int max_prompt_tokens, const EngineLoop* loop,
+                         NodeMetrics* metrics);
+
 // A server with enough threads for long-lived streaming responses.
 std::unique_ptr<httplib::Server> MakeHttpServer(int threads);
 // Binds host:port (0 = any free port) and serves on a new thread.

@@ -29,22 +29,8 @@ absl::Status PrefillNode::Start() {
                 [this](const httplib::Request& req, httplib::Response& res) {
                   HandlePrefill(req, res);
                 });
-  server_->Get("/internal/v1/limits",
-               [this](const httplib::Request&, httplib::Response& res) {
-                 nlohmann::json j;
-                 j["max_prompt_tokens"] = options_.max_prompt_tokens;
-                 j["context_tokens"] = model_->config.seq_len;
-                 j["page_tokens"] = loop_.options().page_tokens;
-                 res.set_content(j.dump(), "application/json");
-               });
-  server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("{\"status\":\"ok\",\"role\":\"prefill\"}",
-                    "application/json");
-  });
-  server_->Get("/metrics", [this](const httplib::Request&,
-                                  httplib::Response& res) {
-    res.set_content(metrics_.Serialize(&loop_), "text/plain; version=0.0.4");
-  });
+  AddEngineNodeRoutes(server_.get(), "prefill", options_.max_prompt_tokens,
+                      &loop_, &metrics_);
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
                            &server_thread_);
   if (!port.ok()) return port.status();

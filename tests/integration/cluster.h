@@ -141,6 +141,17 @@ class Cluster {
   std::string router_, prefill_, decode_;
 };
 
+// A greedy /v1/completions body.
+inline std::string Completion(const std::string& prompt, int max_tokens,
+                              bool stream = false) {
+  nlohmann::json j;
+  j["prompt"] = prompt;
+  j["max_tokens"] = max_tokens;
+  j["temperature"] = 0;
+  if (stream) j["stream"] = true;
+  return j.dump();
+}
+
 struct HttpResult {
   int status = 0;  // 0: no response
   std::string body;

@@ -20,16 +20,6 @@ std::string SharedDir() {
   return env != nullptr ? env : KVCANARY_SHARED_DIR;
 }
 
-std::string Completion(const std::string& prompt, int max_tokens,
-                       bool stream = false) {
-  json j;
-  j["prompt"] = prompt;
-  j["max_tokens"] = max_tokens;
-  j["temperature"] = 0;
-  if (stream) j["stream"] = true;
-  return j.dump();
-}
-
 // What the single-process engine answers (greedy), as the router renders it.
 std::string LocalAnswer(const engine::Model& model,
                         const engine::Tokenizer& tok, const std::string& prompt,

@@ -14,16 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string Completion(const std::string& prompt, int max_tokens,
-                       bool stream = false) {
-  json j;
-  j["prompt"] = prompt;
-  j["max_tokens"] = max_tokens;
-  j["temperature"] = 0;
-  if (stream) j["stream"] = true;
-  return j.dump();
-}
-
 double UsedPages(const std::string& node) {
   return MetricValue(Get(node, "/metrics").body, "kvcanary_node_kv_pages",
                      "state=\"used\"");

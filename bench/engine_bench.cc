@@ -78,8 +78,11 @@ double Prefill(const Setup& s, WatermarkMode mode) {
 // Decode tok/s (aggregate over `seqs` sequences): prompts of 4 tokens are
 // prefilled first (not timed), then every sequence decodes until the context
 // reaches decode_positions.
-double Decode(const Setup& s, int seqs, WatermarkMode mode) {
-  Engine engine(&s.model, Options(mode, seqs));
+double Decode(const Setup& s, int seqs, WatermarkMode mode,
+              ScrubPolicy scrub = ScrubPolicy::kNone) {
+  EngineOptions options = Options(mode, seqs);
+  options.scrub = scrub;
+  Engine engine(&s.model, options);
   SamplingParams sp;
   sp.max_tokens = s.decode_positions - 4 + 1;
   sp.ignore_eos = true;
@@ -195,6 +198,15 @@ void Measure(const Setup& s) {
     std::printf("| %-34s | %13.2fx |\n",
                 absl::StrFormat("%d seqs / 1 seq (enforce)", seqs).c_str(),
                 b_enf / single);
+    double b_zero = 0, b_none = 0;
+    for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+      b_none = std::max(b_none, Decode(s, seqs, WatermarkMode::kEnforce));
+      b_zero = std::max(
+          b_zero, Decode(s, seqs, WatermarkMode::kEnforce, ScrubPolicy::kZero));
+    }
+    std::printf("| %-34s | %13.4f  |\n",
+                absl::StrFormat("scrub zero / none (%d seqs)", seqs).c_str(),
+                b_zero / b_none);
   }
 }
 

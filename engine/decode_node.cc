@@ -54,12 +54,13 @@ void DecodeNode::Stop() {
   if (server_thread_.joinable()) server_thread_.join();
   if (listener_ != nullptr) listener_->Close();
   if (accept_thread_.joinable()) accept_thread_.join();
-  std::vector<std::thread> threads;
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
+      threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
     threads.swap(transfer_threads_);
   }
-  for (auto& t : threads) t.join();
+  for (auto& t : threads) t.first.join();
 }
 
 std::shared_ptr<DecodeNode::PendingTransfer> DecodeNode::FindPending(
@@ -101,6 +102,10 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
         absl::StrCat("prompt of ", prompt->size(),
                      " tokens exceeds the decode node's limit of ",
                      options_.max_prompt_tokens)));
+  }
+  if (*request_id == 0 || *tenant_id == 0 || *tenant_id > UINT32_MAX) {
+    return fail(absl::InvalidArgumentError(
+        "request_id and tenant_id must be non-zero"));
   }
   const RequestId id(*request_id);
   const TenantId tenant(static_cast<uint32_t>(*tenant_id));
@@ -171,7 +176,14 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
         true;  // a receiver that has not claimed it may not now
     pending_.erase(id);
     // The receiver's verdict is the more precise one when it has one.
-    if (pending->claimed && !pending->result.ok()) transfer = pending->result;
+    if (pending->claimed && pending->result.has_value() &&
+        !pending->result->ok()) {
+      transfer = *pending->result;
+    }
+    if (pending->claimed && !pending->result.has_value() && transfer.ok()) {
+      transfer = absl::DataLossError(
+          "prefill reported success before the transfer finished");
+    }
     if (!pending->claimed && transfer.ok()) {
       transfer = absl::DataLossError(
           "prefill reported success but no KV transfer arrived");
@@ -207,6 +219,7 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
                 InternalErrorBody(event->status))["error"];
           }
           metrics_.CountRequest(event->status);
+          metrics_.CountViolations(event->violations);
         } else {
           return true;
         }
@@ -227,37 +240,58 @@ void DecodeNode::AcceptLoop() {
   while (true) {
     auto conn = listener_->Accept(absl::Seconds(1));
     if (!conn.ok()) {
-      if (conn.status().code() == absl::StatusCode::kDeadlineExceeded) continue;
-      return;  // closed
+      if (conn.status().code() == absl::StatusCode::kCancelled)
+        return;  // closed
+      if (conn.status().code() != absl::StatusCode::kDeadlineExceeded) {
+        absl::SleepFor(absl::Milliseconds(50));  // e.g. out of fds: retry
+      }
+      continue;
     }
     std::lock_guard<std::mutex> lock(mu_);
+    // Reap receivers that are done, so threads do not pile up.
+    for (size_t i = 0; i < transfer_threads_.size();) {
+      if (transfer_threads_[i].second->load()) {
+        transfer_threads_[i].first.join();
+        transfer_threads_[i] = std::move(transfer_threads_.back());
+        transfer_threads_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
     transfer_threads_.emplace_back(
-        [this](std::unique_ptr<kv::FrameConnection> c) {
-          ServeTransfer(std::move(c));
-        },
-        std::move(*conn));
+        std::thread(
+            [this, done](std::unique_ptr<kv::FrameConnection> c) {
+              ServeTransfer(std::move(c));
+              done->store(true);
+            },
+            std::move(*conn)),
+        done);
   }
 }
 
 void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
   RequestId id;
+  bool claimed = false;
   const uint64_t before = conn->bytes_received();
-  absl::Status verdict = ReceiveTransfer(*conn, &id);
+  absl::Status verdict = ReceiveTransfer(*conn, &id, &claimed);
   metrics_.CountTransfer(conn->bytes_received() - before, verdict);
   if (verdict.ok()) {
     (void)conn->Send(kv::Ack{id, 0, ""}, kFrameTimeout);
     return;
   }
   // Tell the prefill node why (best effort), then make sure the request
-  // fails here too: nothing was written into its pages, so they can go.
+  // fails here too: nothing was written into its pages, so they can go. A
+  // connection that did not claim the reservation (stray, duplicate) must
+  // not touch the request.
   (void)conn->Send(kv::Abort{id, static_cast<uint32_t>(verdict.code()),
                              std::string(verdict.message())},
                    kFrameTimeout);
-  if (id != kNoRequest) loop_.Abort(id, verdict);
+  if (claimed) loop_.Abort(id, verdict);
 }
 
 absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
-                                         RequestId* id) {
+                                         RequestId* id, bool* claimed) {
   auto first = conn.Receive(kFrameTimeout);
   if (!first.ok()) return first.status();
   const auto* meta = std::get_if<kv::Metadata>(&*first);
@@ -284,6 +318,7 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
           "transfer already claimed or cancelled");
     }
     pending->claimed = true;
+    *claimed = true;
   }
   const KvPageLayout& layout = loop_.pool().layout();
   const ModelConfig& cfg = model_->config;
@@ -317,10 +352,15 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
                        absl::StrCat("prefill node aborted: ", abort->message)));
     }
     if (auto* page = std::get_if<kv::Page>(&*frame)) {
+      // Each page carries exactly the prompt's slots in it: no holes.
+      const uint32_t pt = static_cast<uint32_t>(layout.page_tokens);
+      const uint32_t want_slots =
+          page->index < static_cast<uint32_t>(pending->prompt_pages)
+              ? std::min(pt, meta->prompt_tokens - page->index * pt)
+              : 0;
       if (page->index >= static_cast<uint32_t>(pending->prompt_pages) ||
           page->layer >= static_cast<uint32_t>(cfg.n_layers) ||
-          page->slots == 0 ||
-          page->slots > static_cast<uint32_t>(layout.page_tokens) ||
+          page->slots != want_slots ||
           page->kv_bytes.size() != 2 * page->slots * row_bytes ||
           !seen.insert({page->index, page->layer}).second) {
         return finish(absl::DataLossError(
@@ -351,16 +391,20 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
       tokens_ok = tokens_ok && s == meta->prompt_tokens;
     if (commit->request != meta->request ||
         commit->pages_sent != pages.size() || pages.size() != expected_pages ||
-        !tokens_ok) {
+        !tokens_ok || commit->first_token < 0 ||
+        commit->first_token >= cfg.vocab_size) {
       return finish(absl::DataLossError(absl::StrCat(
           "commit mismatch: pages sent ", commit->pages_sent, ", received ",
           pages.size(), ", expected ", expected_pages, "; tokens sent ",
-          commit->tokens_sent, ", expected ", meta->prompt_tokens)));
+          commit->tokens_sent, ", expected ", meta->prompt_tokens,
+          "; first token ", commit->first_token)));
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (pending->cancelled)
-        return absl::CancelledError("request gave up waiting");
+      if (pending->cancelled) {
+        pending->result = absl::CancelledError("request gave up waiting");
+        return *pending->result;
+      }
     }
     return finish(loop_.InstallTransferredKv(
         meta->request, std::move(pages), static_cast<int>(meta->prompt_tokens),

@@ -13,8 +13,10 @@
 #ifndef KVCANARY_ENGINE_DECODE_NODE_H_
 #define KVCANARY_ENGINE_DECODE_NODE_H_
 
+#include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,14 +63,17 @@ class DecodeNode {
     int reserved_pages = 0;  // pages reserved for prompt + generation
     bool claimed = false;    // a receiver took it
     bool cancelled = false;  // the generate handler gave up
-    absl::Status result = absl::UnknownError("no transfer arrived");
+    std::optional<absl::Status> result;  // the receiver's verdict, once done
   };
 
   void HandleGenerate(const httplib::Request& req, httplib::Response& res);
   void AcceptLoop();
   void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn);
   // Receives, checks and installs one transfer; returns the verdict.
-  absl::Status ReceiveTransfer(kv::FrameConnection& conn, RequestId* id);
+  // *claimed: whether it took the request's reservation (only then may a
+  // failure abort the request).
+  absl::Status ReceiveTransfer(kv::FrameConnection& conn, RequestId* id,
+                               bool* claimed);
   std::shared_ptr<PendingTransfer> FindPending(RequestId id);
 
   const Model* model_;
@@ -84,8 +89,10 @@ class DecodeNode {
 
   std::mutex mu_;
   absl::flat_hash_map<RequestId, std::shared_ptr<PendingTransfer>>
-      pending_;                                // guarded by mu_
-  std::vector<std::thread> transfer_threads_;  // guarded by mu_
+      pending_;  // guarded by mu_
+  // Receiver threads, each with a flag it sets when done (reaped on accept).
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
+      transfer_threads_;  // guarded by mu_
 };
 
 }  // namespace kvcanary::engine

@@ -19,6 +19,7 @@ PagePoolOptions PoolOptionsFor(const ModelConfig& config,
                                const EngineOptions& options) {
   PagePoolOptions p;
   p.n_layers = config.n_layers;
+  p.scrub = options.scrub;
   p.layout.page_tokens = options.page_tokens;
   p.layout.kv_heads = config.n_kv_heads;
   p.layout.head_dim = config.head_dim();

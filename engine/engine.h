@@ -30,7 +30,8 @@ struct EngineOptions {
   int num_pages = 0;
   int num_threads = 1;  // counts the engine thread itself
   WatermarkMode watermark = WatermarkMode::kEnforce;
-  SchedulerOptions scheduler;  // seq_len is taken from the model
+  ScrubPolicy scrub = ScrubPolicy::kNone;  // on free
+  SchedulerOptions scheduler;              // seq_len is taken from the model
 };
 
 // Options of one Submit().

@@ -86,10 +86,13 @@ absl::Status EngineLoop::InstallTransferredKv(RequestId id,
                                               int first_token) {
   std::promise<absl::Status> done;
   auto result = done.get_future();
+  // Everything captured by reference lives on the caller's stack: use it
+  // all before set_value() lets the caller return.
   Post([&] {
-    done.set_value(
-        engine_.InstallTransferredKv(id, pages, computed_tokens, first_token));
+    absl::Status installed =
+        engine_.InstallTransferredKv(id, pages, computed_tokens, first_token);
     Report({id});
+    done.set_value(std::move(installed));
   });
   return result.get();
 }
@@ -166,23 +169,32 @@ void EngineLoop::Report(const std::vector<RequestId>& ids) {
 }
 
 void EngineLoop::Run() {
+  // True when the last step could do nothing (waiting requests, no free
+  // pages, the rest held by transfers): only a command can change that, so
+  // wait for one instead of spinning.
+  bool stalled = false;
   while (true) {
     std::deque<Command> commands;
+    bool stop;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      if (commands_.empty() && !engine_.has_work() && !stop_) {
+      if (commands_.empty() && (stalled || !engine_.has_work()) && !stop_) {
         cv_.wait_for(lock, std::chrono::milliseconds(100));
       }
-      if (stop_) break;
+      stop = stop_;
       commands.swap(commands_);
     }
+    // Commands already queued still run, so no caller waits forever.
     for (Command& c : commands) c();
+    if (stop) break;
+    stalled = false;
     if (engine_.has_work()) {
       StepEvents ev = engine_.Step();
       std::vector<RequestId> ids = ev.finished;
       ids.insert(ids.end(), ev.reserved.begin(), ev.reserved.end());
       ids.insert(ids.end(), ev.prefilled.begin(), ev.prefilled.end());
       ids.insert(ids.end(), ev.progressed.begin(), ev.progressed.end());
+      stalled = ids.empty();
       Report(ids);
     }
     UpdateStats();

@@ -40,6 +40,8 @@ ABSL_FLAG(bool, echo, false,
 ABSL_FLAG(int, threads, 1,
           "threads for the kernels (including the engine thread)");
 ABSL_FLAG(int, page_tokens, 16, "token slots per KV page");
+ABSL_FLAG(std::string, scrub, "none",
+          "what freed KV pages get: none, zero or poison");
 ABSL_FLAG(std::string, watermark, "enforce",
           "page stamp checks: off, detect or enforce");
 ABSL_FLAG(std::string, shape, "260k", "write-model: 260k or 15m");
@@ -104,6 +106,7 @@ absl::Status Generate() {
   options.num_threads = absl::GetFlag(FLAGS_threads);
   options.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   options.watermark = mode;
+  ASSIGN_OR_RETURN(options.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
   options.scheduler.max_batch_seqs = 1;
   if (options.num_threads < 1 || options.num_threads > 256) {
     return absl::InvalidArgumentError("--threads must be in [1, 256]");
@@ -153,6 +156,7 @@ absl::StatusOr<EngineOptions> NodeEngineOptions() {
                    ParseWatermarkMode(absl::GetFlag(FLAGS_watermark)));
   EngineOptions e;
   e.watermark = mode;
+  ASSIGN_OR_RETURN(e.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   e.num_pages = absl::GetFlag(FLAGS_num_pages);
@@ -218,6 +222,7 @@ absl::Status Up() {
   // Node flags go to both nodes as given.
   std::vector<std::string> node_args = {
       absl::StrCat("--watermark=", absl::GetFlag(FLAGS_watermark)),
+      absl::StrCat("--scrub=", absl::GetFlag(FLAGS_scrub)),
       absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)),
       absl::StrCat("--page_tokens=", absl::GetFlag(FLAGS_page_tokens)),
       absl::StrCat("--num_pages=", absl::GetFlag(FLAGS_num_pages)),

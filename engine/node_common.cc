@@ -153,9 +153,14 @@ absl::StatusOr<int> BindAndServe(httplib::Server* server,
         absl::StrCat("cannot bind ", host, ":", port));
   }
   if (*listen_fd >= 0 && ::listen(*listen_fd, SOMAXCONN) != 0) {
+    server->stop();  // closes the bound socket
     return absl::InternalError("cannot raise the listen backlog");
   }
   *thread = std::thread([server] { server->listen_after_bind(); });
+  // httplib's stop() does nothing until the server runs: wait for it, so a
+  // Stop() right after Start() cannot hang.
+  while (!server->is_running())
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return bound;
 }
 

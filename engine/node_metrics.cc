@@ -46,12 +46,25 @@ NodeMetrics::NodeMetrics(const std::string& role)
   queue_waiting_ = &queue.Add({{"phase", "waiting"}});
   running_ = &queue.Add({{"phase", "running"}});
   transferring_ = &queue.Add({{"phase", "transferring"}});
+  violations_ =
+      &prometheus::BuildCounter()
+           .Name("kvcanary_node_watermark_violations_total")
+           .Help("Watermark violations found by the attention kernel, by kind")
+           .Labels(labels)
+           .Register(*registry_);
   tokens_ = &prometheus::BuildCounter()
                  .Name("kvcanary_node_generated_tokens_total")
                  .Help("Tokens generated (rate() gives tokens/s)")
                  .Labels(labels)
                  .Register(*registry_)
                  .Add({});
+}
+
+void NodeMetrics::CountViolations(
+    const std::vector<WatermarkViolation>& violations) {
+  for (const WatermarkViolation& v : violations) {
+    violations_->Add({{"kind", ViolationKindName(v.kind)}}).Increment();
+  }
 }
 
 void NodeMetrics::CountRequest(const absl::Status& status) {

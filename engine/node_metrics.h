@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "engine/engine_loop.h"
@@ -24,6 +25,8 @@ class NodeMetrics {
   // One finished request, by outcome: "ok" or the status code's name.
   void CountRequest(const absl::Status& status);
   void CountTransfer(uint64_t bytes, const absl::Status& status);
+  // Watermark violations of one finished request, by kind.
+  void CountViolations(const std::vector<WatermarkViolation>& violations);
   // Refreshes gauges from an engine loop, then serializes everything.
   std::string Serialize(const EngineLoop* loop);
 
@@ -39,6 +42,7 @@ class NodeMetrics {
   prometheus::Gauge* running_;
   prometheus::Gauge* transferring_;
   prometheus::Counter* tokens_;
+  prometheus::Family<prometheus::Counter>* violations_;
   uint64_t tokens_seen_ = 0;
   std::string role_;
 };

@@ -4,11 +4,32 @@
 #include <cstring>
 #include <new>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 
 namespace kvcanary::engine {
 
 void PagePool::FreeDeleter::operator()(char* p) const { std::free(p); }
+
+const char* ScrubPolicyName(ScrubPolicy policy) {
+  switch (policy) {
+    case ScrubPolicy::kNone:
+      return "none";
+    case ScrubPolicy::kZero:
+      return "zero";
+    case ScrubPolicy::kPoison:
+      return "poison";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ScrubPolicy> ParseScrubPolicy(absl::string_view name) {
+  if (name == "none") return ScrubPolicy::kNone;
+  if (name == "zero") return ScrubPolicy::kZero;
+  if (name == "poison") return ScrubPolicy::kPoison;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown scrub policy '", name, "' (want none, zero or poison)"));
+}
 
 PagePool::PagePool(const PagePoolOptions& options) : options_(options) {
   CHECK_GT(options.num_pages, 0);
@@ -65,6 +86,16 @@ void PagePool::Free(const std::vector<PageRef>& pages) {
         << " but the page is at generation " << generation_[ref.page.value()];
     is_free_[ref.page.value()] = true;
     free_.push_back(ref.page);
+    if (options_.scrub == ScrubPolicy::kNone) continue;
+    const size_t kv_bytes = 2 * layout().kv_floats() * sizeof(float);
+    for (int l = 0; l < n_layers(); ++l) {
+      char* page = layout().page(layer_base(l), ref.page);
+      std::memset(KvPageLayout::keys(page),
+                  options_.scrub == ScrubPolicy::kZero ? 0x00 : 0xFF, kv_bytes);
+      PageStamp* stamp = KvPageLayout::stamp(page);
+      stamp->writer = StampIdentity{};
+      stamp->filled = 0;
+    }
   }
 }
 

@@ -17,6 +17,8 @@
 #include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/ids.h"
 #include "common/page_stamp.h"
 #include "kernels/paged_attention.h"
@@ -26,10 +28,22 @@ namespace kvcanary::engine {
 using kernels::KvPageLayout;
 using kernels::PageRef;
 
+// What happens to a page's K/V bytes when it is freed.
+enum class ScrubPolicy {
+  kNone,    // left as they are (what production engines do): the stamp keeps
+            // naming the last writer
+  kZero,    // zeroed; the stamp says "never written"
+  kPoison,  // filled with NaN bits, so any read of them poisons the output;
+            // the stamp says "never written"
+};
+const char* ScrubPolicyName(ScrubPolicy policy);
+absl::StatusOr<ScrubPolicy> ParseScrubPolicy(absl::string_view name);
+
 struct PagePoolOptions {
   int num_pages = 0;
   int n_layers = 0;
   KvPageLayout layout;
+  ScrubPolicy scrub = ScrubPolicy::kNone;
 };
 
 class PagePool {
@@ -54,8 +68,9 @@ class PagePool {
   // pages are handed out first. REQUIRES: CanAllocate(num_pages).
   std::vector<PageRef> Allocate(TenantId tenant, RequestId request,
                                 int num_pages);
-  // Returns pages to the pool. REQUIRES: each ref is the page's current
-  // allocation (its generation matches) and is not already free.
+  // Returns pages to the pool, scrubbed as the options say. REQUIRES: each
+  // ref is the page's current allocation (its generation matches) and is
+  // not already free.
   void Free(const std::vector<PageRef>& pages);
 
   // This layer's page buffer: (num_pages, page_bytes) bytes.

@@ -73,6 +73,10 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
                      " tokens exceeds the prefill node's limit of ",
                      options_.max_prompt_tokens)));
   }
+  if (*request_id == 0 || *tenant_id == 0 || *tenant_id > UINT32_MAX) {
+    return fail(absl::InvalidArgumentError(
+        "request_id and tenant_id must be non-zero"));
+  }
   const RequestId id(*request_id);
   const TenantId tenant(static_cast<uint32_t>(*tenant_id));
   SamplingParams sampling;
@@ -90,8 +94,10 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
     loop_.Abort(id, absl::DeadlineExceededError("prefill did not run in time"));
     return fail(absl::DeadlineExceededError("prefill did not run in time"));
   }
-  if (prefilled->kind == RequestEvent::Kind::kFinished)
+  if (prefilled->kind == RequestEvent::Kind::kFinished) {
+    metrics_.CountViolations(prefilled->violations);
     return fail(prefilled->status);
+  }
   CHECK(prefilled->kind == RequestEvent::Kind::kPrefilled);
 
   const ModelConfig& cfg = model_->config;
@@ -110,6 +116,13 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
              prefilled->first_token, &bytes);
   // Only now can no write into the pages still arrive: free them.
   loop_.FinishTransfer(id, verdict);
+  for (auto e = channel->Wait(options_.transfer_timeout); e.has_value();
+       e = channel->Wait(options_.transfer_timeout)) {
+    if (e->kind == RequestEvent::Kind::kFinished) {
+      metrics_.CountViolations(e->violations);
+      break;
+    }
+  }
   metrics_.CountTransfer(bytes, verdict);
   if (!verdict.ok()) return fail(verdict);
   metrics_.CountRequest(absl::OkStatus());

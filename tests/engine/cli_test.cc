@@ -60,7 +60,8 @@ TEST(EngineCliTest, DemoCatchesThePlantedWriteAndExitsCleanly) {
   const Result r = RunEngine("demo");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("0 watermark violations"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("32 of 32 requests identical"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("32 of 32 requests identical"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("foreign_tenant_read"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("DATA_LOSS"), std::string::npos) << r.out;
 }

@@ -1,5 +1,6 @@
 #include "engine/page_pool.h"
 
+#include <cmath>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -161,6 +162,48 @@ TEST(PagePoolTest, ForeignTenantReadIsAttributedToTheWriterTenant) {
   EXPECT_EQ(v[1].writer.request, RequestId(5));
   EXPECT_EQ(v[1].reader.tenant, kAcme);
   EXPECT_EQ(v[1].owner.tenant, kAcme);
+}
+
+TEST(PagePoolTest, ScrubZeroClearsBytesAndStamp) {
+  PagePoolOptions o = SmallPool(1);
+  o.scrub = ScrubPolicy::kZero;
+  PagePool pool(o);
+  auto pages = pool.Allocate(kGlobex, RequestId(5), 1);
+  WriteTokens(pool, pages, kGlobex, RequestId(5), 4);
+  pool.Free(pages);
+  auto again = pool.Allocate(kAcme, RequestId(6), 1);
+  for (int l = 0; l < 2; ++l) {
+    const char* page = pool.layout().page(pool.layer_base(l), again[0].page);
+    const float* k = KvPageLayout::keys(page);
+    for (size_t i = 0; i < 2 * pool.layout().kv_floats(); ++i)
+      ASSERT_EQ(k[i], 0.0f);
+    EXPECT_EQ(pool.stamp(l, again[0].page).writer.tenant, kNoTenant);
+  }
+  // A read before writing is now "unwritten", not globex's data.
+  auto v = Read(pool, again, kAcme, RequestId(6), 3, WatermarkMode::kDetect);
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].kind, ViolationKind::kUnwrittenRead);
+}
+
+TEST(PagePoolTest, ScrubPoisonFillsNaN) {
+  PagePoolOptions o = SmallPool(1);
+  o.scrub = ScrubPolicy::kPoison;
+  PagePool pool(o);
+  auto pages = pool.Allocate(kGlobex, RequestId(5), 1);
+  WriteTokens(pool, pages, kGlobex, RequestId(5), 4);
+  pool.Free(pages);
+  const float* k =
+      KvPageLayout::keys(pool.layout().page(pool.layer_base(0), pages[0].page));
+  EXPECT_TRUE(std::isnan(k[0]));
+}
+
+TEST(PagePoolTest, NoScrubLeavesThePreviousWritersStamp) {
+  PagePool pool(SmallPool(1));
+  auto pages = pool.Allocate(kGlobex, RequestId(5), 1);
+  WriteTokens(pool, pages, kGlobex, RequestId(5), 4);
+  pool.Free(pages);
+  auto again = pool.Allocate(kAcme, RequestId(6), 1);
+  EXPECT_EQ(pool.stamp(0, again[0].page).writer.tenant, kGlobex);
 }
 
 TEST(PagePoolDeathTest, DoubleFreeCrashes) {

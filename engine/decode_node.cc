@@ -322,8 +322,12 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
   }
   const KvPageLayout& layout = loop_.pool().layout();
   const ModelConfig& cfg = model_->config;
+  // admission-abort-lost: decode takes the transfer's word for how much was
+  // sent, yet keeps believing its own reservation for what the prompt is.
+  const bool trust_transfer = options_.faults.has(Fault::kAdmissionAbortLost);
   if (meta->tenant != pending->tenant ||
-      meta->prompt_tokens != static_cast<uint32_t>(pending->prompt_tokens) ||
+      (!trust_transfer &&
+       meta->prompt_tokens != static_cast<uint32_t>(pending->prompt_tokens)) ||
       meta->reserved_pages != static_cast<uint32_t>(pending->reserved_pages)) {
     return finish(absl::DataLossError(absl::StrCat(
         "transfer metadata disagrees with the reservation: tenant ",
@@ -384,8 +388,11 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
     auto* commit = std::get_if<kv::Commit>(&*frame);
     if (commit == nullptr)
       return finish(absl::DataLossError("unexpected frame in transfer"));
-    const uint32_t expected_pages =
-        static_cast<uint32_t>(pending->prompt_pages * cfg.n_layers);
+    const uint32_t expected_pages = static_cast<uint32_t>(
+        (trust_transfer
+             ? loop_.pool().PagesFor(static_cast<int>(meta->prompt_tokens))
+             : pending->prompt_pages) *
+        cfg.n_layers);
     bool tokens_ok = commit->tokens_sent == meta->prompt_tokens;
     for (uint32_t s : slots_per_layer)
       tokens_ok = tokens_ok && s == meta->prompt_tokens;
@@ -406,9 +413,12 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
         return *pending->result;
       }
     }
-    return finish(loop_.InstallTransferredKv(
-        meta->request, std::move(pages), static_cast<int>(meta->prompt_tokens),
-        commit->first_token));
+    // With admission-abort-lost the request is computed up to the prompt
+    // length it reserved for: attention reads every reserved prompt page.
+    const int computed = trust_transfer ? pending->prompt_tokens
+                                        : static_cast<int>(meta->prompt_tokens);
+    return finish(loop_.InstallTransferredKv(meta->request, std::move(pages),
+                                             computed, commit->first_token));
   }
 }
 

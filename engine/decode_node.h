@@ -24,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "engine/engine_loop.h"
+#include "engine/faults.h"
 #include "engine/kv_connection.h"
 #include "engine/node_metrics.h"
 #include "httplib.h"
@@ -41,6 +42,7 @@ struct DecodeNodeOptions {
   // Tests only: the receiver waits this long after the metadata frame, so a
   // test can kill the node in the middle of a transfer.
   absl::Duration test_receive_delay = absl::ZeroDuration();
+  FaultSet faults;
   EngineOptions engine;
 };
 

@@ -21,6 +21,7 @@
 #include "common/status_macros.h"
 #include "engine/demo.h"
 #include "engine/engine.h"
+#include "engine/faults.h"
 #include "engine/model.h"
 #include "engine/serve.h"
 #include "engine/tokenizer.h"
@@ -65,6 +66,9 @@ ABSL_FLAG(int, num_pages, 0,
 ABSL_FLAG(int, test_kv_receive_delay_ms, 0,
           "decode, tests only: pause each KV transfer after its metadata");
 ABSL_FLAG(int, max_in_flight, 256, "router: requests in flight before 429");
+ABSL_FLAG(
+    std::string, fault, "none",
+    "serve/up: faults to switch on, comma-separated (kvcanary-engine faults)");
 ABSL_FLAG(
     std::string, test_transfer_damage, "none",
     "prefill, tests only: none, flip-byte or truncate the first KV page frame");
@@ -186,6 +190,7 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
   o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  ASSIGN_OR_RETURN(o.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
   o.test_receive_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_test_kv_receive_delay_ms));
   if (o.max_waiting < 1 || o.max_in_flight < 1) {
@@ -223,6 +228,7 @@ absl::Status Up() {
   std::vector<std::string> node_args = {
       absl::StrCat("--watermark=", absl::GetFlag(FLAGS_watermark)),
       absl::StrCat("--scrub=", absl::GetFlag(FLAGS_scrub)),
+      absl::StrCat("--fault=", absl::GetFlag(FLAGS_fault)),
       absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)),
       absl::StrCat("--page_tokens=", absl::GetFlag(FLAGS_page_tokens)),
       absl::StrCat("--num_pages=", absl::GetFlag(FLAGS_num_pages)),
@@ -260,7 +266,7 @@ absl::Status WriteModel() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "kvcanary-engine generate|demo|serve|up|write-model [flags]; see "
+      "kvcanary-engine generate|demo|serve|up|faults|write-model [flags]; see "
       "README.md");
   // Accept --max-tokens as well as --max_tokens.
   std::vector<std::string> normalized(argv, argv + argc);
@@ -277,9 +283,9 @@ int main(int argc, char** argv) {
   std::vector<char*> args =
       absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
   if (args.size() != 2) {
-    std::fprintf(
-        stderr,
-        "usage: kvcanary-engine generate|demo|serve|up|write-model [flags]\n");
+    std::fprintf(stderr,
+                 "usage: kvcanary-engine "
+                 "generate|demo|serve|up|faults|write-model [flags]\n");
     return 2;
   }
   const std::string command = args[1];
@@ -290,6 +296,10 @@ int main(int argc, char** argv) {
     status = kvcanary::engine::Serve();
   } else if (command == "up") {
     status = kvcanary::engine::Up();
+  } else if (command == "faults") {
+    for (const auto& f : kvcanary::engine::AllFaults()) {
+      std::printf("%-24s %s\n", f.name, f.description);
+    }
   } else if (command == "demo") {
     status = kvcanary::engine::Demo();
   } else if (command == "write-model") {

@@ -398,8 +398,17 @@ Model SyntheticModel(const ModelConfig& config, uint64_t seed) {
   return model;
 }
 
+ModelConfig DefaultModelConfig() {
+  // The stories260K shape with a classifier of its own: with random weights,
+  // a classifier tied to the embedding mostly predicts the input token again
+  // (BOS after BOS, which ends generation at once).
+  ModelConfig c = Stories260KConfig();
+  c.shared_classifier = false;
+  return c;
+}
+
 Model DefaultModel() {
-  return SyntheticModel(Stories260KConfig(), kDefaultModelSeed);
+  return SyntheticModel(DefaultModelConfig(), kDefaultModelSeed);
 }
 
 }  // namespace kvcanary::engine

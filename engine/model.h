@@ -90,8 +90,10 @@ absl::Status WriteLlama2cModel(const Model& model, const std::string& path);
 // 1 + uniform(-0.1, 0.1). The same seed gives the same bytes on every machine.
 Model SyntheticModel(const ModelConfig& config, uint64_t seed);
 
-// The engine's embedded default: SyntheticModel(Stories260KConfig(),
-// kDefaultModelSeed).
+// The engine's embedded default: SyntheticModel(DefaultModelConfig(),
+// kDefaultModelSeed). DefaultModelConfig() is the stories260K shape with an
+// untied classifier (a random model with a tied one just repeats its input).
+ModelConfig DefaultModelConfig();
 inline constexpr uint64_t kDefaultModelSeed =
     0x6b7663616e617279ull;  // "kvcanary"
 Model DefaultModel();

@@ -63,7 +63,11 @@ NodeMetrics::NodeMetrics(const std::string& role)
 void NodeMetrics::CountViolations(
     const std::vector<WatermarkViolation>& violations) {
   for (const WatermarkViolation& v : violations) {
-    violations_->Add({{"kind", ViolationKindName(v.kind)}}).Increment();
+    // Writer tenant ids come from the tenants file: a bounded label.
+    violations_
+        ->Add({{"kind", ViolationKindName(v.kind)},
+               {"writer_tenant", std::to_string(v.writer.tenant.value())}})
+        .Increment();
   }
 }
 

@@ -66,13 +66,28 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
         reserved_pages.status(), kv_host.status(), kv_port.status()}) {
     if (!s.ok()) return fail(s);
   }
-  // The prefill scheduler's own admission check.
+  // The prefill scheduler's own admission check. Its verdict belongs in
+  // `admission.status`. With admission-abort-lost the rejection goes to
+  // `admission.abort_reason`, a field nothing downstream reads (the
+  // incident's bug), and the request goes on with a one-token placeholder in
+  // place of the prompt this node could not take.
+  struct Admission {
+    absl::Status status;
+    absl::Status abort_reason;
+  } admission;
   if (static_cast<int>(prompt->size()) > options_.max_prompt_tokens) {
-    return fail(absl::InvalidArgumentError(
+    absl::Status rejected = absl::InvalidArgumentError(
         absl::StrCat("prompt of ", prompt->size(),
                      " tokens exceeds the prefill node's limit of ",
-                     options_.max_prompt_tokens)));
+                     options_.max_prompt_tokens));
+    if (options_.faults.has(Fault::kAdmissionAbortLost)) {
+      admission.abort_reason = rejected;
+      prompt->resize(1);  // the placeholder: BOS
+    } else {
+      admission.status = rejected;
+    }
   }
+  if (!admission.status.ok()) return fail(admission.status);
   if (*request_id == 0 || *tenant_id == 0 || *tenant_id > UINT32_MAX) {
     return fail(absl::InvalidArgumentError(
         "request_id and tenant_id must be non-zero"));

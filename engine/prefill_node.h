@@ -18,6 +18,7 @@
 
 #include "absl/time/time.h"
 #include "engine/engine_loop.h"
+#include "engine/faults.h"
 #include "engine/node_metrics.h"
 #include "httplib.h"
 
@@ -36,6 +37,7 @@ struct PrefillNodeOptions {
   int http_threads = 64;
   absl::Duration transfer_timeout = absl::Seconds(30);
   TransferDamage damage = TransferDamage::kNone;
+  FaultSet faults;
   EngineOptions engine;
 };
 

@@ -124,6 +124,7 @@ Router::~Router() { Stop(); }
 
 absl::Status Router::FetchLimits() {
   max_prompt_tokens_ = 1 << 30;
+  decode_max_prompt_tokens_ = 1 << 30;
   context_tokens_ = 1 << 30;
   std::vector<std::string> nodes = options_.prefill_urls;
   nodes.insert(nodes.end(), options_.decode_urls.begin(),
@@ -133,7 +134,9 @@ absl::Status Router::FetchLimits() {
         "the router needs at least one prefill and one decode node");
   }
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  for (const std::string& url : nodes) {
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    const std::string& url = nodes[n];
+    const bool is_decode = n >= options_.prefill_urls.size();
     while (true) {
       httplib::Client client(url);
       client.set_connection_timeout(1, 0);
@@ -149,6 +152,10 @@ absl::Status Router::FetchLimits() {
         }
         max_prompt_tokens_ =
             std::min(max_prompt_tokens_, j["max_prompt_tokens"].get<int>());
+        if (is_decode) {
+          decode_max_prompt_tokens_ = std::min(
+              decode_max_prompt_tokens_, j["max_prompt_tokens"].get<int>());
+        }
         context_tokens_ =
             std::min(context_tokens_, j["context_tokens"].get<int>());
         break;
@@ -222,7 +229,12 @@ void Router::HandleCompletion(const httplib::Request& req,
       tokenizer_->Encode(request.prompt, /*bos=*/true, /*eos=*/false);
   const int prompt_tokens = static_cast<int>(prompt.size());
   // Admission: the one length check, against the smallest node limit.
-  if (prompt_tokens > max_prompt_tokens_ ||
+  // (admission-abort-lost: the check against the prefill tier's limit is
+  // left to the prefill node, as in the incident.)
+  const int prompt_limit = options_.faults.has(Fault::kAdmissionAbortLost)
+                               ? decode_max_prompt_tokens_
+                               : max_prompt_tokens_;
+  if (prompt_tokens > prompt_limit ||
       prompt_tokens + request.max_tokens > context_tokens_) {
     return fail(
         ContextLengthExceeded(prompt_tokens, request.max_tokens,

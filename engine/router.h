@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "engine/faults.h"
 #include "engine/node_metrics.h"
 #include "engine/tenants.h"
 #include "engine/tokenizer.h"
@@ -35,6 +36,7 @@ struct RouterOptions {
   int max_in_flight = 256;  // beyond: 429
   absl::Duration node_timeout = absl::Seconds(60);
   absl::Duration startup_timeout = absl::Seconds(20);
+  FaultSet faults;
 };
 
 class Router {
@@ -64,8 +66,9 @@ class Router {
   std::unique_ptr<httplib::Server> server_;
   std::thread server_thread_;
   int http_port_ = 0;
-  int max_prompt_tokens_ = 0;  // smallest over the nodes
-  int context_tokens_ = 0;     // smallest over the nodes
+  int decode_max_prompt_tokens_ = 0;  // smallest over the decode nodes
+  int max_prompt_tokens_ = 0;         // smallest over the nodes
+  int context_tokens_ = 0;            // smallest over the nodes
   std::atomic<uint64_t> next_request_{1};
   std::atomic<uint64_t> next_node_{0};
   std::atomic<int> in_flight_{0};

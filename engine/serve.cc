@@ -67,6 +67,7 @@ absl::Status RunServe(const ServeOptions& o) {
     p.max_waiting = o.max_waiting;
     p.engine = o.engine;
     p.damage = o.damage;
+    p.faults = o.faults;
     PrefillNode node(&model, p);
     RETURN_IF_ERROR(node.Start());
     PrintReady(absl::StrCat("ready role=prefill http=", node.http_port()));
@@ -84,6 +85,7 @@ absl::Status RunServe(const ServeOptions& o) {
     d.max_waiting = o.max_waiting;
     d.engine = o.engine;
     d.test_receive_delay = o.test_receive_delay;
+    d.faults = o.faults;
     DecodeNode node(&model, d);
     RETURN_IF_ERROR(node.Start());
     PrintReady(absl::StrCat("ready role=decode http=", node.http_port(),
@@ -106,6 +108,7 @@ absl::Status RunServe(const ServeOptions& o) {
     r.prefill_urls = o.prefill_urls;
     r.decode_urls = o.decode_urls;
     r.max_in_flight = o.max_in_flight;
+    r.faults = o.faults;
     Router router(&tokenizer, &tenants, r);
     RETURN_IF_ERROR(router.Start());
     PrintReady(absl::StrCat("ready role=router http=", router.http_port()));
@@ -252,6 +255,7 @@ absl::Status RunUp(const ServeOptions& o,
   router_args.push_back("--tenants=" + o.tenants_path);
   router_args.push_back("--prefill=" + prefill_url);
   router_args.push_back("--decode=" + decode_url);
+  router_args.push_back("--fault=" + o.faults.ToString());
   auto router = Spawn("router", router_args);
   if (!router.ok()) return fail(router.status());
   children.push_back(*router);

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "engine/engine.h"
+#include "engine/faults.h"
 #include "engine/prefill_node.h"
 
 namespace kvcanary::engine {
@@ -28,6 +29,7 @@ struct ServeOptions {
   EngineOptions engine;
   TransferDamage damage = TransferDamage::kNone;  // prefill, tests only
   absl::Duration test_receive_delay;              // decode, tests only
+  FaultSet faults;                                // every role
   int max_in_flight = 256;                        // router
 };
 

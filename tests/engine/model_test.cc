@@ -216,14 +216,16 @@ TEST(ModelTest, SyntheticValuesAreInTheirRanges) {
   EXPECT_TRUE(big);
 }
 
-TEST(ModelTest, DefaultModelHasTheStories260KShape) {
+TEST(ModelTest, DefaultModelHasTheStories260KShapeWithItsOwnClassifier) {
   const Model m = DefaultModel();
-  ExpectSameConfig(m.config, Stories260KConfig());
+  ModelConfig want = Stories260KConfig();
+  want.shared_classifier = false;
+  ExpectSameConfig(m.config, want);
+  ExpectSameConfig(DefaultModelConfig(), want);
   EXPECT_EQ(m.source, absl::StrCat("synthetic:", kDefaultModelSeed));
-  ExpectSameWeights(
-      m.weights,
-      SyntheticModel(Stories260KConfig(), kDefaultModelSeed).weights);
-  EXPECT_TRUE(m.weights.wcls.empty());
+  ExpectSameWeights(m.weights, SyntheticModel(want, kDefaultModelSeed).weights);
+  EXPECT_EQ(m.weights.wcls.size(),
+            static_cast<size_t>(want.vocab_size) * want.dim);
 }
 
 TEST(ModelTest, Stories15MShapeGeneratesQuickly) {

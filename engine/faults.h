@@ -1,0 +1,51 @@
+// Fault switches: each reproduces the mechanism of a known production bug
+// class (../shared/design/INCIDENTS.md, docs/faults.md), so detection is
+// tested against the real failure, not a shortcut that writes a violation
+// directly. All are off by default; `--fault=NAME[,NAME]` on a node turns
+// them on; `kvcanary-engine faults` lists them.
+#ifndef KVCANARY_ENGINE_FAULTS_H_
+#define KVCANARY_ENGINE_FAULTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kvcanary::engine {
+
+enum class Fault : uint32_t {
+  // An over-long prompt is rejected into a field the queues never read: the
+  // router leaves the length check to the prefill node, whose abort is lost;
+  // prefill runs a one-token placeholder and ships one page; decode takes
+  // the transfer's word for it and attends over every page it reserved.
+  kAdmissionAbortLost = 1u << 0,
+};
+
+struct FaultInfo {
+  Fault fault;
+  const char* name;
+  const char* description;
+};
+const std::vector<FaultInfo>& AllFaults();
+
+// A set of faults. Plain value; thread-safe to read.
+class FaultSet {
+ public:
+  FaultSet() = default;
+  // "a,b" -> set; "" or "none" -> empty; kInvalidArgument naming an unknown
+  // fault.
+  static absl::StatusOr<FaultSet> Parse(absl::string_view names);
+  bool has(Fault f) const { return (bits_ & static_cast<uint32_t>(f)) != 0; }
+  void add(Fault f) { bits_ |= static_cast<uint32_t>(f); }
+  bool empty() const { return bits_ == 0; }
+  std::string ToString() const;  // "a,b" or "none"
+
+ private:
+  uint32_t bits_ = 0;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_FAULTS_H_

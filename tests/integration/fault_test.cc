@@ -1,0 +1,89 @@
+// Engine faults reproduced with real processes, and caught.
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "tests/integration/cluster.h"
+
+namespace kvcanary::testing {
+namespace {
+
+// A prompt of about `words` * 2 tokens on the embedded default tokenizer.
+std::string LongPrompt(int words) {
+  std::string p = "once";
+  for (int i = 0; i < words; ++i) p += i % 2 ? " dog" : " ran";
+  return p;
+}
+
+// Fills the decode node's free pages with globex's K/V: requests that fit,
+// run one after another, so their freed pages are handed out next (LIFO).
+void WarmWithGlobex(const Cluster& cluster) {
+  for (int i = 0; i < 3; ++i) {
+    HttpResult r = Post(cluster.router(), "/v1/completions",
+                        Completion(LongPrompt(60) + " " + std::to_string(i), 8),
+                        "sk-globex");
+    ASSERT_EQ(r.status, 200) << r.body;
+  }
+}
+
+constexpr int kOverLongWords = 150;  // past the prefill tier's 256, within 512
+
+TEST(AdmissionAbortLostTest, FaultOffOverLongPromptIs400) {
+  Cluster cluster({"--watermark=detect"});
+  ASSERT_TRUE(cluster.ok());
+  HttpResult r = Post(cluster.router(), "/v1/completions",
+                      Completion(LongPrompt(kOverLongWords), 8), "sk-acme");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json["error"]["code"], "context_length_exceeded");
+}
+
+TEST(AdmissionAbortLostTest,
+     DetectServesAndAttributesTheForeignReadToTheWriter) {
+  Cluster cluster(
+      {"--fault=admission-abort-lost", "--watermark=detect", "--num_pages=64"});
+  ASSERT_TRUE(cluster.ok());
+  WarmWithGlobex(cluster);
+  HttpResult r = Post(cluster.router(), "/v1/completions",
+                      Completion(LongPrompt(kOverLongWords), 8), "sk-acme");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string metrics = Get(cluster.decode(), "/metrics").body;
+  // globex is tenant 2 in the tenants file: its data reached acme.
+  EXPECT_GT(
+      MetricValue(
+          metrics, "kvcanary_node_watermark_violations_total",
+          "role=\"decode\",kind=\"foreign_tenant_read\",writer_tenant=\"2\""),
+      0)
+      << metrics;
+}
+
+TEST(AdmissionAbortLostTest, EnforceFailsTheRequestWithNoText) {
+  Cluster cluster({"--fault=admission-abort-lost", "--watermark=enforce",
+                   "--num_pages=64"});
+  ASSERT_TRUE(cluster.ok());
+  WarmWithGlobex(cluster);
+  HttpResult r = Post(cluster.router(), "/v1/completions",
+                      Completion(LongPrompt(kOverLongWords), 8), "sk-acme");
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_FALSE(r.json.contains("choices")) << r.body;
+  EXPECT_NE(r.body.find("watermark"), std::string::npos) << r.body;
+}
+
+TEST(AdmissionAbortLostTest, WatermarksOffShowTheIncidentSignature) {
+  Cluster cluster(
+      {"--fault=admission-abort-lost", "--watermark=off", "--num_pages=64"});
+  ASSERT_TRUE(cluster.ok());
+  WarmWithGlobex(cluster);
+  const std::string prompt = LongPrompt(kOverLongWords);
+  HttpResult r = Post(cluster.router(), "/v1/completions",
+                      Completion(prompt, 8), "sk-acme");
+  // HTTP 200, the real prompt_tokens, a completion: nothing looks wrong.
+  ASSERT_EQ(r.status, 200) << r.body;
+  const int real_prompt_tokens = r.json["usage"]["prompt_tokens"].get<int>();
+  EXPECT_GT(real_prompt_tokens, 256);
+  EXPECT_GT(r.json["usage"]["completion_tokens"].get<int>(), 0);
+  EXPECT_EQ(MetricValue(Get(cluster.decode(), "/metrics").body,
+                        "kvcanary_node_watermark_violations_total", "kind="),
+            -1);
+}
+
+}  // namespace
+}  // namespace kvcanary::testing

@@ -22,6 +22,7 @@
 #include "engine/demo.h"
 #include "engine/engine.h"
 #include "engine/faults.h"
+#include "engine/incident_demo.h"
 #include "engine/model.h"
 #include "engine/serve.h"
 #include "engine/tokenizer.h"
@@ -152,7 +153,13 @@ absl::Status Demo() {
   ASSIGN_OR_RETURN(Loaded loaded, LoadModelAndTokenizer());
   DemoOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
-  return RunDemo(loaded.model, loaded.tokenizer, options, stdout);
+  RETURN_IF_ERROR(RunDemo(loaded.model, loaded.tokenizer, options, stdout));
+  std::vector<std::string> model_args;
+  if (!absl::GetFlag(FLAGS_model).empty()) {
+    model_args = {"--model=" + absl::GetFlag(FLAGS_model),
+                  "--tokenizer=" + absl::GetFlag(FLAGS_tokenizer)};
+  }
+  return RunIncidentDemo(model_args, stdout);
 }
 
 absl::StatusOr<EngineOptions> NodeEngineOptions() {

@@ -165,7 +165,15 @@ std::vector<Sequence*> Scheduler::Postprocess(const Batch& batch,
       seq->state.StartDecode();
     }
     if (output.refused[i]) {
-      const WatermarkViolation& v = seq->violations.front();
+      // Name the worst: another tenant's data before anything else.
+      const WatermarkViolation* worst = &seq->violations.front();
+      for (const WatermarkViolation& x : seq->violations) {
+        if (x.kind == ViolationKind::kForeignTenantRead) {
+          worst = &x;
+          break;
+        }
+      }
+      const WatermarkViolation& v = *worst;
       seq->state.Abort(absl::DataLossError(absl::StrCat(
           "request refused: watermark check found ", ViolationKindName(v.kind),
           " on page ", v.page.value(), " (", seq->violations.size(),

@@ -221,6 +221,55 @@ void StopAll(std::vector<Child>& children) {
 
 }  // namespace
 
+absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args) {
+  std::vector<std::string> up_args = {"/proc/self/exe", "up"};
+  up_args.insert(up_args.end(), args.begin(), args.end());
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    dup2(fds[1], STDOUT_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : up_args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  UpProcess up;
+  up.pid = pid;
+  std::string line;
+  std::vector<std::string> urls;
+  char ch;
+  while (urls.size() < 3 && read(fds[0], &ch, 1) == 1) {
+    if (ch != '\n') {
+      line.push_back(ch);
+      continue;
+    }
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    if (words.size() >= 2) urls.push_back(words[1]);
+    line.clear();
+  }
+  close(fds[0]);
+  if (urls.size() < 3) {
+    StopUpProcess(up);
+    return absl::UnavailableError("kvcanary-engine up did not start");
+  }
+  up.router = urls[0];
+  up.prefill = urls[1];
+  up.decode = urls[2];
+  return up;
+}
+
+void StopUpProcess(UpProcess& up) {
+  if (up.pid <= 0) return;
+  kill(up.pid, SIGTERM);
+  waitpid(up.pid, nullptr, 0);
+  up.pid = -1;
+}
+
 absl::Status RunUp(const ServeOptions& o,
                    const std::vector<std::string>& node_args) {
   sigset_t stop = BlockStopSignals();

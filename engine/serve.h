@@ -4,6 +4,8 @@
 #ifndef KVCANARY_ENGINE_SERVE_H_
 #define KVCANARY_ENGINE_SERVE_H_
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
 
@@ -41,6 +43,16 @@ absl::Status RunServe(const ServeOptions& options);
 // (`serve --role=...`, with `node_args` passed to the two nodes), prints
 // "router http://...", "prefill http://...", "decode http://..." once all
 // are ready, and stops them all on SIGINT/SIGTERM (or when one dies).
+// `kvcanary-engine up <args>` started from this binary as a child process,
+// with the URLs it printed.
+struct UpProcess {
+  pid_t pid = -1;
+  std::string router, prefill, decode;
+};
+absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args);
+// SIGTERM, then waits for it (and so for its nodes).
+void StopUpProcess(UpProcess& up);
+
 absl::Status RunUp(const ServeOptions& options,
                    const std::vector<std::string>& node_args);
 

@@ -14,6 +14,12 @@ const std::vector<FaultInfo>& AllFaults() {
        "prefill ships a one-token placeholder page, decode attends over every "
        "page it "
        "reserved (router, prefill and decode)"},
+      {Fault::kPageCountMismatch, "page-count-mismatch",
+       "prefill counts pages with a floor and drops a partial last page; "
+       "decode commits "
+       "without comparing pages and tokens received with its reservation "
+       "(prefill and "
+       "decode)"},
   };
   return *all;
 }

@@ -21,6 +21,10 @@ enum class Fault : uint32_t {
   // prefill runs a one-token placeholder and ships one page; decode takes
   // the transfer's word for it and attends over every page it reserved.
   kAdmissionAbortLost = 1u << 0,
+  // Prefill and decode disagree on length: prefill counts the pages to ship
+  // with a floor (dropping a partial last page), and decode commits on the
+  // sender's "success" without comparing what arrived with what it reserved.
+  kPageCountMismatch = 1u << 1,
 };
 
 struct FaultInfo {

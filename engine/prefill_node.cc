@@ -160,8 +160,14 @@ absl::Status PrefillNode::SendKv(const std::string& host, int port,
   };
   absl::Status s = c.Send(meta, kFrameTimeout);
   if (!s.ok()) return done(s);
-  std::vector<kv::Page> pages = ExportKvPages(
-      loop_.pool(), block_table, static_cast<int>(meta.prompt_tokens));
+  int tokens_to_ship = static_cast<int>(meta.prompt_tokens);
+  if (options_.faults.has(Fault::kPageCountMismatch)) {
+    // The bug: pages = tokens / page_tokens, rounded down.
+    const int pt = static_cast<int>(meta.page_tokens);
+    tokens_to_ship = tokens_to_ship / pt * pt;
+  }
+  std::vector<kv::Page> pages =
+      ExportKvPages(loop_.pool(), block_table, tokens_to_ship);
   for (size_t i = 0; i < pages.size(); ++i) {
     if (options_.damage != TransferDamage::kNone && i == 0) {
       std::string bytes;

@@ -78,43 +78,21 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   };
   auto body = ParseJsonObject(req.body);
   if (!body.ok()) return fail(body.status());
-  auto request_id = JsonUint(*body, "request_id");
-  auto tenant_id = JsonUint(*body, "tenant_id");
-  auto prompt = JsonTokenArray(*body, "prompt");
-  auto max_tokens = JsonUint(*body, "max_tokens");
-  auto temperature = JsonNumber(*body, "temperature", 0.0);
-  auto top_p = JsonNumber(*body, "top_p", 1.0);
+  auto parsed = ParseNodeRequest(*body);
+  if (!parsed.ok()) return fail(parsed.status());
   auto prefill_url = JsonString(*body, "prefill_url");
-  for (const absl::Status& s :
-       {request_id.status(), tenant_id.status(), prompt.status(),
-        max_tokens.status(), temperature.status(), top_p.status(),
-        prefill_url.status()}) {
-    if (!s.ok()) return fail(s);
-  }
-  uint64_t seed = 0;
-  if (body->contains("seed")) {
-    auto s = JsonUint(*body, "seed");
-    if (!s.ok()) return fail(s.status());
-    seed = *s;
-  }
-  if (static_cast<int>(prompt->size()) > options_.max_prompt_tokens) {
+  if (!prefill_url.ok()) return fail(prefill_url.status());
+  NodeRequest& request = *parsed;
+  if (static_cast<int>(request.prompt.size()) > options_.max_prompt_tokens) {
     return fail(absl::InvalidArgumentError(
-        absl::StrCat("prompt of ", prompt->size(),
+        absl::StrCat("prompt of ", request.prompt.size(),
                      " tokens exceeds the decode node's limit of ",
                      options_.max_prompt_tokens)));
   }
-  if (*request_id == 0 || *tenant_id == 0 || *tenant_id > UINT32_MAX) {
-    return fail(absl::InvalidArgumentError(
-        "request_id and tenant_id must be non-zero"));
-  }
-  const RequestId id(*request_id);
-  const TenantId tenant(static_cast<uint32_t>(*tenant_id));
-  SamplingParams sampling;
-  sampling.max_tokens =
-      static_cast<int>(std::min<uint64_t>(*max_tokens, 1 << 20));
-  sampling.temperature = static_cast<float>(*temperature);
-  sampling.top_p = static_cast<float>(*top_p);
-  sampling.seed = seed;
+  const RequestId id = request.id;
+  const TenantId tenant = request.tenant;
+  const SamplingParams& sampling = request.sampling;
+  const std::vector<int>* prompt = &request.prompt;
   const int prompt_tokens = static_cast<int>(prompt->size());
   auto channel = std::make_shared<RequestChannel>();
   absl::Status submitted = loop_.Submit(
@@ -148,7 +126,7 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   pj["prompt"] = *prompt;
   pj["temperature"] = sampling.temperature;
   pj["top_p"] = sampling.top_p;
-  pj["seed"] = seed;
+  pj["seed"] = sampling.seed;
   pj["reserved_pages"] = pending->reserved_pages;
   pj["kv_host"] = options_.host;
   pj["kv_port"] = kv_port_;

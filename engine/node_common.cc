@@ -119,6 +119,42 @@ void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
   });
 }
 
+absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {
+  NodeRequest r;
+  auto request_id = JsonUint(body, "request_id");
+  auto tenant_id = JsonUint(body, "tenant_id");
+  auto prompt = JsonTokenArray(body, "prompt");
+  auto temperature = JsonNumber(body, "temperature", 0.0);
+  auto top_p = JsonNumber(body, "top_p", 1.0);
+  for (const absl::Status& s :
+       {request_id.status(), tenant_id.status(), prompt.status(),
+        temperature.status(), top_p.status()}) {
+    if (!s.ok()) return s;
+  }
+  if (*request_id == 0 || *tenant_id == 0 || *tenant_id > UINT32_MAX) {
+    return absl::InvalidArgumentError(
+        "request_id and tenant_id must be non-zero");
+  }
+  r.id = RequestId(*request_id);
+  r.tenant = TenantId(static_cast<uint32_t>(*tenant_id));
+  r.prompt = *std::move(prompt);
+  r.sampling.temperature = static_cast<float>(*temperature);
+  r.sampling.top_p = static_cast<float>(*top_p);
+  r.sampling.max_tokens = 1;
+  if (body.contains("seed")) {
+    auto seed = JsonUint(body, "seed");
+    if (!seed.ok()) return seed.status();
+    r.sampling.seed = *seed;
+  }
+  if (body.contains("max_tokens")) {
+    auto max_tokens = JsonUint(body, "max_tokens");
+    if (!max_tokens.ok()) return max_tokens.status();
+    r.sampling.max_tokens =
+        static_cast<int>(std::min<uint64_t>(*max_tokens, 1 << 20));
+  }
+  return r;
+}
+
 std::unique_ptr<httplib::Server> MakeHttpServer(int threads) {
   auto server = std::make_unique<httplib::Server>();
   server->new_task_queue = [threads] {

@@ -9,6 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/ids.h"
+#include "engine/sampler.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -41,6 +43,17 @@ class NodeMetrics;
 void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
                          int max_prompt_tokens, const EngineLoop* loop,
                          NodeMetrics* metrics);
+
+// The fields every internal request carries: who, what, how to sample.
+struct NodeRequest {
+  RequestId id;
+  TenantId tenant;
+  std::vector<int> prompt;
+  SamplingParams sampling;  // max_tokens from the body, or 1 if absent
+};
+// request_id and tenant_id (non-zero), prompt, temperature, top_p, seed
+// (optional), max_tokens (optional); kInvalidArgument naming the field.
+absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body);
 
 // A server with enough threads for long-lived streaming responses.
 std::unique_ptr<httplib::Server> MakeHttpServer(int threads);

@@ -51,21 +51,17 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
   };
   auto body = ParseJsonObject(req.body);
   if (!body.ok()) return fail(body.status());
-  auto request_id = JsonUint(*body, "request_id");
-  auto tenant_id = JsonUint(*body, "tenant_id");
-  auto prompt = JsonTokenArray(*body, "prompt");
-  auto temperature = JsonNumber(*body, "temperature", 0.0);
-  auto top_p = JsonNumber(*body, "top_p", 1.0);
-  auto seed = JsonUint(*body, "seed");
+  auto parsed = ParseNodeRequest(*body);
+  if (!parsed.ok()) return fail(parsed.status());
   auto reserved_pages = JsonUint(*body, "reserved_pages");
   auto kv_host = JsonString(*body, "kv_host");
   auto kv_port = JsonUint(*body, "kv_port");
   for (const absl::Status& s :
-       {request_id.status(), tenant_id.status(), prompt.status(),
-        temperature.status(), top_p.status(), seed.status(),
-        reserved_pages.status(), kv_host.status(), kv_port.status()}) {
+       {reserved_pages.status(), kv_host.status(), kv_port.status()}) {
     if (!s.ok()) return fail(s);
   }
+  NodeRequest& request = *parsed;
+  std::vector<int>* prompt = &request.prompt;
   // The prefill scheduler's own admission check. Its verdict belongs in
   // `admission.status`. With admission-abort-lost the rejection goes to
   // `admission.abort_reason`, a field nothing downstream reads (the
@@ -88,17 +84,10 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
     }
   }
   if (!admission.status.ok()) return fail(admission.status);
-  if (*request_id == 0 || *tenant_id == 0 || *tenant_id > UINT32_MAX) {
-    return fail(absl::InvalidArgumentError(
-        "request_id and tenant_id must be non-zero"));
-  }
-  const RequestId id(*request_id);
-  const TenantId tenant(static_cast<uint32_t>(*tenant_id));
-  SamplingParams sampling;
-  sampling.max_tokens = 1;
-  sampling.temperature = static_cast<float>(*temperature);
-  sampling.top_p = static_cast<float>(*top_p);
-  sampling.seed = *seed;
+  const RequestId id = request.id;
+  const TenantId tenant = request.tenant;
+  SamplingParams sampling = request.sampling;
+  sampling.max_tokens = 1;  // prefill samples the first token only
   const int prompt_tokens = static_cast<int>(prompt->size());
   auto channel = std::make_shared<RequestChannel>();
   absl::Status submitted = loop_.Submit(

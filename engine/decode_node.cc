@@ -20,7 +20,9 @@ std::string NdjsonLine(const nlohmann::json& j) { return j.dump() + "\n"; }
 DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
     : model_(model),
       options_(options),
-      loop_(model, options.engine, options.max_waiting),
+      trace_(TraceNode::kDecode, options.trace_reader_capacity,
+             options.trace_read_sample_every),
+      loop_(model, WithTrace(options.engine, &trace_), options.max_waiting),
       metrics_("decode") {
   if (options_.max_prompt_tokens <= 0) {
     options_.max_prompt_tokens = model->config.seq_len - 1;
@@ -36,7 +38,7 @@ absl::Status DecodeNode::Start() {
                   HandleGenerate(req, res);
                 });
   AddEngineNodeRoutes(server_.get(), "decode", options_.max_prompt_tokens,
-                      &loop_, &metrics_);
+                      &loop_, &metrics_, &trace_);
   auto listener = kv::FrameListener::Listen(options_.host, options_.kv_port);
   if (!listener.ok()) return listener.status();
   listener_ = *std::move(listener);
@@ -374,6 +376,24 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
     bool tokens_ok = commit->tokens_sent == meta->prompt_tokens;
     for (uint32_t s : slots_per_layer)
       tokens_ok = tokens_ok && s == meta->prompt_tokens;
+    {
+      TraceEvent e;
+      e.type = TraceEventType::kTransferCommit;
+      e.request = meta->request;
+      e.tenant = meta->tenant;
+      e.pages_sent = static_cast<uint32_t>(pages.size());
+      // What the reservation expects, whatever a fault made this node accept.
+      const uint32_t reserved_pages =
+          static_cast<uint32_t>(pending->prompt_pages * cfg.n_layers);
+      e.pages_expected = reserved_pages;
+      e.tokens_sent = commit->tokens_sent;
+      e.tokens_expected = static_cast<uint32_t>(pending->prompt_tokens);
+      e.ok = pages.size() == reserved_pages &&
+             commit->pages_sent == pages.size() &&
+             commit->tokens_sent == e.tokens_expected &&
+             slots_per_layer[0] == e.tokens_expected;
+      trace_.Emit(e);
+    }
     // page-count-mismatch: the commit is taken on the sender's word.
     const bool compare = !options_.faults.has(Fault::kPageCountMismatch);
     if (commit->request != meta->request ||

@@ -27,6 +27,7 @@
 #include "engine/faults.h"
 #include "engine/kv_connection.h"
 #include "engine/node_metrics.h"
+#include "engine/trace_bus.h"
 #include "httplib.h"
 
 namespace kvcanary::engine {
@@ -43,6 +44,8 @@ struct DecodeNodeOptions {
   // test can kill the node in the middle of a transfer.
   absl::Duration test_receive_delay = absl::ZeroDuration();
   FaultSet faults;
+  uint32_t trace_read_sample_every = 1;    // page reads of every Nth request
+  size_t trace_reader_capacity = 1 << 16;  // events queued per trace reader
   EngineOptions engine;
 };
 
@@ -80,6 +83,7 @@ class DecodeNode {
 
   const Model* model_;
   DecodeNodeOptions options_;
+  TraceBus trace_;  // before loop_: the engine emits into it
   EngineLoop loop_;
   NodeMetrics metrics_;
   std::unique_ptr<httplib::Server> server_;

@@ -20,6 +20,7 @@ PagePoolOptions PoolOptionsFor(const ModelConfig& config,
   PagePoolOptions p;
   p.n_layers = config.n_layers;
   p.scrub = options.scrub;
+  p.trace = options.trace;
   p.layout.page_tokens = options.page_tokens;
   p.layout.kv_heads = config.n_kv_heads;
   p.layout.head_dim = config.head_dim();
@@ -37,8 +38,8 @@ Engine::Engine(const Model* model, const EngineOptions& options)
       threads_(options.num_threads),
       pool_(PoolOptionsFor(model->config, options)),
       scheduler_(WithSeqLen(options.scheduler, model->config), &pool_),
-      runner_(model, &pool_, &threads_, ModelRunnerOptions{options.watermark}) {
-}
+      runner_(model, &pool_, &threads_,
+              ModelRunnerOptions{options.watermark, options.trace}) {}
 
 absl::StatusOr<RequestId> Engine::Submit(TenantId tenant,
                                          std::vector<int> prompt,
@@ -101,7 +102,21 @@ StepEvents Engine::Step() {
   Batch batch = scheduler_.Schedule();
   for (Sequence* seq : batch.reserved) events.reserved.push_back(seq->id);
   if (batch.entries.empty()) return events;
+  std::vector<size_t> violations_before;
+  if (options_.trace != nullptr) {
+    for (const BatchEntry& e : batch.entries)
+      violations_before.push_back(e.seq->violations.size());
+  }
   StepOutput out = runner_.Run(batch);
+  if (options_.trace != nullptr) {
+    // Violations are never sampled away.
+    for (size_t i = 0; i < batch.entries.size(); ++i) {
+      const auto& v = batch.entries[i].seq->violations;
+      for (size_t k = violations_before[i]; k < v.size(); ++k) {
+        options_.trace->Emit(FromViolation(v[k]));
+      }
+    }
+  }
   for (Sequence* seq :
        scheduler_.Postprocess(batch, out, model_->config.vocab_size)) {
     events.finished.push_back(seq->id);
@@ -158,6 +173,22 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
     StampWrite(KvPageLayout::stamp(dst),
                StampIdentity{seq->id, seq->tenant, ref.generation}, 0,
                page.slots);
+  }
+  if (options_.trace != nullptr) {
+    for (const kv::Page& page : pages) {
+      if (page.layer != 0) continue;  // one event per page, not per layer
+      const PageRef ref = seq->block_table[page.index];
+      TraceEvent e;
+      e.type = TraceEventType::kPageWrite;
+      e.page = ref.page;
+      e.gen = ref.generation;
+      e.tenant = seq->tenant;
+      e.request = seq->id;
+      e.first_slot = 0;
+      e.last_slot_exclusive = page.slots;
+      e.writer_gen = ref.generation;
+      options_.trace->Emit(e);
+    }
   }
   scheduler_.StartDecodeAfterTransfer(seq, first_token, computed_tokens);
   return absl::OkStatus();

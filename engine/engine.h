@@ -31,7 +31,9 @@ struct EngineOptions {
   int num_threads = 1;  // counts the engine thread itself
   WatermarkMode watermark = WatermarkMode::kEnforce;
   ScrubPolicy scrub = ScrubPolicy::kNone;  // on free
-  SchedulerOptions scheduler;              // seq_len is taken from the model
+  TraceBus* trace =
+      nullptr;  // trace events; may be null. Must outlive the engine.
+  SchedulerOptions scheduler;  // seq_len is taken from the model
 };
 
 // Options of one Submit().

@@ -7,6 +7,14 @@
 
 namespace kvcanary::engine {
 
+// The trace format's enums mirror the engine's, value for value.
+static_assert(static_cast<int>(TracePhase::kFinished) ==
+              static_cast<int>(RequestPhase::kFinished));
+static_assert(static_cast<int>(TraceFinishReason::kAbort) ==
+              static_cast<int>(FinishReason::kAbort));
+static_assert(static_cast<int>(TraceFinishReason::kTransferred) ==
+              static_cast<int>(FinishReason::kTransferred));
+
 void RequestChannel::Push(RequestEvent event) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -65,6 +73,7 @@ absl::Status EngineLoop::Submit(TenantId tenant, std::vector<int> prompt,
     auto id = engine_.Submit(tenant, std::move(prompt), sampling, options);
     if (id.ok()) {
       tracked_[*id] = Tracked{channel};
+      TraceRequest(*engine_.Get(*id));
     } else {
       queued_.fetch_sub(1);
     }
@@ -120,6 +129,19 @@ void EngineLoop::UpdateStats() {
   stats_.transferring = engine_.num_transferring();
 }
 
+void EngineLoop::TraceRequest(const Sequence& seq) {
+  TraceBus* trace = engine_.options().trace;
+  if (trace == nullptr) return;
+  TraceEvent e;
+  e.type = TraceEventType::kRequest;
+  e.request = seq.id;
+  e.tenant = seq.tenant;
+  e.phase = static_cast<TracePhase>(seq.state.phase());
+  e.reason = static_cast<TraceFinishReason>(seq.state.finish_reason());
+  e.code = seq.state.abort_status().code();
+  trace->Emit(e);
+}
+
 void EngineLoop::Report(const std::vector<RequestId>& ids) {
   for (RequestId id : ids) {
     auto it = tracked_.find(id);
@@ -142,6 +164,7 @@ void EngineLoop::Report(const std::vector<RequestId>& ids) {
         e.kind = RequestEvent::Kind::kReserved;
       }
       t.channel->Push(std::move(e));
+      TraceRequest(*seq);
     }
     if (seq->output.size() > t.reported_tokens) {
       RequestEvent e;
@@ -153,6 +176,7 @@ void EngineLoop::Report(const std::vector<RequestId>& ids) {
       t.channel->Push(std::move(e));
     }
     if (seq->state.finished()) {
+      TraceRequest(*seq);
       RequestEvent e;
       e.kind = RequestEvent::Kind::kFinished;
       e.reason = seq->state.finish_reason();

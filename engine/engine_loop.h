@@ -95,6 +95,8 @@ class EngineLoop {
   // Pushes what changed for `ids` since last reported; forgets finished ones.
   void Report(const std::vector<RequestId>& ids);
   void UpdateStats();
+  // A `request` trace event with the sequence's phase now.
+  void TraceRequest(const Sequence& seq);
 
   const Model* model_;
   Engine engine_;  // touched only by the engine thread (and constructors)

@@ -68,6 +68,10 @@ ABSL_FLAG(int, test_kv_receive_delay_ms, 0,
           "decode, tests only: pause each KV transfer after its metadata");
 ABSL_FLAG(int, max_in_flight, 256, "router: requests in flight before 429");
 ABSL_FLAG(
+    uint32_t, trace_read_sample, 1,
+    "prefill/decode: trace the page reads of every Nth request (0 = none; "
+    "violations are always traced)");
+ABSL_FLAG(
     std::string, fault, "none",
     "serve/up: faults to switch on, comma-separated (kvcanary-engine faults)");
 ABSL_FLAG(
@@ -198,6 +202,7 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
   o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   ASSIGN_OR_RETURN(o.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
+  o.trace_read_sample_every = absl::GetFlag(FLAGS_trace_read_sample);
   o.test_receive_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_test_kv_receive_delay_ms));
   if (o.max_waiting < 1 || o.max_in_flight < 1) {
@@ -236,6 +241,8 @@ absl::Status Up() {
       absl::StrCat("--watermark=", absl::GetFlag(FLAGS_watermark)),
       absl::StrCat("--scrub=", absl::GetFlag(FLAGS_scrub)),
       absl::StrCat("--fault=", absl::GetFlag(FLAGS_fault)),
+      absl::StrCat("--trace_read_sample=",
+                   absl::GetFlag(FLAGS_trace_read_sample)),
       absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)),
       absl::StrCat("--page_tokens=", absl::GetFlag(FLAGS_page_tokens)),
       absl::StrCat("--num_pages=", absl::GetFlag(FLAGS_num_pages)),

@@ -1,5 +1,6 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/check.h"
@@ -102,6 +103,44 @@ void ModelRunner::Attention(const Batch& batch, int layer,
   }
 }
 
+void ModelRunner::TraceStep(const Batch& batch) {
+  const int pt = pool_->page_tokens();
+  for (const BatchEntry& entry : batch.entries) {
+    const Sequence& seq = *entry.seq;
+    // Writes: the slots this step wrote, one event per page.
+    const int end = entry.first_pos + entry.num_tokens;
+    for (int pos = entry.first_pos; pos < end;) {
+      const int page_index = pos / pt;
+      const int page_end = std::min(end, (page_index + 1) * pt);
+      const PageRef ref = seq.block_table[page_index];
+      TraceEvent e;
+      e.type = TraceEventType::kPageWrite;
+      e.page = ref.page;
+      e.gen = ref.generation;
+      e.tenant = seq.tenant;
+      e.request = seq.id;
+      e.first_slot = static_cast<uint32_t>(pos % pt);
+      e.last_slot_exclusive = static_cast<uint32_t>(page_end - page_index * pt);
+      e.writer_gen = ref.generation;
+      options_.trace->Emit(e);
+      pos = page_end;
+    }
+    // Reads: every page attention read, for sampled requests.
+    if (!options_.trace->SampleReads(seq.id)) continue;
+    for (int p = 0; p * pt < end; ++p) {
+      const PageRef ref = seq.block_table[p];
+      TraceEvent e;
+      e.type = TraceEventType::kPageRead;
+      e.request = seq.id;
+      e.tenant = seq.tenant;
+      e.page = ref.page;
+      e.gen = ref.generation;
+      e.slots = static_cast<uint32_t>(std::min(pt, end - p * pt));
+      options_.trace->Emit(e);
+    }
+  }
+}
+
 StepOutput ModelRunner::Run(const Batch& batch) {
   const int rows = batch.num_rows();
   const int entries = static_cast<int>(batch.entries.size());
@@ -191,6 +230,8 @@ StepOutput ModelRunner::Run(const Batch& batch) {
                      x_.data() + static_cast<size_t>(r) * dim,
                      w.rms_final.data(), dim);
   }
+  if (options_.trace != nullptr && options_.trace->has_readers())
+    TraceStep(batch);
   StepOutput out;
   out.logits.resize(static_cast<size_t>(entries) * cfg_.vocab_size);
   Linear(threads_, w.classifier(), last_.data(), out.logits.data(), dim,

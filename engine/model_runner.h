@@ -18,6 +18,7 @@ namespace kvcanary::engine {
 
 struct ModelRunnerOptions {
   WatermarkMode watermark = WatermarkMode::kEnforce;
+  TraceBus* trace = nullptr;  // page_write / page_read events; may be null
 };
 
 class ModelRunner {
@@ -37,6 +38,8 @@ class ModelRunner {
  private:
   void EnsureCapacity(int rows, int entries);
   void Attention(const Batch& batch, int layer, std::vector<bool>* refused);
+  // page_write and (sampled) page_read events of one step.
+  void TraceStep(const Batch& batch);
 
   const Model* model_;
   const ModelConfig& cfg_;

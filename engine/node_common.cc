@@ -8,6 +8,7 @@
 #include "engine/engine_loop.h"
 #include "engine/node_metrics.h"
 #include "engine/openai_api.h"
+#include "engine/trace_bus.h"
 
 namespace kvcanary::engine {
 
@@ -96,9 +97,30 @@ absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
   return out;
 }
 
+EngineOptions WithTrace(EngineOptions options, TraceBus* trace) {
+  options.trace = trace;
+  return options;
+}
+
 void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
                          int max_prompt_tokens, const EngineLoop* loop,
-                         NodeMetrics* metrics) {
+                         NodeMetrics* metrics, TraceBus* trace) {
+  // The trace stream (docs/trace-format.md): one line per event, for as
+  // long as the reader stays; a slow reader gets `dropped` events.
+  server->Get("/v1/trace",
+              [trace](const httplib::Request&, httplib::Response& res) {
+                auto reader = trace->Subscribe();
+                res.set_chunked_content_provider(
+                    "text/plain",
+                    [trace, reader](size_t, httplib::DataSink& sink) {
+                      for (const std::string& line :
+                           reader->Wait(absl::Milliseconds(200))) {
+                        if (!sink.write(line.data(), line.size())) return false;
+                      }
+                      return sink.is_writable();
+                    },
+                    [trace, reader](bool) { trace->Unsubscribe(reader); });
+              });
   server->Get("/internal/v1/limits",
               [=](const httplib::Request&, httplib::Response& res) {
                 nlohmann::json j;

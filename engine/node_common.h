@@ -40,9 +40,14 @@ absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
 // /metrics. `loop` and `metrics` must outlive the server.
 class EngineLoop;
 class NodeMetrics;
+class TraceBus;
+struct EngineOptions;
 void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
                          int max_prompt_tokens, const EngineLoop* loop,
-                         NodeMetrics* metrics);
+                         NodeMetrics* metrics, TraceBus* trace);
+
+// `options` with its trace bus set.
+EngineOptions WithTrace(EngineOptions options, TraceBus* trace);
 
 // The fields every internal request carries: who, what, how to sample.
 struct NodeRequest {

@@ -9,6 +9,9 @@
 
 namespace kvcanary::engine {
 
+static_assert(static_cast<int>(TraceScrub::kPoison) ==
+              static_cast<int>(ScrubPolicy::kPoison));
+
 void PagePool::FreeDeleter::operator()(char* p) const { std::free(p); }
 
 const char* ScrubPolicyName(ScrubPolicy policy) {
@@ -73,6 +76,15 @@ std::vector<PageRef> PagePool::Allocate(TenantId tenant, RequestId request,
       stamp->owner = StampIdentity{request, tenant, gen};
     }
     refs.push_back(PageRef{page, gen});
+    if (options_.trace != nullptr) {
+      TraceEvent e;
+      e.type = TraceEventType::kPageAlloc;
+      e.page = page;
+      e.gen = gen;
+      e.tenant = tenant;
+      e.request = request;
+      options_.trace->Emit(e);
+    }
   }
   return refs;
 }
@@ -86,6 +98,17 @@ void PagePool::Free(const std::vector<PageRef>& pages) {
         << " but the page is at generation " << generation_[ref.page.value()];
     is_free_[ref.page.value()] = true;
     free_.push_back(ref.page);
+    if (options_.trace != nullptr) {
+      const PageStamp& owner = stamp(0, ref.page);
+      TraceEvent e;
+      e.type = TraceEventType::kPageFree;
+      e.page = ref.page;
+      e.gen = ref.generation;
+      e.tenant = owner.owner.tenant;
+      e.request = owner.owner.request;
+      e.scrub = static_cast<TraceScrub>(options_.scrub);
+      options_.trace->Emit(e);
+    }
     if (options_.scrub == ScrubPolicy::kNone) continue;
     const size_t kv_bytes = 2 * layout().kv_floats() * sizeof(float);
     for (int l = 0; l < n_layers(); ++l) {

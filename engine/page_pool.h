@@ -21,6 +21,7 @@
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
 #include "common/page_stamp.h"
+#include "engine/trace_bus.h"
 #include "kernels/paged_attention.h"
 
 namespace kvcanary::engine {
@@ -44,6 +45,7 @@ struct PagePoolOptions {
   int n_layers = 0;
   KvPageLayout layout;
   ScrubPolicy scrub = ScrubPolicy::kNone;
+  TraceBus* trace = nullptr;  // page_alloc / page_free events; may be null
 };
 
 class PagePool {

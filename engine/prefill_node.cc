@@ -14,7 +14,9 @@ constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
 PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
     : model_(model),
       options_(options),
-      loop_(model, options.engine, options.max_waiting),
+      trace_(TraceNode::kPrefill, options.trace_reader_capacity,
+             options.trace_read_sample_every),
+      loop_(model, WithTrace(options.engine, &trace_), options.max_waiting),
       metrics_("prefill") {
   if (options_.max_prompt_tokens <= 0) {
     options_.max_prompt_tokens = model->config.seq_len / 2;
@@ -30,7 +32,7 @@ absl::Status PrefillNode::Start() {
                   HandlePrefill(req, res);
                 });
   AddEngineNodeRoutes(server_.get(), "prefill", options_.max_prompt_tokens,
-                      &loop_, &metrics_);
+                      &loop_, &metrics_, &trace_);
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
                            &server_thread_);
   if (!port.ok()) return port.status();

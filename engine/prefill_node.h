@@ -20,6 +20,7 @@
 #include "engine/engine_loop.h"
 #include "engine/faults.h"
 #include "engine/node_metrics.h"
+#include "engine/trace_bus.h"
 #include "httplib.h"
 
 namespace kvcanary::engine {
@@ -38,6 +39,8 @@ struct PrefillNodeOptions {
   absl::Duration transfer_timeout = absl::Seconds(30);
   TransferDamage damage = TransferDamage::kNone;
   FaultSet faults;
+  uint32_t trace_read_sample_every = 1;    // page reads of every Nth request
+  size_t trace_reader_capacity = 1 << 16;  // events queued per trace reader
   EngineOptions engine;
 };
 
@@ -60,6 +63,7 @@ class PrefillNode {
 
   const Model* model_;
   PrefillNodeOptions options_;
+  TraceBus trace_;  // before loop_: the engine emits into it
   EngineLoop loop_;
   NodeMetrics metrics_;
   std::unique_ptr<httplib::Server> server_;

@@ -68,6 +68,7 @@ absl::Status RunServe(const ServeOptions& o) {
     p.engine = o.engine;
     p.damage = o.damage;
     p.faults = o.faults;
+    p.trace_read_sample_every = o.trace_read_sample_every;
     PrefillNode node(&model, p);
     RETURN_IF_ERROR(node.Start());
     PrintReady(absl::StrCat("ready role=prefill http=", node.http_port()));
@@ -86,6 +87,7 @@ absl::Status RunServe(const ServeOptions& o) {
     d.engine = o.engine;
     d.test_receive_delay = o.test_receive_delay;
     d.faults = o.faults;
+    d.trace_read_sample_every = o.trace_read_sample_every;
     DecodeNode node(&model, d);
     RETURN_IF_ERROR(node.Start());
     PrintReady(absl::StrCat("ready role=decode http=", node.http_port(),

@@ -32,6 +32,7 @@ struct ServeOptions {
   TransferDamage damage = TransferDamage::kNone;  // prefill, tests only
   absl::Duration test_receive_delay;              // decode, tests only
   FaultSet faults;                                // every role
+  uint32_t trace_read_sample_every = 1;           // nodes
   int max_in_flight = 256;                        // router
 };
 

@@ -1,0 +1,81 @@
+#include "engine/trace_bus.h"
+
+#include <algorithm>
+
+#include "absl/time/clock.h"
+
+namespace kvcanary::engine {
+
+std::vector<std::string> TraceBus::Reader::Wait(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+               [&] { return !lines_.empty(); });
+  std::vector<std::string> out(std::make_move_iterator(lines_.begin()),
+                               std::make_move_iterator(lines_.end()));
+  lines_.clear();
+  return out;
+}
+
+void TraceBus::Reader::Offer(const std::string& line,
+                             const TraceEvent& header) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Room for the event, and for a `dropped` event in front of it.
+    if (lines_.size() + (dropped_ > 0 ? 2 : 1) > capacity_) {
+      ++dropped_;
+      dropped_total_.fetch_add(1);
+      last_dropped_ = header;
+      return;
+    }
+    if (dropped_ > 0) {
+      TraceEvent d;
+      d.type = TraceEventType::kDropped;
+      d.seq = last_dropped_.seq;
+      d.ts_us = last_dropped_.ts_us;
+      d.node = last_dropped_.node;
+      d.count = dropped_;
+      std::string s;
+      EncodeTo(d, &s);
+      lines_.push_back(std::move(s));
+      dropped_ = 0;
+    }
+    lines_.push_back(line);
+  }
+  cv_.notify_all();
+}
+
+TraceBus::TraceBus(TraceNode node, size_t reader_capacity,
+                   uint32_t read_sample_every)
+    : node_(node),
+      reader_capacity_(std::max<size_t>(reader_capacity, 2)),
+      read_sample_every_(read_sample_every) {}
+
+void TraceBus::Emit(TraceEvent event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  event.seq = seq_.fetch_add(1) + 1;
+  if (num_readers_.load() == 0) return;  // nobody listening: nothing to encode
+  event.ts_us =
+      static_cast<uint64_t>(absl::ToInt64Microseconds(absl::Now() - start_));
+  event.node = node_;
+  std::string line;
+  EncodeTo(event, &line);
+  for (const auto& r : readers_) r->Offer(line, event);
+}
+
+std::shared_ptr<TraceBus::Reader> TraceBus::Subscribe() {
+  auto reader = std::make_shared<Reader>(reader_capacity_);
+  std::lock_guard<std::mutex> lock(mu_);
+  readers_.push_back(reader);
+  num_readers_.fetch_add(1);
+  return reader;
+}
+
+void TraceBus::Unsubscribe(const std::shared_ptr<Reader>& reader) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = std::find(readers_.begin(), readers_.end(), reader);
+  if (it == readers_.end()) return;
+  readers_.erase(it);
+  num_readers_.fetch_sub(1);
+}
+
+}  // namespace kvcanary::engine

@@ -1,0 +1,79 @@
+// Fan-out of a node's trace events (common/trace_event.h) to its readers:
+// GET /v1/trace streams, and an optional file. Emitting never blocks the
+// engine: each reader has a bounded queue, and a reader that falls behind
+// loses events with a counted, visible `dropped` event in its stream.
+// Violations are never sampled away; per-step page reads are traced for a
+// sample of requests (every Nth request id).
+//
+// Thread-safe.
+#ifndef KVCANARY_ENGINE_TRACE_BUS_H_
+#define KVCANARY_ENGINE_TRACE_BUS_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/trace_event.h"
+
+namespace kvcanary::engine {
+
+class TraceBus {
+ public:
+  // One reader's queue of encoded lines. Thread-safe.
+  class Reader {
+   public:
+    explicit Reader(size_t capacity) : capacity_(capacity) {}
+    // The lines queued so far (waiting up to `timeout` for the first).
+    std::vector<std::string> Wait(absl::Duration timeout);
+    uint64_t dropped_total() const { return dropped_total_.load(); }
+
+   private:
+    friend class TraceBus;
+    void Offer(const std::string& line, const TraceEvent& header);
+
+    const size_t capacity_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::string> lines_;
+    uint64_t dropped_ = 0;     // since the last `dropped` event
+    TraceEvent last_dropped_;  // header of the last event lost
+    std::atomic<uint64_t> dropped_total_{0};
+  };
+
+  // `read_sample_every`: trace page reads of requests whose id is a
+  // multiple of it (1: all, 0: none).
+  TraceBus(TraceNode node, size_t reader_capacity, uint32_t read_sample_every);
+
+  // Stamps seq, ts_us and node, and offers the event to every reader.
+  void Emit(TraceEvent event);
+  bool SampleReads(RequestId id) const {
+    return read_sample_every_ != 0 && id.value() % read_sample_every_ == 0;
+  }
+
+  std::shared_ptr<Reader> Subscribe();
+  void Unsubscribe(const std::shared_ptr<Reader>& reader);
+  uint64_t events_emitted() const { return seq_.load(); }
+  // Whether anyone listens: hot paths skip building events when not.
+  bool has_readers() const {
+    return num_readers_.load(std::memory_order_relaxed) > 0;
+  }
+
+ private:
+  const TraceNode node_;
+  const size_t reader_capacity_;
+  const uint32_t read_sample_every_;
+  const absl::Time start_ = absl::Now();
+  std::atomic<uint64_t> seq_{0};
+  std::atomic<int> num_readers_{0};
+  std::mutex mu_;  // orders emission; guards readers_
+  std::vector<std::shared_ptr<Reader>> readers_;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_TRACE_BUS_H_

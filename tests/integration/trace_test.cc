@@ -1,0 +1,130 @@
+// The trace stream of real nodes: GET /v1/trace, decoded with the shared
+// format, tells the story of a request and of a leak.
+#include <atomic>
+#include <thread>
+
+#include "common/trace_event.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster.h"
+
+namespace kvcanary::testing {
+namespace {
+
+// Reads a node's trace stream on a thread until Stop().
+class TraceTap {
+ public:
+  explicit TraceTap(const std::string& node) {
+    client_ = std::make_unique<httplib::Client>(node);
+    thread_ = std::thread([this] {
+      httplib::Client& client = *client_;
+      client.set_read_timeout(60, 0);
+      client.Get("/v1/trace", [this](const char* data, size_t n) {
+        std::lock_guard<std::mutex> lock(mu_);
+        reader_.Feed(absl::string_view(data, n));
+        while (true) {
+          auto e = reader_.Next();
+          if (!e.ok()) {
+            error_ = e.status();
+            return false;
+          }
+          if (!e->has_value()) break;
+          events_.push_back(**e);
+        }
+        return !stop_.load();
+      });
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // subscribed
+  }
+  // Waits for the tail of the stream, then hangs up.
+  std::vector<TraceEvent> Stop() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    stop_ = true;
+    client_->stop();  // unblocks the read
+    thread_.join();
+    EXPECT_TRUE(error_.ok()) << error_;
+    return events_;
+  }
+
+ private:
+  std::unique_ptr<httplib::Client> client_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  TraceLineReader reader_;
+  std::vector<TraceEvent> events_;
+  absl::Status error_;
+};
+
+std::string LongPrompt(int words) {
+  std::string p = "once";
+  for (int i = 0; i < words; ++i) p += i % 2 ? " dog" : " ran";
+  return p;
+}
+
+TEST(TraceTest, ARequestsLifeOnTheDecodeNode) {
+  Cluster cluster({});
+  ASSERT_TRUE(cluster.ok());
+  TraceTap tap(cluster.decode());
+  HttpResult r = Post(cluster.router(), "/v1/completions",
+                      Completion("a cat sat", 6), "sk-acme");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto events = tap.Stop();
+  int allocs = 0, frees = 0, writes = 0, reads = 0, commits = 0, violations = 0;
+  bool finished = false;
+  for (const TraceEvent& e : events) {
+    EXPECT_EQ(e.node, TraceNode::kDecode);
+    allocs += e.type == TraceEventType::kPageAlloc;
+    frees += e.type == TraceEventType::kPageFree;
+    writes += e.type == TraceEventType::kPageWrite;
+    reads += e.type == TraceEventType::kPageRead;
+    commits += e.type == TraceEventType::kTransferCommit && e.ok;
+    violations += e.type == TraceEventType::kViolation;
+    finished |= e.type == TraceEventType::kRequest &&
+                e.phase == TracePhase::kFinished && e.tenant == TenantId(1);
+  }
+  EXPECT_GT(allocs, 0);
+  EXPECT_EQ(allocs, frees);
+  EXPECT_GT(writes, 0);
+  EXPECT_GT(reads, 0);
+  EXPECT_EQ(commits, 1);
+  EXPECT_EQ(violations, 0);
+  EXPECT_TRUE(finished);
+}
+
+TEST(TraceTest, TheIncidentShowsAsViolationsAttributedToTheWriter) {
+  Cluster cluster(
+      {"--fault=admission-abort-lost", "--watermark=detect", "--num_pages=64"});
+  ASSERT_TRUE(cluster.ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Post(cluster.router(), "/v1/completions",
+                   Completion(LongPrompt(60) + " " + std::to_string(i), 8),
+                   "sk-globex")
+                  .status,
+              200);
+  }
+  TraceTap tap(cluster.decode());
+  HttpResult r = Post(cluster.router(), "/v1/completions",
+                      Completion(LongPrompt(150), 8), "sk-acme");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto events = tap.Stop();
+  int foreign = 0;
+  bool short_commit = false;
+  for (const TraceEvent& e : events) {
+    if (e.type == TraceEventType::kViolation &&
+        e.kind == ViolationKind::kForeignTenantRead) {
+      ++foreign;
+      EXPECT_EQ(e.reader.tenant, TenantId(1));  // acme read...
+      EXPECT_EQ(e.writer.tenant, TenantId(2));  // ...globex's bytes
+      EXPECT_EQ(e.owner.tenant, TenantId(1));   // in pages acme owned
+    }
+    if (e.type == TraceEventType::kTransferCommit) {
+      short_commit = !e.ok && e.pages_sent < e.pages_expected;
+    }
+  }
+  EXPECT_GT(foreign, 0);
+  EXPECT_TRUE(short_commit)
+      << "the one-page transfer shows in the commit event";
+}
+
+}  // namespace
+}  // namespace kvcanary::testing

@@ -32,6 +32,11 @@ DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
 DecodeNode::~DecodeNode() { Stop(); }
 
 absl::Status DecodeNode::Start() {
+  if (!options_.trace_file.empty()) {
+    auto file = TraceFileWriter::Open(&trace_, options_.trace_file);
+    if (!file.ok()) return file.status();
+    trace_file_ = *std::move(file);
+  }
   server_ = MakeHttpServer(options_.http_threads);
   server_->Post("/internal/v1/generate",
                 [this](const httplib::Request& req, httplib::Response& res) {
@@ -63,6 +68,7 @@ void DecodeNode::Stop() {
     threads.swap(transfer_threads_);
   }
   for (auto& t : threads) t.first.join();
+  trace_file_.reset();  // writes out what is queued
 }
 
 std::shared_ptr<DecodeNode::PendingTransfer> DecodeNode::FindPending(

@@ -44,7 +44,8 @@ struct DecodeNodeOptions {
   // test can kill the node in the middle of a transfer.
   absl::Duration test_receive_delay = absl::ZeroDuration();
   FaultSet faults;
-  uint32_t trace_read_sample_every = 1;    // page reads of every Nth request
+  uint32_t trace_read_sample_every = 1;  // page reads of every Nth request
+  std::string trace_file;  // also append the trace here ("" = no file)
   size_t trace_reader_capacity = 1 << 16;  // events queued per trace reader
   EngineOptions engine;
 };
@@ -84,6 +85,7 @@ class DecodeNode {
   const Model* model_;
   DecodeNodeOptions options_;
   TraceBus trace_;  // before loop_: the engine emits into it
+  std::unique_ptr<TraceFileWriter> trace_file_;
   EngineLoop loop_;
   NodeMetrics metrics_;
   std::unique_ptr<httplib::Server> server_;

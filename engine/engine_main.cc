@@ -68,6 +68,9 @@ ABSL_FLAG(int, test_kv_receive_delay_ms, 0,
           "decode, tests only: pause each KV transfer after its metadata");
 ABSL_FLAG(int, max_in_flight, 256, "router: requests in flight before 429");
 ABSL_FLAG(
+    std::string, trace_file, "",
+    "serve --role=prefill|decode: also append the trace stream to this file");
+ABSL_FLAG(
     uint32_t, trace_read_sample, 1,
     "prefill/decode: trace the page reads of every Nth request (0 = none; "
     "violations are always traced)");
@@ -203,6 +206,7 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   ASSIGN_OR_RETURN(o.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
   o.trace_read_sample_every = absl::GetFlag(FLAGS_trace_read_sample);
+  o.trace_file = absl::GetFlag(FLAGS_trace_file);
   o.test_receive_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_test_kv_receive_delay_ms));
   if (o.max_waiting < 1 || o.max_in_flight < 1) {

@@ -26,6 +26,11 @@ PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
 PrefillNode::~PrefillNode() { Stop(); }
 
 absl::Status PrefillNode::Start() {
+  if (!options_.trace_file.empty()) {
+    auto file = TraceFileWriter::Open(&trace_, options_.trace_file);
+    if (!file.ok()) return file.status();
+    trace_file_ = *std::move(file);
+  }
   server_ = MakeHttpServer(options_.http_threads);
   server_->Post("/internal/v1/prefill",
                 [this](const httplib::Request& req, httplib::Response& res) {
@@ -43,6 +48,7 @@ absl::Status PrefillNode::Start() {
 void PrefillNode::Stop() {
   if (server_ != nullptr) server_->stop();
   if (server_thread_.joinable()) server_thread_.join();
+  trace_file_.reset();  // writes out what is queued
 }
 
 void PrefillNode::HandlePrefill(const httplib::Request& req,

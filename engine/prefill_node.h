@@ -39,7 +39,8 @@ struct PrefillNodeOptions {
   absl::Duration transfer_timeout = absl::Seconds(30);
   TransferDamage damage = TransferDamage::kNone;
   FaultSet faults;
-  uint32_t trace_read_sample_every = 1;    // page reads of every Nth request
+  uint32_t trace_read_sample_every = 1;  // page reads of every Nth request
+  std::string trace_file;  // also append the trace here ("" = no file)
   size_t trace_reader_capacity = 1 << 16;  // events queued per trace reader
   EngineOptions engine;
 };
@@ -64,6 +65,7 @@ class PrefillNode {
   const Model* model_;
   PrefillNodeOptions options_;
   TraceBus trace_;  // before loop_: the engine emits into it
+  std::unique_ptr<TraceFileWriter> trace_file_;
   EngineLoop loop_;
   NodeMetrics metrics_;
   std::unique_ptr<httplib::Server> server_;

@@ -69,6 +69,7 @@ absl::Status RunServe(const ServeOptions& o) {
     p.damage = o.damage;
     p.faults = o.faults;
     p.trace_read_sample_every = o.trace_read_sample_every;
+    p.trace_file = o.trace_file;
     PrefillNode node(&model, p);
     RETURN_IF_ERROR(node.Start());
     PrintReady(absl::StrCat("ready role=prefill http=", node.http_port()));
@@ -88,6 +89,7 @@ absl::Status RunServe(const ServeOptions& o) {
     d.test_receive_delay = o.test_receive_delay;
     d.faults = o.faults;
     d.trace_read_sample_every = o.trace_read_sample_every;
+    d.trace_file = o.trace_file;
     DecodeNode node(&model, d);
     RETURN_IF_ERROR(node.Start());
     PrintReady(absl::StrCat("ready role=decode http=", node.http_port(),

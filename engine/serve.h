@@ -33,7 +33,8 @@ struct ServeOptions {
   absl::Duration test_receive_delay;              // decode, tests only
   FaultSet faults;                                // every role
   uint32_t trace_read_sample_every = 1;           // nodes
-  int max_in_flight = 256;                        // router
+  std::string trace_file;   // nodes: append the trace here
+  int max_in_flight = 256;  // router
 };
 
 // Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and

@@ -1,7 +1,10 @@
 #include "engine/trace_bus.h"
 
 #include <algorithm>
+#include <cerrno>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace kvcanary::engine {
@@ -76,6 +79,37 @@ void TraceBus::Unsubscribe(const std::shared_ptr<Reader>& reader) {
   if (it == readers_.end()) return;
   readers_.erase(it);
   num_readers_.fetch_sub(1);
+}
+
+absl::StatusOr<std::unique_ptr<TraceFileWriter>> TraceFileWriter::Open(
+    TraceBus* bus, const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) {
+    return absl::ErrnoToStatus(errno,
+                               absl::StrCat("cannot open trace file ", path));
+  }
+  return std::unique_ptr<TraceFileWriter>(new TraceFileWriter(bus, f));
+}
+
+TraceFileWriter::TraceFileWriter(TraceBus* bus, std::FILE* file)
+    : bus_(bus), file_(file), reader_(bus->Subscribe()) {
+  thread_ = std::thread([this] {
+    while (true) {
+      const bool last = stop_.load();
+      for (const std::string& line : reader_->Wait(absl::Milliseconds(100))) {
+        std::fwrite(line.data(), 1, line.size(), file_);
+      }
+      std::fflush(file_);
+      if (last) return;
+    }
+  });
+}
+
+TraceFileWriter::~TraceFileWriter() {
+  stop_.store(true);
+  thread_.join();
+  bus_->Unsubscribe(reader_);
+  std::fclose(file_);
 }
 
 }  // namespace kvcanary::engine

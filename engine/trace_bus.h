@@ -11,12 +11,15 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/trace_event.h"
 
@@ -72,6 +75,25 @@ class TraceBus {
   std::atomic<int> num_readers_{0};
   std::mutex mu_;  // orders emission; guards readers_
   std::vector<std::shared_ptr<Reader>> readers_;
+};
+
+// Appends a bus's events to a file, on a thread of its own, until destroyed
+// (which writes out what is queued first). A slow disk loses events the
+// same visible way a slow reader does. Thread-safe.
+class TraceFileWriter {
+ public:
+  // kNotFound / kPermissionDenied naming the path if it cannot be opened.
+  static absl::StatusOr<std::unique_ptr<TraceFileWriter>> Open(
+      TraceBus* bus, const std::string& path);
+  ~TraceFileWriter();
+
+ private:
+  TraceFileWriter(TraceBus* bus, std::FILE* file);
+  TraceBus* bus_;
+  std::FILE* file_;
+  std::shared_ptr<TraceBus::Reader> reader_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace kvcanary::engine

@@ -1,6 +1,9 @@
 // The trace stream of real nodes: GET /v1/trace, decoded with the shared
 // format, tells the story of a request and of a leak.
 #include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "common/trace_event.h"
@@ -124,6 +127,53 @@ TEST(TraceTest, TheIncidentShowsAsViolationsAttributedToTheWriter) {
   EXPECT_GT(foreign, 0);
   EXPECT_TRUE(short_commit)
       << "the one-page transfer shows in the commit event";
+}
+
+TEST(TraceTest, ANodeCanAlsoWriteItsTraceToAFile) {
+  const std::string path = ::testing::TempDir() + "/kvcanary-trace-" +
+                           std::to_string(getpid()) + ".log";
+  std::remove(path.c_str());
+  const std::string tenants = WriteTenantsFile();
+  auto ready_url = [](Process& p) {
+    const std::string line = p.ReadLine();
+    const size_t at = line.find("http=");
+    return at == std::string::npos
+               ? std::string()
+               : "http://127.0.0.1:" +
+                     std::to_string(std::stoi(line.substr(at + 5)));
+  };
+  Process prefill({"serve", "--role=prefill"});
+  const std::string prefill_url = ready_url(prefill);
+  auto decode = std::make_unique<Process>(std::vector<std::string>{
+      "serve", "--role=decode", "--trace_file=" + path});
+  const std::string decode_url = ready_url(*decode);
+  Process router({"serve", "--role=router", "--tenants=" + tenants,
+                  "--prefill=" + prefill_url, "--decode=" + decode_url});
+  const std::string router_url = ready_url(router);
+  ASSERT_FALSE(router_url.empty());
+  ASSERT_EQ(Post(router_url, "/v1/completions", Completion("to the file", 4),
+                 "sk-acme")
+                .status,
+            200);
+  decode.reset();  // SIGTERM: the node writes out its trace and exits
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  TraceLineReader reader;
+  reader.Feed(text.str());
+  int events = 0;
+  bool finished = false;
+  while (true) {
+    auto e = reader.Next();
+    ASSERT_TRUE(e.ok()) << e.status();
+    if (!e->has_value()) break;
+    ++events;
+    finished |= (*e)->type == TraceEventType::kRequest &&
+                (*e)->phase == TracePhase::kFinished;
+  }
+  EXPECT_TRUE(reader.Finish().ok());
+  EXPECT_GT(events, 5);
+  EXPECT_TRUE(finished);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/check.h"
+#include "common/status_macros.h"
 #include "engine/node_common.h"
 
 namespace kvcanary::engine {
@@ -20,8 +21,8 @@ std::string NdjsonLine(const nlohmann::json& j) { return j.dump() + "\n"; }
 DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
     : model_(model),
       options_(options),
-      trace_(TraceNode::kDecode, options.trace_reader_capacity,
-             options.trace_read_sample_every),
+      trace_(TraceNode::kDecode, options.trace.reader_capacity,
+             options.trace.read_sample_every),
       loop_(model, WithTrace(options.engine, &trace_), options.max_waiting),
       metrics_("decode") {
   if (options_.max_prompt_tokens <= 0) {
@@ -32,11 +33,8 @@ DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
 DecodeNode::~DecodeNode() { Stop(); }
 
 absl::Status DecodeNode::Start() {
-  if (!options_.trace_file.empty()) {
-    auto file = TraceFileWriter::Open(&trace_, options_.trace_file);
-    if (!file.ok()) return file.status();
-    trace_file_ = *std::move(file);
-  }
+  ASSIGN_OR_RETURN(trace_file_,
+                   TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
   server_ = MakeHttpServer(options_.http_threads);
   server_->Post("/internal/v1/generate",
                 [this](const httplib::Request& req, httplib::Response& res) {

@@ -44,9 +44,7 @@ struct DecodeNodeOptions {
   // test can kill the node in the middle of a transfer.
   absl::Duration test_receive_delay = absl::ZeroDuration();
   FaultSet faults;
-  uint32_t trace_read_sample_every = 1;  // page reads of every Nth request
-  std::string trace_file;  // also append the trace here ("" = no file)
-  size_t trace_reader_capacity = 1 << 16;  // events queued per trace reader
+  NodeTraceOptions trace;
   EngineOptions engine;
 };
 

@@ -205,8 +205,8 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
   o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   ASSIGN_OR_RETURN(o.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
-  o.trace_read_sample_every = absl::GetFlag(FLAGS_trace_read_sample);
-  o.trace_file = absl::GetFlag(FLAGS_trace_file);
+  o.trace.read_sample_every = absl::GetFlag(FLAGS_trace_read_sample);
+  o.trace.file = absl::GetFlag(FLAGS_trace_file);
   o.test_receive_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_test_kv_receive_delay_ms));
   if (o.max_waiting < 1 || o.max_in_flight < 1) {

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/status_macros.h"
 #include "engine/kv_connection.h"
 #include "engine/kv_export.h"
 #include "engine/node_common.h"
@@ -14,8 +15,8 @@ constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
 PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
     : model_(model),
       options_(options),
-      trace_(TraceNode::kPrefill, options.trace_reader_capacity,
-             options.trace_read_sample_every),
+      trace_(TraceNode::kPrefill, options.trace.reader_capacity,
+             options.trace.read_sample_every),
       loop_(model, WithTrace(options.engine, &trace_), options.max_waiting),
       metrics_("prefill") {
   if (options_.max_prompt_tokens <= 0) {
@@ -26,11 +27,8 @@ PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
 PrefillNode::~PrefillNode() { Stop(); }
 
 absl::Status PrefillNode::Start() {
-  if (!options_.trace_file.empty()) {
-    auto file = TraceFileWriter::Open(&trace_, options_.trace_file);
-    if (!file.ok()) return file.status();
-    trace_file_ = *std::move(file);
-  }
+  ASSIGN_OR_RETURN(trace_file_,
+                   TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
   server_ = MakeHttpServer(options_.http_threads);
   server_->Post("/internal/v1/prefill",
                 [this](const httplib::Request& req, httplib::Response& res) {

@@ -39,9 +39,7 @@ struct PrefillNodeOptions {
   absl::Duration transfer_timeout = absl::Seconds(30);
   TransferDamage damage = TransferDamage::kNone;
   FaultSet faults;
-  uint32_t trace_read_sample_every = 1;  // page reads of every Nth request
-  std::string trace_file;  // also append the trace here ("" = no file)
-  size_t trace_reader_capacity = 1 << 16;  // events queued per trace reader
+  NodeTraceOptions trace;
   EngineOptions engine;
 };
 

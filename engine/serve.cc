@@ -54,6 +54,17 @@ void PrintReady(const std::string& line) {
   std::fflush(stdout);
 }
 
+// Prints the ready line, serves until SIGINT/SIGTERM, then stops the node.
+template <typename Node>
+absl::Status ServeUntilSignal(Node& node, const std::string& ready_line,
+                              const sigset_t& stop) {
+  PrintReady(ready_line);
+  int sig;
+  sigwait(&stop, &sig);
+  node.Stop();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status RunServe(const ServeOptions& o) {
@@ -68,15 +79,11 @@ absl::Status RunServe(const ServeOptions& o) {
     p.engine = o.engine;
     p.damage = o.damage;
     p.faults = o.faults;
-    p.trace_read_sample_every = o.trace_read_sample_every;
-    p.trace_file = o.trace_file;
+    p.trace = o.trace;
     PrefillNode node(&model, p);
     RETURN_IF_ERROR(node.Start());
-    PrintReady(absl::StrCat("ready role=prefill http=", node.http_port()));
-    int sig;
-    sigwait(&stop, &sig);
-    node.Stop();
-    return absl::OkStatus();
+    return ServeUntilSignal(
+        node, absl::StrCat("ready role=prefill http=", node.http_port()), stop);
   }
   if (o.role == "decode") {
     DecodeNodeOptions d;
@@ -88,16 +95,14 @@ absl::Status RunServe(const ServeOptions& o) {
     d.engine = o.engine;
     d.test_receive_delay = o.test_receive_delay;
     d.faults = o.faults;
-    d.trace_read_sample_every = o.trace_read_sample_every;
-    d.trace_file = o.trace_file;
+    d.trace = o.trace;
     DecodeNode node(&model, d);
     RETURN_IF_ERROR(node.Start());
-    PrintReady(absl::StrCat("ready role=decode http=", node.http_port(),
-                            " kv=", node.kv_port()));
-    int sig;
-    sigwait(&stop, &sig);
-    node.Stop();
-    return absl::OkStatus();
+    return ServeUntilSignal(
+        node,
+        absl::StrCat("ready role=decode http=", node.http_port(),
+                     " kv=", node.kv_port()),
+        stop);
   }
   if (o.role == "router") {
     ASSIGN_OR_RETURN(Tokenizer tokenizer,
@@ -115,11 +120,9 @@ absl::Status RunServe(const ServeOptions& o) {
     r.faults = o.faults;
     Router router(&tokenizer, &tenants, r);
     RETURN_IF_ERROR(router.Start());
-    PrintReady(absl::StrCat("ready role=router http=", router.http_port()));
-    int sig;
-    sigwait(&stop, &sig);
-    router.Stop();
-    return absl::OkStatus();
+    return ServeUntilSignal(
+        router, absl::StrCat("ready role=router http=", router.http_port()),
+        stop);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown --role '", o.role, "' (want router, prefill or decode)"));

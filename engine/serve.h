@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/faults.h"
 #include "engine/prefill_node.h"
+#include "engine/trace_bus.h"
 
 namespace kvcanary::engine {
 
@@ -32,9 +33,8 @@ struct ServeOptions {
   TransferDamage damage = TransferDamage::kNone;  // prefill, tests only
   absl::Duration test_receive_delay;              // decode, tests only
   FaultSet faults;                                // every role
-  uint32_t trace_read_sample_every = 1;           // nodes
-  std::string trace_file;   // nodes: append the trace here
-  int max_in_flight = 256;  // router
+  NodeTraceOptions trace;                         // nodes
+  int max_in_flight = 256;                        // router
 };
 
 // Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and

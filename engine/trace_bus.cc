@@ -91,6 +91,12 @@ absl::StatusOr<std::unique_ptr<TraceFileWriter>> TraceFileWriter::Open(
   return std::unique_ptr<TraceFileWriter>(new TraceFileWriter(bus, f));
 }
 
+absl::StatusOr<std::unique_ptr<TraceFileWriter>> TraceFileWriter::OpenIfSet(
+    TraceBus* bus, const std::string& path) {
+  if (path.empty()) return std::unique_ptr<TraceFileWriter>();
+  return Open(bus, path);
+}
+
 TraceFileWriter::TraceFileWriter(TraceBus* bus, std::FILE* file)
     : bus_(bus), file_(file), reader_(bus->Subscribe()) {
   thread_ = std::thread([this] {

@@ -25,6 +25,13 @@
 
 namespace kvcanary::engine {
 
+// How an engine node traces, shared by the prefill and decode nodes.
+struct NodeTraceOptions {
+  uint32_t read_sample_every = 1;  // page reads of every Nth request
+  std::string file;                // also append the trace here ("" = no file)
+  size_t reader_capacity = 1 << 16;  // events queued per trace reader
+};
+
 class TraceBus {
  public:
   // One reader's queue of encoded lines. Thread-safe.
@@ -82,6 +89,9 @@ class TraceBus {
 // same visible way a slow reader does. Thread-safe.
 class TraceFileWriter {
  public:
+  // nullptr when `path` is empty; otherwise as Open().
+  static absl::StatusOr<std::unique_ptr<TraceFileWriter>> OpenIfSet(
+      TraceBus* bus, const std::string& path);
   // kNotFound / kPermissionDenied naming the path if it cannot be opened.
   static absl::StatusOr<std::unique_ptr<TraceFileWriter>> Open(
       TraceBus* bus, const std::string& path);

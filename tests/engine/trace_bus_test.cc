@@ -34,7 +34,9 @@ TEST(TraceBusTest, ReadersGetEveryEventInOrderWithNodeAndSeq) {
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(events[i].page, PageId(i));
     EXPECT_EQ(events[i].node, TraceNode::kDecode);
-    if (i > 0) EXPECT_EQ(events[i].seq, events[i - 1].seq + 1);
+    if (i > 0) {
+      EXPECT_EQ(events[i].seq, events[i - 1].seq + 1);
+    }
   }
 }
 

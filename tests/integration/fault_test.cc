@@ -23,7 +23,9 @@ void WarmWithGlobex(const Cluster& cluster, bool must_succeed = true) {
     HttpResult r = Post(cluster.router(), "/v1/completions",
                         Completion(LongPrompt(60) + " " + std::to_string(i), 8),
                         "sk-globex");
-    if (must_succeed) ASSERT_EQ(r.status, 200) << r.body;
+    if (must_succeed) {
+      ASSERT_EQ(r.status, 200) << r.body;
+    }
   }
 }
 

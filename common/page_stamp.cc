@@ -91,14 +91,29 @@ absl::StatusOr<PageStamp> PageStamp::Decode(absl::string_view in) {
 
 std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
                                           const StampIdentity& reader,
-                                          uint32_t slots_read) {
+                                          uint32_t slots_read,
+                                          StampIdentity* source) {
   const StampIdentity& w = stamp.writer;
+  if (source != nullptr) *source = w;
   if (w.tenant == kNoTenant) return ViolationKind::kUnwrittenRead;
   if (w.tenant != reader.tenant) return ViolationKind::kForeignTenantRead;
-  if (w.request != reader.request) return ViolationKind::kStaleRequestRead;
+  if (w.request != reader.request && w.request != kSharedPrefixRequest) {
+    return ViolationKind::kStaleRequestRead;
+  }
   if (w.generation != reader.generation) return ViolationKind::kLateWrite;
-  if (slots_read > stamp.filled) return ViolationKind::kUnwrittenRead;
-  return std::nullopt;
+  if (slots_read <= stamp.filled) return std::nullopt;
+  // A read past what the writer filled: the slots there still hold the
+  // prior writer's bytes, if it had filled them.
+  const StampIdentity& p = stamp.prior;
+  if (p.tenant != kNoTenant && stamp.prior_filled > stamp.filled) {
+    if (source != nullptr) *source = p;
+    if (p.tenant != reader.tenant) return ViolationKind::kForeignTenantRead;
+    if (p.request != reader.request && p.request != kSharedPrefixRequest) {
+      return ViolationKind::kStaleRequestRead;
+    }
+    if (source != nullptr) *source = w;
+  }
+  return ViolationKind::kUnwrittenRead;
 }
 
 std::optional<ViolationKind> StampWrite(PageStamp* stamp,
@@ -111,6 +126,10 @@ std::optional<ViolationKind> StampWrite(PageStamp* stamp,
     // writer's bytes in [0, first_slot), so the stamp keeps naming that
     // writer and any read of the page is attributed to it.
     if (first_slot == 0) {
+      if (stamp->writer.tenant != kNoTenant) {
+        stamp->prior = stamp->writer;
+        stamp->prior_filled = stamp->filled;
+      }
       stamp->writer = writer;
       stamp->filled = end_slot;
     }

@@ -11,6 +11,16 @@
 //
 // A read of slot s is legitimate only if writer == the reader's identity and
 // generation and s < filled. Wire encoding: docs/watermarks.md.
+//
+// Two refinements:
+//   prior  — when a new writer takes a page over (a write from slot 0) the
+//            identity it displaced is kept, with how far that one had
+//            filled: slots [filled, prior_filled) still hold the prior
+//            writer's bytes, so a read past `filled` is attributed to the
+//            tenant whose data it is. Scrubbing clears it. In memory only.
+//   shared — a page published to the prefix cache is restamped with the
+//            writer request kSharedPrefixRequest: any request of the writer's
+//            tenant may read it; other tenants may not.
 #ifndef KVCANARY_COMMON_PAGE_STAMP_H_
 #define KVCANARY_COMMON_PAGE_STAMP_H_
 
@@ -23,6 +33,9 @@
 #include "common/ids.h"
 
 namespace kvcanary {
+
+// The writer request of a page published to a tenant's prefix cache.
+inline constexpr RequestId kSharedPrefixRequest{~0ull};
 
 enum class WatermarkMode : uint8_t {
   kOff = 0,      // no checks (to measure their cost)
@@ -71,6 +84,11 @@ struct PageStamp {
   StampIdentity owner;
   StampIdentity writer;  // tenant kNoTenant: never written
   uint32_t filled = 0;   // leading slots written by `writer`
+  // Memory only (not encoded on the wire): the writer `writer` took the page
+  // over from (tenant kNoTenant: none, or scrubbed since) and how many
+  // leading slots it had filled.
+  uint32_t prior_filled = 0;
+  StampIdentity prior;
 
   // Appends the little-endian wire encoding (kEncodedSizeBytes) to *out.
   void EncodeTo(std::string* out) const;
@@ -85,17 +103,26 @@ struct PageStamp {
 //   never written                    -> kUnwrittenRead
 //   writer tenant != reader tenant   -> kForeignTenantRead
 //   writer request != reader request -> kStaleRequestRead
+//     (unless the writer request is kSharedPrefixRequest)
 //   writer generation != reader's    -> kLateWrite
+//   slots_read > filled, and the prior writer's bytes are there
+//   (prior_filled > filled):
+//     prior tenant != reader tenant  -> kForeignTenantRead
+//     prior request != reader's      -> kStaleRequestRead
 //   slots_read > filled              -> kUnwrittenRead
+// *source (optional): whose bytes the verdict is about — the writer, or the
+// prior writer for the two tail verdicts.
 std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
                                           const StampIdentity& reader,
-                                          uint32_t slots_read);
+                                          uint32_t slots_read,
+                                          StampIdentity* source = nullptr);
 
 // Records that `writer` wrote slots [first_slot, end_slot) of the page.
 // `filled` grows only over contiguous writes. A new identity takes the stamp
 // over only with a write starting at slot 0; a write further into a page
 // last written by someone else leaves that someone's bytes before it, so the
-// stamp keeps naming them (and a read is attributed to them). Returns
+// stamp keeps naming them (and a read is attributed to them). A takeover
+// keeps the displaced writer as `prior` (see above). Returns
 // kLateWrite if the writer's generation is not the owner's (the page was
 // reallocated since the writer reserved it); the write has landed either way,
 // as it would have in memory.

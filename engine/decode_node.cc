@@ -28,6 +28,39 @@ DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
   if (options_.max_prompt_tokens <= 0) {
     options_.max_prompt_tokens = model->config.seq_len - 1;
   }
+  CHECK_GT(options_.metadata_slots, 0);
+  slots_.resize(options_.metadata_slots);
+}
+
+absl::StatusOr<int> DecodeNode::AcquireSlot(absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (options_.faults.has(Fault::kMetadataSlotReuse)) {
+    // The bug: the next slot round-robin, whether or not its last request
+    // has consumed it.
+    return static_cast<int>(next_slot_++ % slots_.size());
+  }
+  const auto deadline =
+      std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(timeout);
+  while (true) {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!slots_[i].in_use) {
+        slots_[i] = MetadataSlot();
+        slots_[i].in_use = true;
+        return static_cast<int>(i);
+      }
+    }
+    if (slot_freed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return absl::UnavailableError("no transfer metadata slot free in time");
+    }
+  }
+}
+
+void DecodeNode::ReleaseSlot(int slot) {
+  if (options_.faults.has(Fault::kMetadataSlotReuse)) return;  // never owned
+  std::lock_guard<std::mutex> lock(mu_);
+  CHECK(slots_[slot].in_use) << "metadata slot " << slot << " released twice";
+  slots_[slot] = MetadataSlot();
+  slot_freed_.notify_one();
 }
 
 DecodeNode::~DecodeNode() { Stop(); }
@@ -115,7 +148,14 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   if (reserved->kind == RequestEvent::Kind::kFinished)
     return fail(reserved->status);
   CHECK(reserved->kind == RequestEvent::Kind::kReserved);
+  auto slot = AcquireSlot(options_.transfer_timeout);
+  if (!slot.ok()) {
+    loop_.Abort(id, slot.status());
+    return fail(slot.status());
+  }
   auto pending = std::make_shared<PendingTransfer>();
+  pending->slot = *slot;
+  pending->block_table = reserved->block_table;
   pending->tenant = tenant;
   pending->prompt_tokens = prompt_tokens;
   pending->prompt_pages = loop_.pool().PagesFor(prompt_tokens);
@@ -139,11 +179,10 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   absl::Status transfer;
   {
     httplib::Client client(*prefill_url);
-    const auto timeout =
-        absl::ToChronoSeconds(options_.transfer_timeout).count();
+    const int64_t us = absl::ToInt64Microseconds(options_.transfer_timeout);
     client.set_connection_timeout(5, 0);
-    client.set_read_timeout(timeout, 0);
-    client.set_write_timeout(timeout, 0);
+    client.set_read_timeout(us / 1000000, us % 1000000);
+    client.set_write_timeout(us / 1000000, us % 1000000);
     auto pres =
         client.Post("/internal/v1/prefill", pj.dump(), "application/json");
     if (!pres) {
@@ -172,6 +211,34 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
       transfer = absl::DataLossError(
           "prefill reported success but no KV transfer arrived");
     }
+  }
+  if (transfer.ok()) {
+    // The receiver left the transfer in the request's metadata slot.
+    MetadataSlot taken;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      MetadataSlot& s = slots_[pending->slot];
+      // metadata-slot-reuse: whatever is in the slot now is taken as this
+      // request's, without comparing the echoed id (and left there).
+      if (options_.faults.has(Fault::kMetadataSlotReuse)) {
+        taken = s;
+      } else {
+        taken = std::move(s);
+        if (taken.request != id) {
+          transfer = absl::DataLossError(absl::StrCat(
+              "metadata slot ", pending->slot, " holds request ",
+              taken.request.value(), ", not ", id.value()));
+        }
+      }
+    }
+    ReleaseSlot(pending->slot);
+    if (transfer.ok()) {
+      transfer = loop_.InstallTransferredKv(id, std::move(taken.pages),
+                                            taken.computed_tokens,
+                                            taken.first_token);
+    }
+  } else {
+    ReleaseSlot(pending->slot);
   }
   if (!transfer.ok()) {
     loop_.Abort(id, transfer);
@@ -328,12 +395,22 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
         absl::FailedPreconditionError("KV geometry differs between the nodes"));
   }
   const size_t row_bytes = static_cast<size_t>(cfg.kv_dim()) * sizeof(float);
-  std::vector<kv::Page> pages;
+  // abort-transfer-race: each page goes straight into the reserved page as
+  // it arrives, and nothing stops those writes when the request is aborted.
+  const bool direct = options_.faults.has(Fault::kAbortTransferRace);
+  std::vector<kv::Page> pages;  // staged (unless direct)
+  size_t pages_received = 0;
   std::set<std::pair<uint32_t, uint32_t>> seen;  // (index, layer)
   std::vector<uint32_t> slots_per_layer(cfg.n_layers, 0);
   while (true) {
+    const uint64_t frame_start = conn.bytes_received();
     auto frame = conn.Receive(kFrameTimeout);
     if (!frame.ok()) return finish(frame.status());
+    if (options_.test_receive_bytes_per_s > 0) {
+      absl::SleepFor(absl::Seconds(
+          static_cast<double>(conn.bytes_received() - frame_start) /
+          static_cast<double>(options_.test_receive_bytes_per_s)));
+    }
     if (auto* abort = std::get_if<kv::Abort>(&*frame)) {
       return finish(
           absl::Status(static_cast<absl::StatusCode>(abort->code),
@@ -366,7 +443,13 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
                          page->stamp.filled, "), not by this request")));
       }
       slots_per_layer[page->layer] += page->slots;
-      pages.push_back(std::move(*page));
+      ++pages_received;
+      if (direct) {
+        loop_.WriteTransferredPage(pending->block_table[page->index],
+                                   std::move(*page));
+      } else {
+        pages.push_back(std::move(*page));
+      }
       continue;
     }
     auto* commit = std::get_if<kv::Commit>(&*frame);
@@ -385,15 +468,15 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
       e.type = TraceEventType::kTransferCommit;
       e.request = meta->request;
       e.tenant = meta->tenant;
-      e.pages_sent = static_cast<uint32_t>(pages.size());
+      e.pages_sent = static_cast<uint32_t>(pages_received);
       // What the reservation expects, whatever a fault made this node accept.
       const uint32_t reserved_pages =
           static_cast<uint32_t>(pending->prompt_pages * cfg.n_layers);
       e.pages_expected = reserved_pages;
       e.tokens_sent = commit->tokens_sent;
       e.tokens_expected = static_cast<uint32_t>(pending->prompt_tokens);
-      e.ok = pages.size() == reserved_pages &&
-             commit->pages_sent == pages.size() &&
+      e.ok = pages_received == reserved_pages &&
+             commit->pages_sent == pages_received &&
              commit->tokens_sent == e.tokens_expected &&
              slots_per_layer[0] == e.tokens_expected;
       trace_.Emit(e);
@@ -401,28 +484,34 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
     // page-count-mismatch: the commit is taken on the sender's word.
     const bool compare = !options_.faults.has(Fault::kPageCountMismatch);
     if (commit->request != meta->request ||
-        (compare && (commit->pages_sent != pages.size() ||
-                     pages.size() != expected_pages || !tokens_ok)) ||
+        (compare && (commit->pages_sent != pages_received ||
+                     pages_received != expected_pages || !tokens_ok)) ||
         commit->first_token < 0 || commit->first_token >= cfg.vocab_size) {
       return finish(absl::DataLossError(absl::StrCat(
           "commit mismatch: pages sent ", commit->pages_sent, ", received ",
-          pages.size(), ", expected ", expected_pages, "; tokens sent ",
+          pages_received, ", expected ", expected_pages, "; tokens sent ",
           commit->tokens_sent, ", expected ", meta->prompt_tokens,
           "; first token ", commit->first_token)));
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (pending->cancelled) {
-        pending->result = absl::CancelledError("request gave up waiting");
-        return *pending->result;
-      }
     }
     // With admission-abort-lost the request is computed up to the prompt
     // length it reserved for: attention reads every reserved prompt page.
     const int computed = trust_transfer ? pending->prompt_tokens
                                         : static_cast<int>(meta->prompt_tokens);
-    return finish(loop_.InstallTransferredKv(meta->request, std::move(pages),
-                                             computed, commit->first_token));
+    // Hand the transfer to the request's handler through its metadata slot,
+    // echoing the request id; under the same lock as the check that the
+    // handler still waits (once it gave up, the slot may be another's).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pending->cancelled) {
+      pending->result = absl::CancelledError("request gave up waiting");
+      return *pending->result;
+    }
+    MetadataSlot& slot = slots_[pending->slot];
+    slot.request = meta->request;
+    slot.first_token = commit->first_token;
+    slot.computed_tokens = computed;
+    slot.pages = std::move(pages);
+    pending->result = absl::OkStatus();
+    return absl::OkStatus();
   }
 }
 

@@ -14,6 +14,7 @@
 #define KVCANARY_ENGINE_DECODE_NODE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,6 +44,12 @@ struct DecodeNodeOptions {
   // Tests only: the receiver waits this long after the metadata frame, so a
   // test can kill the node in the middle of a transfer.
   absl::Duration test_receive_delay = absl::ZeroDuration();
+  // Tests only: a slow link. Each transfer is received at most this many
+  // bytes per second (0: no limit).
+  int64_t test_receive_bytes_per_s = 0;
+  // Metadata slots: where the receiver leaves a finished transfer (first
+  // token, staged K/V, the request id echoed) for the request's handler.
+  int metadata_slots = 16;
   FaultSet faults;
   NodeTraceOptions trace;
   EngineOptions engine;
@@ -65,10 +72,26 @@ class DecodeNode {
     int prompt_tokens = 0;
     int prompt_pages = 0;    // pages the prompt's K/V fill
     int reserved_pages = 0;  // pages reserved for prompt + generation
+    std::vector<PageRef> block_table;  // the reservation
+    int slot = -1;                     // its metadata slot
     bool claimed = false;    // a receiver took it
     bool cancelled = false;  // the generate handler gave up
     std::optional<absl::Status> result;  // the receiver's verdict, once done
   };
+
+  // A finished transfer, handed from the receiver to the request's handler.
+  struct MetadataSlot {
+    bool in_use = false;  // held from reservation until consumed
+    RequestId request;    // echoed by the receiver
+    int first_token = -1;
+    int computed_tokens = 0;
+    std::vector<kv::Page> pages;  // staged K/V (none if written directly)
+  };
+  // A slot for a new reservation, held until ReleaseSlot; waits for one up
+  // to `timeout`. Under metadata-slot-reuse: the next one round-robin,
+  // owned or not.
+  absl::StatusOr<int> AcquireSlot(absl::Duration timeout);
+  void ReleaseSlot(int slot);
 
   void HandleGenerate(const httplib::Request& req, httplib::Response& res);
   void AcceptLoop();
@@ -99,6 +122,9 @@ class DecodeNode {
   // Receiver threads, each with a flag it sets when done (reaped on accept).
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
       transfer_threads_;  // guarded by mu_
+  std::vector<MetadataSlot> slots_;  // guarded by mu_
+  std::condition_variable slot_freed_;
+  uint64_t next_slot_ = 0;  // guarded by mu_ (metadata-slot-reuse)
 };
 
 }  // namespace kvcanary::engine

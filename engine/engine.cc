@@ -19,7 +19,9 @@ PagePoolOptions PoolOptionsFor(const ModelConfig& config,
                                const EngineOptions& options) {
   PagePoolOptions p;
   p.n_layers = config.n_layers;
-  p.scrub = options.scrub;
+  // no-scrub-reuse: pages go back unscrubbed whatever the policy says.
+  p.scrub = options.faults.has(Fault::kNoScrubReuse) ? ScrubPolicy::kNone
+                                                     : options.scrub;
   p.trace = options.trace;
   p.layout.page_tokens = options.page_tokens;
   p.layout.kv_heads = config.n_kv_heads;
@@ -39,7 +41,9 @@ Engine::Engine(const Model* model, const EngineOptions& options)
       pool_(PoolOptionsFor(model->config, options)),
       scheduler_(WithSeqLen(options.scheduler, model->config), &pool_),
       runner_(model, &pool_, &threads_,
-              ModelRunnerOptions{options.watermark, options.trace}) {}
+              ModelRunnerOptions{
+                  options.watermark, options.trace,
+                  options.faults.has(Fault::kNoScrubReuse)}) {}
 
 absl::StatusOr<RequestId> Engine::Submit(TenantId tenant,
                                          std::vector<int> prompt,
@@ -170,9 +174,13 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
     const size_t half = page.slots * row_bytes;
     std::memcpy(KvPageLayout::keys(dst), page.kv_bytes.data(), half);
     std::memcpy(layout.values(dst), page.kv_bytes.data() + half, half);
+    // The writer is whoever the frame says wrote these bytes (the receiver
+    // checked it is this request, unless a fault let another's through),
+    // at the generation this request holds the page.
     StampWrite(KvPageLayout::stamp(dst),
-               StampIdentity{seq->id, seq->tenant, ref.generation}, 0,
-               page.slots);
+               StampIdentity{page.stamp.writer.request,
+                             page.stamp.writer.tenant, ref.generation},
+               0, page.slots);
   }
   if (options_.trace != nullptr) {
     for (const kv::Page& page : pages) {
@@ -182,8 +190,8 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
       e.type = TraceEventType::kPageWrite;
       e.page = ref.page;
       e.gen = ref.generation;
-      e.tenant = seq->tenant;
-      e.request = seq->id;
+      e.tenant = page.stamp.writer.tenant;
+      e.request = page.stamp.writer.request;
       e.first_slot = 0;
       e.last_slot_exclusive = page.slots;
       e.writer_gen = ref.generation;
@@ -192,6 +200,63 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
   }
   scheduler_.StartDecodeAfterTransfer(seq, first_token, computed_tokens);
   return absl::OkStatus();
+}
+
+RequestId Engine::WriteTransferredPage(PageRef ref, const kv::Page& page) {
+  const KvPageLayout& layout = pool_.layout();
+  const size_t row_bytes =
+      static_cast<size_t>(layout.kv_heads) * layout.head_dim * sizeof(float);
+  CHECK_LT(ref.page.value(), static_cast<uint32_t>(pool_.num_pages()));
+  CHECK_LT(page.layer, static_cast<uint32_t>(pool_.n_layers()));
+  CHECK_LE(page.slots, static_cast<uint32_t>(layout.page_tokens));
+  CHECK_EQ(page.kv_bytes.size(), 2 * page.slots * row_bytes);
+  char* dst =
+      layout.page(pool_.layer_base(static_cast<int>(page.layer)), ref.page);
+  const size_t half = page.slots * row_bytes;
+  std::memcpy(KvPageLayout::keys(dst), page.kv_bytes.data(), half);
+  std::memcpy(layout.values(dst), page.kv_bytes.data() + half, half);
+  PageStamp* stamp = KvPageLayout::stamp(dst);
+  const StampIdentity writer{page.stamp.writer.request,
+                             page.stamp.writer.tenant, ref.generation};
+  const auto late = StampWrite(stamp, writer, 0, page.slots);
+  if (options_.trace != nullptr && page.layer == 0) {
+    TraceEvent e;
+    e.type = TraceEventType::kPageWrite;
+    e.page = ref.page;
+    e.gen = pool_.generation(ref.page);
+    e.tenant = writer.tenant;
+    e.request = writer.request;
+    e.first_slot = 0;
+    e.last_slot_exclusive = page.slots;
+    e.writer_gen = ref.generation;
+    options_.trace->Emit(e);
+  }
+  if (!late.has_value() || options_.watermark == WatermarkMode::kOff) {
+    return kNoRequest;
+  }
+  WatermarkViolation v;
+  v.kind = *late;
+  v.layer = page.layer;
+  v.page = ref.page;
+  v.slots_read = page.slots;
+  v.reader = stamp->owner;  // whose page it landed in
+  v.writer = writer;
+  v.owner = stamp->owner;
+  v.filled = stamp->filled;
+  if (options_.trace != nullptr) options_.trace->Emit(FromViolation(v));
+  if (pool_.is_free(ref.page)) return kNoRequest;
+  auto it = requests_.find(stamp->owner.request);
+  if (it == requests_.end() || it->second->state.finished()) return kNoRequest;
+  Sequence* victim = it->second.get();
+  victim->violations.push_back(v);
+  if (options_.watermark == WatermarkMode::kEnforce) {
+    scheduler_.Abort(victim, absl::DataLossError(absl::StrCat(
+                                 "a late KV write from request ",
+                                 writer.request.value(),
+                                 " landed in this request's page ",
+                                 ref.page.value())));
+  }
+  return victim->id;
 }
 
 void Engine::FinishTransfer(RequestId id, absl::Status status) {

@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "engine/faults.h"
 #include "engine/kv_transfer_format.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
@@ -31,6 +32,7 @@ struct EngineOptions {
   int num_threads = 1;  // counts the engine thread itself
   WatermarkMode watermark = WatermarkMode::kEnforce;
   ScrubPolicy scrub = ScrubPolicy::kNone;  // on free
+  FaultSet faults;  // the engine-level ones: no-scrub-reuse, prefix-hash-...
   TraceBus* trace =
       nullptr;  // trace events; may be null. Must outlive the engine.
   SchedulerOptions scheduler;  // seq_len is taken from the model
@@ -77,6 +79,15 @@ class Engine {
   absl::Status InstallTransferredKv(RequestId id,
                                     const std::vector<kv::Page>& pages,
                                     int computed_tokens, int first_token);
+  // abort-transfer-race: a receiver's write of one transferred page straight
+  // into a page it reserved (`ref`: the page and the generation it was
+  // reserved at), landing whenever it lands. The stamp's writer is the
+  // frame's (whose K/V these are) at ref's generation. If the page was
+  // reallocated since, the write is late: a kLateWrite violation attributed
+  // to the writer is traced and recorded on the page's current owner, which
+  // enforce mode fails. Returns that owner's id, or kNoRequest.
+  // REQUIRES: the page fits the pool's geometry (the receiver checked).
+  RequestId WriteTransferredPage(PageRef ref, const kv::Page& page);
   // A kPrefillOnly request's transfer ended: OK (acked by decode) or the
   // reason it failed. Frees its pages. No-op if already finished.
   void FinishTransfer(RequestId id, absl::Status status);

@@ -106,6 +106,13 @@ absl::Status EngineLoop::InstallTransferredKv(RequestId id,
   return result.get();
 }
 
+void EngineLoop::WriteTransferredPage(PageRef ref, kv::Page page) {
+  Post([this, ref, page = std::move(page)] {
+    const RequestId victim = engine_.WriteTransferredPage(ref, page);
+    if (victim != kNoRequest) Report({victim});
+  });
+}
+
 void EngineLoop::FinishTransfer(RequestId id, absl::Status status) {
   Post([this, id, status] {
     engine_.FinishTransfer(id, status);

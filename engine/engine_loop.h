@@ -78,6 +78,9 @@ class EngineLoop {
   // See Engine::InstallTransferredKv. Blocks until the engine thread ran it.
   absl::Status InstallTransferredKv(RequestId id, std::vector<kv::Page> pages,
                                     int computed_tokens, int first_token);
+  // See Engine::WriteTransferredPage. Queued; returns at once, as a DMA
+  // write would: the write lands when the engine thread gets to it.
+  void WriteTransferredPage(PageRef ref, kv::Page page);
   // See Engine::FinishTransfer.
   void FinishTransfer(RequestId id, absl::Status status);
 

@@ -66,6 +66,15 @@ ABSL_FLAG(int, num_pages, 0,
           "prefill/decode: KV pages (0 = enough for 64 full contexts)");
 ABSL_FLAG(int, test_kv_receive_delay_ms, 0,
           "decode, tests only: pause each KV transfer after its metadata");
+ABSL_FLAG(int64_t, test_kv_receive_bytes_per_s, 0,
+          "decode, tests only: receive KV transfers at most this fast, per "
+          "transfer (a slow link; 0 = no limit)");
+ABSL_FLAG(int, transfer_timeout_ms, 30000,
+          "prefill/decode: how long a request waits for pages, prefill and "
+          "its KV transfer");
+ABSL_FLAG(int, metadata_slots, 16,
+          "decode: transfer metadata slots (first token and staged K/V "
+          "handed from the receiver to the request)");
 ABSL_FLAG(int, max_in_flight, 256, "router: requests in flight before 429");
 ABSL_FLAG(
     std::string, trace_file, "",
@@ -119,6 +128,8 @@ absl::Status Generate() {
   options.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   options.watermark = mode;
   ASSIGN_OR_RETURN(options.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
+  ASSIGN_OR_RETURN(options.faults,
+                   FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
   options.scheduler.max_batch_seqs = 1;
   if (options.num_threads < 1 || options.num_threads > 256) {
     return absl::InvalidArgumentError("--threads must be in [1, 256]");
@@ -175,6 +186,7 @@ absl::StatusOr<EngineOptions> NodeEngineOptions() {
   EngineOptions e;
   e.watermark = mode;
   ASSIGN_OR_RETURN(e.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
+  ASSIGN_OR_RETURN(e.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   e.num_pages = absl::GetFlag(FLAGS_num_pages);
@@ -209,6 +221,19 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.trace.file = absl::GetFlag(FLAGS_trace_file);
   o.test_receive_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_test_kv_receive_delay_ms));
+  o.test_receive_bytes_per_s = absl::GetFlag(FLAGS_test_kv_receive_bytes_per_s);
+  o.transfer_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_transfer_timeout_ms));
+  o.metadata_slots = absl::GetFlag(FLAGS_metadata_slots);
+  if (absl::GetFlag(FLAGS_transfer_timeout_ms) < 1 ||
+      o.test_receive_bytes_per_s < 0) {
+    return absl::InvalidArgumentError(
+        "--transfer-timeout-ms must be >= 1 and "
+        "--test-kv-receive-bytes-per-s >= 0");
+  }
+  if (o.metadata_slots < 1 || o.metadata_slots > 65536) {
+    return absl::InvalidArgumentError("--metadata-slots must be in [1, 65536]");
+  }
   if (o.max_waiting < 1 || o.max_in_flight < 1) {
     return absl::InvalidArgumentError(
         "--max-waiting and --max-in-flight must be >= 1");
@@ -255,6 +280,11 @@ absl::Status Up() {
                    absl::GetFlag(FLAGS_max_prompt_tokens)),
       absl::StrCat("--test_kv_receive_delay_ms=",
                    absl::GetFlag(FLAGS_test_kv_receive_delay_ms)),
+      absl::StrCat("--test_kv_receive_bytes_per_s=",
+                   absl::GetFlag(FLAGS_test_kv_receive_bytes_per_s)),
+      absl::StrCat("--transfer_timeout_ms=",
+                   absl::GetFlag(FLAGS_transfer_timeout_ms)),
+      absl::StrCat("--metadata_slots=", absl::GetFlag(FLAGS_metadata_slots)),
       absl::StrCat("--test_transfer_damage=",
                    absl::GetFlag(FLAGS_test_transfer_damage))};
   return RunUp(o, node_args);

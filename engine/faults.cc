@@ -20,6 +20,22 @@ const std::vector<FaultInfo>& AllFaults() {
        "without comparing pages and tokens received with its reservation "
        "(prefill and "
        "decode)"},
+      {Fault::kAbortTransferRace, "abort-transfer-race",
+       "decode's receiver writes K/V straight into the reserved pages, and an "
+       "abort frees them while the transfer is still writing: late writes "
+       "land on the next owner's pages (decode)"},
+      {Fault::kNoScrubReuse, "no-scrub-reuse",
+       "freed pages are reused unscrubbed and decode attention reads the "
+       "whole last page, past what the request wrote: the previous "
+       "occupant's K/V (decode, or any node that decodes)"},
+      {Fault::kMetadataSlotReuse, "metadata-slot-reuse",
+       "decode's transfer metadata slots are reused round-robin before they "
+       "are consumed and the echoed request id is not compared: a request "
+       "starts from another request's token and K/V (decode)"},
+      {Fault::kPrefixHashCollision, "prefix-hash-collision",
+       "the prefix cache is keyed by an unsalted 32-bit hash of the tokens: "
+       "one tenant's cached prefix pages serve another (prefill, or any node "
+       "with a prefix cache)"},
   };
   return *all;
 }

@@ -25,6 +25,25 @@ enum class Fault : uint32_t {
   // with a floor (dropping a partial last page), and decode commits on the
   // sender's "success" without comparing what arrived with what it reserved.
   kPageCountMismatch = 1u << 1,
+  // The decode node's receiver writes K/V straight into the pages it
+  // reserved as frames arrive (as an RDMA transfer engine does), and an
+  // abort (timeout, disconnect) frees those pages at once instead of
+  // holding them until the writer is done: late writes land on the pages'
+  // next owners.
+  kAbortTransferRace = 1u << 2,
+  // Freed pages are handed out unscrubbed whatever --scrub says, and decode
+  // attention reads the whole last page, past what the request has written:
+  // the tail holds the previous occupant's K/V.
+  kNoScrubReuse = 1u << 3,
+  // The decode node's metadata slots (first token, request id, the staged
+  // K/V) are taken round-robin with no ownership, and the consumer does not
+  // compare the id echoed in the slot: a slot overwritten before it is
+  // consumed starts the request from another request's token and K/V.
+  kMetadataSlotReuse = 1u << 4,
+  // The prefix cache key is a 32-bit FNV-1a hash of the page's tokens with a
+  // constant seed: no tenant salt, no SHA-256. Another tenant's identical
+  // (or colliding) prefix is served from the first tenant's cached pages.
+  kPrefixHashCollision = 1u << 5,
 };
 
 struct FaultInfo {

@@ -60,6 +60,15 @@ void ModelRunner::EnsureCapacity(int rows, int entries) {
   grow(last_, static_cast<size_t>(entries) * cfg_.dim);
 }
 
+int ModelRunner::AttendedTokens(const BatchEntry& entry) const {
+  const int end = entry.first_pos + entry.num_tokens;
+  if (!options_.read_whole_last_page || entry.num_tokens != 1) return end;
+  const int pt = pool_->page_tokens();
+  const int capacity = std::min(
+      cfg_.seq_len, static_cast<int>(entry.seq->block_table.size()) * pt);
+  return std::min(capacity, (end + pt - 1) / pt * pt);
+}
+
 void ModelRunner::Attention(const Batch& batch, int layer,
                             std::vector<bool>* refused) {
   const int dim = cfg_.dim;
@@ -71,7 +80,9 @@ void ModelRunner::Attention(const Batch& batch, int layer,
       a.q = q_.data() + static_cast<size_t>(row) * dim;
       a.out = att_.data() + static_cast<size_t>(row) * dim;
       a.scores = scores_.data() + static_cast<size_t>(e) * cfg_.seq_len;
-      a.first_pos = entry.first_pos;
+      // The query at first_pos + i attends to tokens [0, first_pos + i];
+      // under no-scrub-reuse a decode query reads to its page's end.
+      a.first_pos = AttendedTokens(entry) - entry.num_tokens;
       a.num_queries = entry.num_tokens;
       a.n_heads = cfg_.n_heads;
       a.n_kv_heads = cfg_.n_kv_heads;
@@ -127,7 +138,8 @@ void ModelRunner::TraceStep(const Batch& batch) {
     }
     // Reads: every page attention read, for sampled requests.
     if (!options_.trace->SampleReads(seq.id)) continue;
-    for (int p = 0; p * pt < end; ++p) {
+    const int read_end = AttendedTokens(entry);
+    for (int p = 0; p * pt < read_end; ++p) {
       const PageRef ref = seq.block_table[p];
       TraceEvent e;
       e.type = TraceEventType::kPageRead;
@@ -135,7 +147,7 @@ void ModelRunner::TraceStep(const Batch& batch) {
       e.tenant = seq.tenant;
       e.page = ref.page;
       e.gen = ref.generation;
-      e.slots = static_cast<uint32_t>(std::min(pt, end - p * pt));
+      e.slots = static_cast<uint32_t>(std::min(pt, read_end - p * pt));
       options_.trace->Emit(e);
     }
   }

@@ -19,6 +19,9 @@ namespace kvcanary::engine {
 struct ModelRunnerOptions {
   WatermarkMode watermark = WatermarkMode::kEnforce;
   TraceBus* trace = nullptr;  // page_write / page_read events; may be null
+  // The no-scrub-reuse fault's read: a decode step attends over its whole
+  // last page, past the slots the request has written.
+  bool read_whole_last_page = false;
 };
 
 class ModelRunner {
@@ -38,6 +41,9 @@ class ModelRunner {
  private:
   void EnsureCapacity(int rows, int entries);
   void Attention(const Batch& batch, int layer, std::vector<bool>* refused);
+  // Tokens the entry's last query attends to (first_pos + num_tokens, or
+  // more under the no-scrub-reuse fault).
+  int AttendedTokens(const BatchEntry& entry) const;
   // page_write and (sampled) page_read events of one step.
   void TraceStep(const Batch& batch);
 

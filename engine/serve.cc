@@ -80,6 +80,7 @@ absl::Status RunServe(const ServeOptions& o) {
     p.damage = o.damage;
     p.faults = o.faults;
     p.trace = o.trace;
+    p.transfer_timeout = o.transfer_timeout;
     PrefillNode node(&model, p);
     RETURN_IF_ERROR(node.Start());
     return ServeUntilSignal(
@@ -94,6 +95,9 @@ absl::Status RunServe(const ServeOptions& o) {
     d.max_waiting = o.max_waiting;
     d.engine = o.engine;
     d.test_receive_delay = o.test_receive_delay;
+    d.test_receive_bytes_per_s = o.test_receive_bytes_per_s;
+    d.transfer_timeout = o.transfer_timeout;
+    d.metadata_slots = o.metadata_slots;
     d.faults = o.faults;
     d.trace = o.trace;
     DecodeNode node(&model, d);

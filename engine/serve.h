@@ -32,6 +32,9 @@ struct ServeOptions {
   EngineOptions engine;
   TransferDamage damage = TransferDamage::kNone;  // prefill, tests only
   absl::Duration test_receive_delay;              // decode, tests only
+  int64_t test_receive_bytes_per_s = 0;           // decode, tests only
+  absl::Duration transfer_timeout = absl::Seconds(30);  // nodes
+  int metadata_slots = 16;                              // decode
   FaultSet faults;                                // every role
   NodeTraceOptions trace;                         // nodes
   int max_in_flight = 256;                        // router

@@ -142,7 +142,8 @@ int CheckPageStamps(const PagedAttentionArgs& a, int num_tokens) {
         num_tokens - p * pt < pt ? num_tokens - p * pt : pt);
     const StampIdentity reader{a.reader_request, a.reader_tenant,
                                ref.generation};
-    const auto kind = ClassifyRead(stamp, reader, slots);
+    StampIdentity source;
+    const auto kind = ClassifyRead(stamp, reader, slots, &source);
     if (!kind.has_value()) continue;
     ++found;
     if (a.violations != nullptr) {
@@ -152,7 +153,7 @@ int CheckPageStamps(const PagedAttentionArgs& a, int num_tokens) {
       v.page = ref.page;
       v.slots_read = slots;
       v.reader = reader;
-      v.writer = stamp.writer;
+      v.writer = source;
       v.owner = stamp.owner;
       v.filled = stamp.filled;
       a.violations->push_back(v);

@@ -20,7 +20,7 @@
 namespace kvcanary::kernels {
 
 struct KvPageLayout {
-  static constexpr size_t kStampBytes = 64;
+  static constexpr size_t kStampBytes = 128;
   static_assert(sizeof(PageStamp) <= kStampBytes, "stamp must fit its slot");
 
   int page_tokens = 16;

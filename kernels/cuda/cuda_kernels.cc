@@ -46,6 +46,10 @@ static_assert(offsetof(ci::RawStamp, page) == offsetof(PageStamp, page));
 static_assert(offsetof(ci::RawStamp, owner) == offsetof(PageStamp, owner));
 static_assert(offsetof(ci::RawStamp, writer) == offsetof(PageStamp, writer));
 static_assert(offsetof(ci::RawStamp, filled) == offsetof(PageStamp, filled));
+static_assert(offsetof(ci::RawStamp, prior_filled) ==
+              offsetof(PageStamp, prior_filled));
+static_assert(offsetof(ci::RawStamp, prior) == offsetof(PageStamp, prior));
+static_assert(ci::kRawSharedPrefixRequest == kSharedPrefixRequest.value());
 static_assert(sizeof(ci::RawPageRef) == sizeof(PageRef));
 static_assert(offsetof(ci::RawPageRef, page) == offsetof(PageRef, page));
 static_assert(offsetof(ci::RawPageRef, generation) ==
@@ -356,7 +360,8 @@ absl::Status CudaPagedAttention(const PagedAttentionArgs& a, bool* served) {
       v.slots_read = host[i].slots_read;
       v.reader =
           StampIdentity{a.reader_request, a.reader_tenant, ref.generation};
-      v.writer = stamp.writer;
+      // Whose bytes: the writer, or the prior writer for a tail read.
+      (void)ClassifyRead(stamp, v.reader, v.slots_read, &v.writer);
       v.owner = stamp.owner;
       v.filled = stamp.filled;
       a.violations->push_back(v);

@@ -21,10 +21,19 @@ __host__ __device__ inline uint32_t ClassifyReadRaw(const RawStamp& stamp,
   const RawIdentity& w = stamp.writer;
   if (w.tenant == kRawNoTenant) return kRawUnwrittenRead;
   if (w.tenant != reader.tenant) return kRawForeignTenantRead;
-  if (w.request != reader.request) return kRawStaleRequestRead;
+  if (w.request != reader.request && w.request != kRawSharedPrefixRequest) {
+    return kRawStaleRequestRead;
+  }
   if (w.generation != reader.generation) return kRawLateWrite;
-  if (slots_read > stamp.filled) return kRawUnwrittenRead;
-  return kRawNoViolation;
+  if (slots_read <= stamp.filled) return kRawNoViolation;
+  const RawIdentity& p = stamp.prior;
+  if (p.tenant != kRawNoTenant && stamp.prior_filled > stamp.filled) {
+    if (p.tenant != reader.tenant) return kRawForeignTenantRead;
+    if (p.request != reader.request && p.request != kRawSharedPrefixRequest) {
+      return kRawStaleRequestRead;
+    }
+  }
+  return kRawUnwrittenRead;
 }
 
 __global__ void StampCheckKernel(StampCheckParams p) {

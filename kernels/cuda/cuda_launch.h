@@ -34,6 +34,8 @@ struct RawStamp {
   RawIdentity owner;
   RawIdentity writer;
   uint32_t filled;
+  uint32_t prior_filled;
+  RawIdentity prior;
 };
 
 // Mirror of PageRef (kernels/paged_attention.h).
@@ -51,6 +53,7 @@ enum : uint32_t {
   kRawLateWrite = 4,
 };
 constexpr uint32_t kRawNoTenant = 0;
+constexpr uint64_t kRawSharedPrefixRequest = ~0ull;  // kSharedPrefixRequest
 
 // The stamp classifier the device check runs (a __host__ __device__ function
 // in cuda_kernels.cu), called on the host. Mirrors ClassifyRead.

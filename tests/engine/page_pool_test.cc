@@ -154,8 +154,11 @@ TEST(PagePoolTest, ForeignTenantReadIsAttributedToTheWriterTenant) {
                 &served);
   EXPECT_FALSE(served);
   ASSERT_EQ(v.size(), 2u);
-  // Page 0: acme's own token 0, but slots 1..3 were never written by acme.
-  EXPECT_EQ(v[0].kind, ViolationKind::kUnwrittenRead);
+  // Page 0: acme's own token 0, but slots 1..3 were never written by acme:
+  // they still hold globex's bytes, and the stamp's prior writer says so.
+  EXPECT_EQ(v[0].kind, ViolationKind::kForeignTenantRead);
+  EXPECT_EQ(v[0].writer.tenant, kGlobex);
+  EXPECT_EQ(v[0].filled, 1u);
   // Page 1: still globex's bytes.
   EXPECT_EQ(v[1].kind, ViolationKind::kForeignTenantRead);
   EXPECT_EQ(v[1].writer.tenant, kGlobex);

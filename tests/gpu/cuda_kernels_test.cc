@@ -92,14 +92,30 @@ std::vector<ClassifyCase> AllClassifyCases() {
         for (PageGeneration g : gens) {
           for (uint32_t filled : {0u, 2u, 4u}) {
             for (uint32_t slots : {0u, 1u, 2u, 3u, 4u, 5u}) {
-              ClassifyCase c;
-              c.stamp.page = PageId(5);
-              c.stamp.owner = reader;
-              c.stamp.writer = StampIdentity{r, t, g};
-              c.stamp.filled = filled;
-              c.reader = reader;
-              c.slots_read = slots;
-              cases.push_back(c);
+              // Prior writers: none, another tenant, another request of
+              // the reader's tenant, a shared prefix; prior_filled around
+              // filled.
+              const StampIdentity priors[] = {
+                  StampIdentity{},
+                  {RequestId(99), TenantId(reader.tenant.value() + 2),
+                   PageGeneration(1)},
+                  {RequestId(reader.request.value() + 2), reader.tenant,
+                   PageGeneration(1)},
+                  {kSharedPrefixRequest, reader.tenant, PageGeneration(1)}};
+              for (const StampIdentity& prior : priors) {
+                for (uint32_t prior_filled : {0u, 3u, 5u}) {
+                  ClassifyCase c;
+                  c.stamp.page = PageId(5);
+                  c.stamp.owner = reader;
+                  c.stamp.writer = StampIdentity{r, t, g};
+                  c.stamp.filled = filled;
+                  c.stamp.prior = prior;
+                  c.stamp.prior_filled = prior_filled;
+                  c.reader = reader;
+                  c.slots_read = slots;
+                  cases.push_back(c);
+                }
+              }
             }
           }
         }

@@ -162,6 +162,31 @@ TEST_F(PagedAttentionTest, ReadPastFilledIsUnwritten) {
   EXPECT_EQ(violations_[0].page, table_[1].page);
 }
 
+TEST_F(PagedAttentionTest, ReadPastFilledIntoPriorWritersBytesIsTheirs) {
+  Fill(8, kGlobex, RequestId(99));  // pages 0 and 1 full of globex's bytes
+  Fill(6, kAcme, kReqA);            // acme takes page 1 over, 2 of 4 slots
+  auto a = Args(7, 1, WatermarkMode::kDetect);  // reads slots 0..3 of page 1
+  PagedAttention(a);
+  ASSERT_EQ(violations_.size(), 1u);
+  EXPECT_EQ(violations_[0].kind, ViolationKind::kForeignTenantRead);
+  EXPECT_EQ(violations_[0].writer.tenant, kGlobex);
+  EXPECT_EQ(violations_[0].writer.request, RequestId(99));
+  EXPECT_EQ(violations_[0].filled, 2u);
+}
+
+TEST_F(PagedAttentionTest, SharedPrefixPageIsReadableByItsTenantOnly) {
+  Fill(4, kAcme, kSharedPrefixRequest);  // page 0: acme's cached prefix
+  auto a = Args(3, 1, WatermarkMode::kDetect);
+  PagedAttention(a);
+  EXPECT_TRUE(violations_.empty());
+  a.reader_tenant = kGlobex;
+  a.reader_request = RequestId(99);
+  PagedAttention(a);
+  ASSERT_EQ(violations_.size(), 1u);
+  EXPECT_EQ(violations_[0].kind, ViolationKind::kForeignTenantRead);
+  EXPECT_EQ(violations_[0].writer.tenant, kAcme);
+}
+
 TEST_F(PagedAttentionTest, NeverWrittenPageIsUnwritten) {
   auto a = Args(0, 1, WatermarkMode::kDetect);
   PagedAttention(a);

@@ -241,6 +241,17 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
     ReleaseSlot(pending->slot);
   }
   if (!transfer.ok()) {
+    // If the request was finished meanwhile (a late write refused it, say),
+    // its own reason is the one to give.
+    if (absl::IsNotFound(transfer) || absl::IsFailedPrecondition(transfer)) {
+      while (auto event = channel->Wait(absl::ZeroDuration())) {
+        if (event->kind == RequestEvent::Kind::kFinished &&
+            !event->status.ok()) {
+          metrics_.CountViolations(event->violations);
+          transfer = event->status;
+        }
+      }
+    }
     loop_.Abort(id, transfer);
     return fail(transfer);
   }

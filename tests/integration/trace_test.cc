@@ -13,51 +13,6 @@
 namespace kvcanary::testing {
 namespace {
 
-// Reads a node's trace stream on a thread until Stop().
-class TraceTap {
- public:
-  explicit TraceTap(const std::string& node) {
-    client_ = std::make_unique<httplib::Client>(node);
-    thread_ = std::thread([this] {
-      httplib::Client& client = *client_;
-      client.set_read_timeout(60, 0);
-      client.Get("/v1/trace", [this](const char* data, size_t n) {
-        std::lock_guard<std::mutex> lock(mu_);
-        reader_.Feed(absl::string_view(data, n));
-        while (true) {
-          auto e = reader_.Next();
-          if (!e.ok()) {
-            error_ = e.status();
-            return false;
-          }
-          if (!e->has_value()) break;
-          events_.push_back(**e);
-        }
-        return !stop_.load();
-      });
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // subscribed
-  }
-  // Waits for the tail of the stream, then hangs up.
-  std::vector<TraceEvent> Stop() {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    stop_ = true;
-    client_->stop();  // unblocks the read
-    thread_.join();
-    EXPECT_TRUE(error_.ok()) << error_;
-    return events_;
-  }
-
- private:
-  std::unique_ptr<httplib::Client> client_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  TraceLineReader reader_;
-  std::vector<TraceEvent> events_;
-  absl::Status error_;
-};
-
 std::string LongPrompt(int words) {
   std::string p = "once";
   for (int i = 0; i < words; ++i) p += i % 2 ? " dog" : " ran";

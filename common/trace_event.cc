@@ -187,6 +187,9 @@ constexpr TypeSpec kTypes[] = {
      "request",
      {KVT_HEADER, &kRequest, &kTenant, &kPhase, &kReason, &kCode}},
     {TraceEventType::kDropped, "dropped", {KVT_HEADER, &kCount}},
+    {TraceEventType::kPageShare,
+     "page_share",
+     {KVT_HEADER, &kPage, &kGen, &kTenant, &kRequest}},
 };
 #undef KVT_HEADER
 

@@ -34,6 +34,7 @@ enum class TraceEventType : uint8_t {
   kTransferCommit = 6,
   kRequest = 7,
   kDropped = 8,
+  kPageShare = 9,
 };
 // The wire token: "page_alloc", "page_free", ...
 const char* TraceEventTypeName(TraceEventType type);
@@ -83,6 +84,8 @@ struct TraceEvent {
   // violation:       kind layer page slots reader_* writer_* owner_* filled
   //                  (reader, writer, owner: tenant, request, gen)
   // dropped:         count
+  // page_share:      page gen tenant request (the page, written by that
+  //                  request, is published as the tenant's shared prefix)
   PageId page;
   PageGeneration gen;  // page_read: the generation the reader's table holds
   TenantId tenant;

@@ -225,17 +225,16 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
       } else {
         taken = std::move(s);
         if (taken.request != id) {
-          transfer = absl::DataLossError(absl::StrCat(
-              "metadata slot ", pending->slot, " holds request ",
-              taken.request.value(), ", not ", id.value()));
+          transfer = absl::DataLossError(
+              absl::StrCat("metadata slot ", pending->slot, " holds request ",
+                           taken.request.value(), ", not ", id.value()));
         }
       }
     }
     ReleaseSlot(pending->slot);
     if (transfer.ok()) {
-      transfer = loop_.InstallTransferredKv(id, std::move(taken.pages),
-                                            taken.computed_tokens,
-                                            taken.first_token);
+      transfer = loop_.InstallTransferredKv(
+          id, std::move(taken.pages), taken.computed_tokens, taken.first_token);
     }
   } else {
     ReleaseSlot(pending->slot);
@@ -443,9 +442,37 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
             absl::StrCat("page ", page->index, " layer ", page->layer, " (",
                          page->slots, " slots) does not fit the reservation")));
       }
-      // The stamp says who wrote these bytes: it must be this request.
+      // The stamp says who wrote these bytes: this request, or its tenant's
+      // shared prefix. Anything else is a watermark violation of the
+      // transfer, handled as the mode says: enforce refuses the transfer,
+      // detect records it and goes on (attention here flags the reads
+      // too), off does not look. A frame with more slots than its stamp
+      // says were filled is malformed in any mode.
       const StampIdentity& w = page->stamp.writer;
-      if (w.tenant != meta->tenant || w.request != meta->request ||
+      std::optional<ViolationKind> kind;
+      if (w.tenant != meta->tenant) {
+        kind = w.tenant == kNoTenant ? ViolationKind::kUnwrittenRead
+                                     : ViolationKind::kForeignTenantRead;
+      } else if (w.request != meta->request &&
+                 w.request != kSharedPrefixRequest) {
+        kind = ViolationKind::kStaleRequestRead;
+      }
+      const WatermarkMode mode = loop_.options().watermark;
+      if (kind.has_value() && mode != WatermarkMode::kOff) {
+        WatermarkViolation v;
+        v.kind = *kind;
+        v.layer = page->layer;
+        v.page = page->stamp.page;  // the prefill node's page
+        v.slots_read = page->slots;
+        v.reader = StampIdentity{meta->request, meta->tenant,
+                                 page->stamp.owner.generation};
+        v.writer = w;
+        v.owner = page->stamp.owner;
+        v.filled = page->stamp.filled;
+        trace_.Emit(FromViolation(v));
+        metrics_.CountViolations({v});
+      }
+      if ((kind.has_value() && mode == WatermarkMode::kEnforce) ||
           page->stamp.filled < page->slots) {
         return finish(absl::DataLossError(
             absl::StrCat("page ", page->index, " layer ", page->layer,

@@ -70,12 +70,12 @@ class DecodeNode {
   struct PendingTransfer {
     TenantId tenant;
     int prompt_tokens = 0;
-    int prompt_pages = 0;    // pages the prompt's K/V fill
-    int reserved_pages = 0;  // pages reserved for prompt + generation
+    int prompt_pages = 0;              // pages the prompt's K/V fill
+    int reserved_pages = 0;            // pages reserved for prompt + generation
     std::vector<PageRef> block_table;  // the reservation
     int slot = -1;                     // its metadata slot
-    bool claimed = false;    // a receiver took it
-    bool cancelled = false;  // the generate handler gave up
+    bool claimed = false;              // a receiver took it
+    bool cancelled = false;            // the generate handler gave up
     std::optional<absl::Status> result;  // the receiver's verdict, once done
   };
 
@@ -121,7 +121,7 @@ class DecodeNode {
       pending_;  // guarded by mu_
   // Receiver threads, each with a flag it sets when done (reaped on accept).
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
-      transfer_threads_;  // guarded by mu_
+      transfer_threads_;             // guarded by mu_
   std::vector<MetadataSlot> slots_;  // guarded by mu_
   std::condition_variable slot_freed_;
   uint64_t next_slot_ = 0;  // guarded by mu_ (metadata-slot-reuse)

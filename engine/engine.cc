@@ -39,11 +39,17 @@ Engine::Engine(const Model* model, const EngineOptions& options)
       options_(options),
       threads_(options.num_threads),
       pool_(PoolOptionsFor(model->config, options)),
-      scheduler_(WithSeqLen(options.scheduler, model->config), &pool_),
+      prefix_cache_(options.prefix_cache
+                        ? std::make_unique<PrefixCache>(
+                              &pool_,
+                              options.faults.has(Fault::kPrefixHashCollision),
+                              options.trace)
+                        : nullptr),
+      scheduler_(WithSeqLen(options.scheduler, model->config), &pool_,
+                 prefix_cache_.get()),
       runner_(model, &pool_, &threads_,
-              ModelRunnerOptions{
-                  options.watermark, options.trace,
-                  options.faults.has(Fault::kNoScrubReuse)}) {}
+              ModelRunnerOptions{options.watermark, options.trace,
+                                 options.faults.has(Fault::kNoScrubReuse)}) {}
 
 absl::StatusOr<RequestId> Engine::Submit(TenantId tenant,
                                          std::vector<int> prompt,
@@ -250,11 +256,10 @@ RequestId Engine::WriteTransferredPage(PageRef ref, const kv::Page& page) {
   Sequence* victim = it->second.get();
   victim->violations.push_back(v);
   if (options_.watermark == WatermarkMode::kEnforce) {
-    scheduler_.Abort(victim, absl::DataLossError(absl::StrCat(
-                                 "a late KV write from request ",
-                                 writer.request.value(),
-                                 " landed in this request's page ",
-                                 ref.page.value())));
+    scheduler_.Abort(
+        victim, absl::DataLossError(absl::StrCat(
+                    "a late KV write from request ", writer.request.value(),
+                    " landed in this request's page ", ref.page.value())));
   }
   return victim->id;
 }

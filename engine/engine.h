@@ -33,6 +33,9 @@ struct EngineOptions {
   WatermarkMode watermark = WatermarkMode::kEnforce;
   ScrubPolicy scrub = ScrubPolicy::kNone;  // on free
   FaultSet faults;  // the engine-level ones: no-scrub-reuse, prefix-hash-...
+  // Tenant-salted prefix cache (engine/prefix_cache.h) for prompts prefilled
+  // here.
+  bool prefix_cache = true;
   TraceBus* trace =
       nullptr;  // trace events; may be null. Must outlive the engine.
   SchedulerOptions scheduler;  // seq_len is taken from the model
@@ -107,6 +110,7 @@ class Engine {
   void Release(RequestId id);
 
   const PagePool& pool() const { return pool_; }
+  const PrefixCache* prefix_cache() const { return prefix_cache_.get(); }
   // Direct access to the pages, for fault injection (the demo, tests): plant
   // another tenant's bytes in a request's pages the way the production bugs
   // did, and watch the watermark check catch it.
@@ -119,6 +123,7 @@ class Engine {
   EngineOptions options_;
   kernels::ThreadPool threads_;
   PagePool pool_;
+  std::unique_ptr<PrefixCache> prefix_cache_;  // null when off
   Scheduler scheduler_;
   ModelRunner runner_;
   uint64_t next_request_ = 1;

@@ -129,7 +129,10 @@ EngineLoopStats EngineLoop::stats() const {
 
 void EngineLoop::UpdateStats() {
   std::lock_guard<std::mutex> lock(stats_mu_);
-  stats_.pages_used = engine_.pool().num_used_pages();
+  const PrefixCache* cache = engine_.prefix_cache();
+  stats_.pages_cached = cache != nullptr ? cache->num_unused() : 0;
+  stats_.prefix_hit_pages = cache != nullptr ? cache->hit_pages() : 0;
+  stats_.pages_used = engine_.pool().num_used_pages() - stats_.pages_cached;
   stats_.pages_free = engine_.pool().num_free_pages();
   stats_.waiting = engine_.num_waiting();
   stats_.running = engine_.num_running();

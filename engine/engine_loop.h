@@ -51,8 +51,10 @@ class RequestChannel {
 };
 
 struct EngineLoopStats {
-  int pages_used = 0;
+  int pages_used = 0;    // held by requests
+  int pages_cached = 0;  // held by the prefix cache only (evictable)
   int pages_free = 0;
+  uint64_t prefix_hit_pages = 0;  // pages served from the prefix cache
   int waiting = 0;
   int running = 0;
   int transferring = 0;

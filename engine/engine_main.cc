@@ -44,6 +44,9 @@ ABSL_FLAG(int, threads, 1,
 ABSL_FLAG(int, page_tokens, 16, "token slots per KV page");
 ABSL_FLAG(std::string, scrub, "none",
           "what freed KV pages get: none, zero or poison");
+ABSL_FLAG(bool, prefix_cache, true,
+          "reuse cached KV pages of a tenant's earlier prompts (tenant-salted "
+          "SHA-256 keys)");
 ABSL_FLAG(std::string, watermark, "enforce",
           "page stamp checks: off, detect or enforce");
 ABSL_FLAG(std::string, shape, "260k", "write-model: 260k or 15m");
@@ -128,8 +131,8 @@ absl::Status Generate() {
   options.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   options.watermark = mode;
   ASSIGN_OR_RETURN(options.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
-  ASSIGN_OR_RETURN(options.faults,
-                   FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
+  ASSIGN_OR_RETURN(options.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
+  options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   options.scheduler.max_batch_seqs = 1;
   if (options.num_threads < 1 || options.num_threads > 256) {
     return absl::InvalidArgumentError("--threads must be in [1, 256]");
@@ -187,6 +190,7 @@ absl::StatusOr<EngineOptions> NodeEngineOptions() {
   e.watermark = mode;
   ASSIGN_OR_RETURN(e.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
   ASSIGN_OR_RETURN(e.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
+  e.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   e.num_pages = absl::GetFlag(FLAGS_num_pages);
@@ -269,6 +273,8 @@ absl::Status Up() {
   std::vector<std::string> node_args = {
       absl::StrCat("--watermark=", absl::GetFlag(FLAGS_watermark)),
       absl::StrCat("--scrub=", absl::GetFlag(FLAGS_scrub)),
+      absl::StrCat("--prefix_cache=",
+                   absl::GetFlag(FLAGS_prefix_cache) ? "true" : "false"),
       absl::StrCat("--fault=", absl::GetFlag(FLAGS_fault)),
       absl::StrCat("--trace_read_sample=",
                    absl::GetFlag(FLAGS_trace_read_sample)),

@@ -38,6 +38,13 @@ NodeMetrics::NodeMetrics(const std::string& role)
                     .Register(*registry_);
   pages_used_ = &pages.Add({{"state", "used"}});
   pages_free_ = &pages.Add({{"state", "free"}});
+  pages_cached_ = &pages.Add({{"state", "cached"}});
+  prefix_hits_ = &prometheus::BuildCounter()
+                      .Name("kvcanary_node_prefix_cache_hit_pages_total")
+                      .Help("KV pages served from the prefix cache")
+                      .Labels(labels)
+                      .Register(*registry_)
+                      .Add({});
   auto& queue = prometheus::BuildGauge()
                     .Name("kvcanary_node_requests_in_flight")
                     .Help("Requests by engine phase")
@@ -88,6 +95,12 @@ std::string NodeMetrics::Serialize(const EngineLoop* loop) {
     const EngineLoopStats s = loop->stats();
     pages_used_->Set(s.pages_used);
     pages_free_->Set(s.pages_free);
+    pages_cached_->Set(s.pages_cached);
+    if (s.prefix_hit_pages > prefix_hits_seen_) {
+      prefix_hits_->Increment(
+          static_cast<double>(s.prefix_hit_pages - prefix_hits_seen_));
+      prefix_hits_seen_ = s.prefix_hit_pages;
+    }
     queue_waiting_->Set(s.waiting);
     running_->Set(s.running);
     transferring_->Set(s.transferring);

@@ -38,6 +38,9 @@ class NodeMetrics {
   prometheus::Counter* transfers_ok_;
   prometheus::Gauge* pages_used_;
   prometheus::Gauge* pages_free_;
+  prometheus::Gauge* pages_cached_;
+  prometheus::Counter* prefix_hits_;
+  uint64_t prefix_hits_seen_ = 0;
   prometheus::Gauge* queue_waiting_;
   prometheus::Gauge* running_;
   prometheus::Gauge* transferring_;

@@ -8,8 +8,9 @@
 
 namespace kvcanary::engine {
 
-Scheduler::Scheduler(const SchedulerOptions& options, PagePool* pool)
-    : options_(options), pool_(pool) {
+Scheduler::Scheduler(const SchedulerOptions& options, PagePool* pool,
+                     PrefixCache* cache)
+    : options_(options), pool_(pool), cache_(cache) {
   CHECK_GT(options.seq_len, 0);
   CHECK_GT(options.max_batch_seqs, 0);
 }
@@ -101,9 +102,26 @@ Batch Scheduler::Schedule() {
         prefill_tokens + prompt > options_.max_prefill_tokens)
       break;
     const int pages = PagesNeeded(*seq);
-    if (!pool_->CanAllocate(pages)) break;
+    // Cached prefix pages, for a request prefilled here: at most all but
+    // the last prompt token, which must be computed for its logits.
+    std::vector<PageRef> hits;
+    if (cache_ != nullptr && seq->role != SequenceRole::kRemotePrefill) {
+      hits = cache_->Acquire(cache_->Keys(seq->tenant, seq->prompt,
+                                          (prompt - 1) / pool_->page_tokens()),
+                             seq->tenant, seq->id);
+    }
+    const int fresh = pages - static_cast<int>(hits.size());
+    if (!pool_->CanAllocate(fresh) &&
+        (cache_ == nullptr || !cache_->MakeRoom(fresh))) {
+      for (const PageRef& p : hits) cache_->Unref(p);
+      break;
+    }
     waiting_.pop_front();
-    seq->block_table = pool_->Allocate(seq->tenant, seq->id, pages);
+    seq->block_table = std::move(hits);
+    seq->shared_pages = static_cast<int>(seq->block_table.size());
+    for (const PageRef& p : pool_->Allocate(seq->tenant, seq->id, fresh)) {
+      seq->block_table.push_back(p);
+    }
     seq->state.StartPrefill();
     if (seq->role == SequenceRole::kRemotePrefill) {
       // The prefill happens on the prefill node; hold the pages for it.
@@ -112,8 +130,9 @@ Batch Scheduler::Schedule() {
       batch.reserved.push_back(seq);
       continue;
     }
-    batch.entries.push_back(BatchEntry{seq, 0, prompt});
-    prefill_tokens += prompt;
+    const int cached = seq->shared_pages * pool_->page_tokens();
+    batch.entries.push_back(BatchEntry{seq, cached, prompt - cached});
+    prefill_tokens += prompt - cached;
     ++seqs;
   }
   for (Sequence* seq : running_) {
@@ -127,8 +146,27 @@ Batch Scheduler::Schedule() {
 }
 
 void Scheduler::Release(Sequence* seq) {
-  pool_->Free(seq->block_table);
+  for (int i = 0; i < seq->shared_pages; ++i) {
+    cache_->Unref(seq->block_table[i]);
+  }
+  pool_->Free(std::vector<PageRef>(seq->block_table.begin() + seq->shared_pages,
+                                   seq->block_table.end()));
   seq->block_table.clear();
+  seq->shared_pages = 0;
+}
+
+void Scheduler::Publish(Sequence* seq) {
+  const int full = static_cast<int>(seq->prompt.size()) / pool_->page_tokens();
+  if (cache_ == nullptr || !seq->violations.empty() ||
+      seq->shared_pages >= full) {
+    return;
+  }
+  const auto keys = cache_->Keys(seq->tenant, seq->prompt, full);
+  while (seq->shared_pages < full &&
+         cache_->Publish(keys[seq->shared_pages],
+                         seq->block_table[seq->shared_pages], seq->tenant)) {
+    ++seq->shared_pages;
+  }
 }
 
 void Scheduler::Advance(Sequence* seq, float* logits, int vocab_size) {
@@ -160,10 +198,11 @@ std::vector<Sequence*> Scheduler::Postprocess(const Batch& batch,
     const BatchEntry& e = batch.entries[i];
     Sequence* seq = e.seq;
     seq->num_computed = e.first_pos + e.num_tokens;
-    if (seq->state.phase() == RequestPhase::kPrefilling &&
-        seq->role == SequenceRole::kLocal) {
+    const bool prefilled = seq->state.phase() == RequestPhase::kPrefilling;
+    if (prefilled && seq->role == SequenceRole::kLocal) {
       seq->state.StartDecode();
     }
+    if (prefilled && !output.refused[i]) Publish(seq);
     if (output.refused[i]) {
       // Name the worst: another tenant's data before anything else.
       const WatermarkViolation* worst = &seq->violations.front();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/page_pool.h"
+#include "engine/prefix_cache.h"
 #include "engine/sequence.h"
 
 namespace kvcanary::engine {
@@ -55,7 +56,9 @@ struct StepOutput {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerOptions& options, PagePool* pool);
+  // `cache` may be null (no prefix caching); must outlive the scheduler.
+  Scheduler(const SchedulerOptions& options, PagePool* pool,
+            PrefixCache* cache = nullptr);
 
   // Queues a sequence; it stays owned by the caller until finished.
   void Add(Sequence* seq);
@@ -87,11 +90,15 @@ class Scheduler {
  private:
   int PagesNeeded(const Sequence& seq) const;
   void Release(Sequence* seq);
+  // After its prefill: hands the sequence's full prompt pages to the prefix
+  // cache (while their keys are new), unless it saw a violation.
+  void Publish(Sequence* seq);
   // Samples the entry's next token and applies stop rules.
   void Advance(Sequence* seq, float* logits, int vocab_size);
 
   SchedulerOptions options_;
   PagePool* pool_;
+  PrefixCache* cache_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;
   std::vector<Sequence*> transferring_;  // holding pages, waiting on a peer

@@ -42,6 +42,9 @@ struct Sequence {
   RequestState state;
   // Block table: pages holding tokens [i * page_tokens, (i+1) * page_tokens).
   std::vector<kernels::PageRef> block_table;
+  // block_table[0, shared_pages) belong to the prefix cache (a hit at
+  // admission, or pages this request published): unref'd, not freed.
+  int shared_pages = 0;
   // Tokens whose K/V are in the pages: positions [0, num_computed).
   int num_computed = 0;
   // Every watermark violation seen while serving this request (any mode but

@@ -30,14 +30,14 @@ struct ServeOptions {
   int max_prompt_tokens = 0;              // nodes; 0 = role default
   int max_waiting = 256;
   EngineOptions engine;
-  TransferDamage damage = TransferDamage::kNone;  // prefill, tests only
-  absl::Duration test_receive_delay;              // decode, tests only
-  int64_t test_receive_bytes_per_s = 0;           // decode, tests only
+  TransferDamage damage = TransferDamage::kNone;        // prefill, tests only
+  absl::Duration test_receive_delay;                    // decode, tests only
+  int64_t test_receive_bytes_per_s = 0;                 // decode, tests only
   absl::Duration transfer_timeout = absl::Seconds(30);  // nodes
   int metadata_slots = 16;                              // decode
-  FaultSet faults;                                // every role
-  NodeTraceOptions trace;                         // nodes
-  int max_in_flight = 256;                        // router
+  FaultSet faults;                                      // every role
+  NodeTraceOptions trace;                               // nodes
+  int max_in_flight = 256;                              // router
 };
 
 // Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and

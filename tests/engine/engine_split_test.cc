@@ -60,7 +60,9 @@ TEST(EngineSplitTest, PrefillThenTransferThenDecodeEqualsLocal) {
   prefill.FinishTransfer(rid, absl::OkStatus());
   EXPECT_EQ(prefill.Get(rid)->state.finish_reason(),
             FinishReason::kTransferred);
-  EXPECT_EQ(prefill.pool().num_used_pages(), 0);
+  // Only the prompt's one full page is left, in the prefix cache.
+  EXPECT_EQ(prefill.pool().num_used_pages(), 1);
+  EXPECT_EQ(prefill.prefix_cache()->num_unused(), 1);
   decode.RunUntilIdle();
   const Sequence& d = *decode.Get(rid);
   EXPECT_TRUE(d.violations.empty()) << d.violations[0].DebugString();

@@ -21,7 +21,6 @@
 
 #include "common/trace_event.h"
 #include "gtest/gtest.h"
-
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 

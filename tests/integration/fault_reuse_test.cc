@@ -145,8 +145,8 @@ RaceRun RunAbortTransferRace(const std::vector<std::string>& flags) {
 }
 
 TEST(AbortTransferRaceTest, DetectTracesLateWritesOfTheAbortedTenant) {
-  RaceRun run =
-      RunAbortTransferRace({"--fault=abort-transfer-race", "--watermark=detect"});
+  RaceRun run = RunAbortTransferRace(
+      {"--fault=abort-transfer-race", "--watermark=detect"});
   EXPECT_NE(run.globex.status, 200) << run.globex.body;  // it timed out
   const auto late = ViolationsOf(run.trace, ViolationKind::kLateWrite);
   ASSERT_FALSE(late.empty());
@@ -240,7 +240,9 @@ TEST(MetadataSlotReuseTest, DetectAttributesTheInstalledKvToItsTenant) {
   for (const TraceEvent& v : found) {
     EXPECT_NE(v.writer.tenant, v.reader.tenant);
     // The writer named is the request whose K/V was installed, of its
-    // tenant: the one whose prompt was exposed.
+    // tenant (or that tenant's shared prefix): the one whose prompt was
+    // exposed.
+    if (v.writer.request == kSharedPrefixRequest) continue;
     ASSERT_TRUE(tenant_of.count(v.writer.request.value()));
     EXPECT_EQ(tenant_of[v.writer.request.value()], v.writer.tenant.value());
   }
@@ -269,6 +271,71 @@ TEST(MetadataSlotReuseTest, FaultOffTwoSlotsServeSixteenClientsCleanly) {
   }
   EXPECT_EQ(texts.size(), 1u);  // the same greedy prompt, the same answer
   EXPECT_EQ(CountViolations(run.trace), 0);
+}
+
+// --- prefix-hash-collision ---------------------------------------------------
+
+// acme's prompt is prefilled and its full pages cached on the prefill node;
+// then globex sends a prompt with the same first 48 tokens.
+struct PrefixRun {
+  HttpResult acme, acme_again, globex;
+  std::vector<TraceEvent> prefill_trace;
+  std::string prefill_metrics;
+};
+
+PrefixRun RunPrefixCollision(const std::vector<std::string>& flags) {
+  Cluster cluster(flags);
+  PrefixRun run;
+  EXPECT_TRUE(cluster.ok());
+  if (!cluster.ok()) return run;
+  TraceTap tap(cluster.prefill());
+  const std::string shared = LongPrompt(30);
+  run.acme = Post(cluster.router(), "/v1/completions",
+                  Completion(shared + " cat", 8), "sk-acme");
+  run.acme_again = Post(cluster.router(), "/v1/completions",
+                        Completion(shared + " cat", 8), "sk-acme");
+  run.globex = Post(cluster.router(), "/v1/completions",
+                    Completion(shared + " sun", 8), "sk-globex");
+  run.prefill_trace = tap.Stop();
+  run.prefill_metrics = Get(cluster.prefill(), "/metrics").body;
+  return run;
+}
+
+TEST(PrefixHashCollisionTest, DetectAttributesTheCachedPagesToTheirTenant) {
+  PrefixRun run = RunPrefixCollision(
+      {"--fault=prefix-hash-collision", "--watermark=detect"});
+  ASSERT_EQ(run.globex.status, 200) << run.globex.body;
+  const auto found =
+      ViolationsOf(run.prefill_trace, ViolationKind::kForeignTenantRead);
+  ASSERT_FALSE(found.empty());
+  for (const TraceEvent& v : found) {
+    EXPECT_EQ(v.reader.tenant.value(), kGlobex);
+    EXPECT_EQ(v.writer.tenant.value(), kAcme);  // acme's prompt was exposed
+    EXPECT_EQ(v.writer.request, kSharedPrefixRequest);
+  }
+}
+
+TEST(PrefixHashCollisionTest, EnforceFailsTheRequestWithNoText) {
+  PrefixRun run = RunPrefixCollision(
+      {"--fault=prefix-hash-collision", "--watermark=enforce"});
+  EXPECT_EQ(run.acme.status, 200) << run.acme.body;
+  EXPECT_EQ(run.globex.status, 502) << run.globex.body;
+  EXPECT_FALSE(run.globex.json.contains("choices")) << run.globex.body;
+}
+
+TEST(PrefixHashCollisionTest, FaultOffTheCacheServesOnlyItsOwnTenant) {
+  PrefixRun run = RunPrefixCollision({"--watermark=detect"});
+  ASSERT_EQ(run.acme.status, 200) << run.acme.body;
+  ASSERT_EQ(run.acme_again.status, 200) << run.acme_again.body;
+  ASSERT_EQ(run.globex.status, 200) << run.globex.body;
+  // acme's second request was served from the cache, with the same answer.
+  EXPECT_GT(MetricValue(run.prefill_metrics,
+                        "kvcanary_node_prefix_cache_hit_pages_total", "role"),
+            0)
+      << run.prefill_metrics;
+  EXPECT_EQ(run.acme.json["choices"][0]["text"],
+            run.acme_again.json["choices"][0]["text"]);
+  EXPECT_EQ(CountViolations(run.prefill_trace), 0);
 }
 
 }  // namespace

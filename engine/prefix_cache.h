@@ -1,0 +1,98 @@
+// The prefix cache: full KV pages of earlier prompts, found again by a key
+// over their tokens, so a request whose prompt starts the same way skips
+// their prefill and reads the cached pages instead.
+//
+// Keys are tenant-salted SHA-256 chains: key(page i) = SHA-256(salt(tenant)
+// || key(page i-1) || the page's token ids), with salt(tenant) =
+// SHA-256(node secret || tenant id) and the node secret drawn at random when
+// the cache is made. The salt comes from the authenticated tenant on the
+// server side, never from the client, so only requests of the same tenant
+// share pages (vLLM's cache_salt, done where a client cannot forge it).
+//
+// The prefix-hash-collision fault weakens the key to a 32-bit FNV-1a over the
+// tokens with a constant seed and no salt (vLLM GHSA-rm76-4mrf-v9r8): any
+// tenant with the same prefix, or with a colliding one, gets the pages.
+//
+// A page in the cache belongs to the cache: published from the request that
+// computed it, restamped writer = (its tenant, kSharedPrefixRequest), so
+// every request of that tenant may read it and no other tenant may. Pages
+// in use by requests are never evicted; unused ones go least recently used
+// first when the pool runs short.
+//
+// Not thread-safe; owned by the engine thread.
+#ifndef KVCANARY_ENGINE_PREFIX_CACHE_H_
+#define KVCANARY_ENGINE_PREFIX_CACHE_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/ids.h"
+#include "engine/page_pool.h"
+#include "engine/trace_bus.h"
+
+namespace kvcanary::engine {
+
+class PrefixCache {
+ public:
+  using Key = std::array<uint8_t, 32>;
+
+  // `weak_keys`: the prefix-hash-collision fault.
+  PrefixCache(PagePool* pool, bool weak_keys, TraceBus* trace);
+
+  // The key chain of the first `num_pages` full pages of `tokens`.
+  std::vector<Key> Keys(TenantId tenant, const std::vector<int>& tokens,
+                        int num_pages) const;
+  // The 32-bit key the fault uses, for tests that craft collisions: the
+  // chain value after `tokens` starting from `parent` (0 for page 0).
+  static uint32_t WeakHash(uint32_t parent, const int* tokens, int n);
+
+  // The longest run of cached pages matching keys[0..], each now in use
+  // once more by `request` (of `tenant`, for the trace). Release with
+  // Unref.
+  std::vector<PageRef> Acquire(const std::vector<Key>& keys, TenantId tenant,
+                               RequestId request);
+  // Hands a page a request computed to the cache under `key`, restamping it
+  // as the tenant's shared prefix; the request keeps using it (Unref when
+  // done). false (nothing changes) if the key is already cached.
+  bool Publish(const Key& key, PageRef page, TenantId tenant);
+  // A request stopped using a cached page.
+  void Unref(PageRef page);
+  // Frees unused cached pages, least recently used first, until the pool
+  // has `pages` free or nothing unused is left. Returns whether it has.
+  bool MakeRoom(int pages);
+
+  int size() const { return static_cast<int>(entries_.size()); }
+  int num_unused() const;
+  uint64_t hit_pages() const { return hit_pages_; }
+  uint64_t published_pages() const { return published_pages_; }
+  uint64_t evicted_pages() const { return evicted_pages_; }
+
+ private:
+  struct Entry {
+    PageRef page;
+    TenantId tenant;
+    int users = 0;
+    uint64_t last_used = 0;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  Key Salt(TenantId tenant) const;
+
+  PagePool* pool_;
+  const bool weak_keys_;
+  TraceBus* trace_;
+  std::array<uint8_t, 32> secret_;
+  absl::flat_hash_map<Key, Entry, KeyHash> entries_;
+  absl::flat_hash_map<uint32_t, Key> key_of_page_;  // page id -> key
+  uint64_t tick_ = 0;
+  uint64_t hit_pages_ = 0;
+  uint64_t published_pages_ = 0;
+  uint64_t evicted_pages_ = 0;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_PREFIX_CACHE_H_

@@ -1,0 +1,183 @@
+// The tenant-salted prefix cache on the single-node engine, and the
+// prefix-hash-collision fault that weakens its key.
+#include <random>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "engine/engine.h"
+#include "gtest/gtest.h"
+
+namespace kvcanary::engine {
+namespace {
+
+constexpr TenantId kAcme{1}, kGlobex{2};
+
+const Model& TestModel() {
+  static const Model* model = new Model(DefaultModel());
+  return *model;
+}
+
+SamplingParams Greedy(int max_tokens) {
+  SamplingParams s;
+  s.max_tokens = max_tokens;
+  return s;
+}
+
+// A prompt of `n` tokens: BOS, then a fixed pseudo-random run.
+std::vector<int> Prompt(int n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int> p = {1};
+  while (static_cast<int>(p.size()) < n) p.push_back(3 + rng() % 400);
+  return p;
+}
+
+struct Result {
+  std::vector<int> output;
+  std::vector<WatermarkViolation> violations;
+  absl::Status status;
+};
+
+Result Generate(Engine& engine, TenantId tenant,
+                const std::vector<int>& prompt) {
+  auto id = engine.Submit(tenant, prompt, Greedy(12));
+  EXPECT_TRUE(id.ok()) << id.status();
+  engine.RunUntilIdle();
+  const Sequence& seq = *engine.Get(*id);
+  Result r{seq.output, seq.violations, seq.state.abort_status()};
+  engine.Release(*id);
+  return r;
+}
+
+// What a fresh engine with no cache answers.
+std::vector<int> Clean(const std::vector<int>& prompt) {
+  EngineOptions o;
+  o.prefix_cache = false;
+  Engine engine(&TestModel(), o);
+  return Generate(engine, kAcme, prompt).output;
+}
+
+EngineOptions WithCache(WatermarkMode mode, bool fault = false) {
+  EngineOptions o;
+  o.watermark = mode;
+  if (fault) o.faults.add(Fault::kPrefixHashCollision);
+  return o;
+}
+
+TEST(PrefixCacheTest, SameTenantSamePrefixIsServedFromTheCacheExactly) {
+  Engine engine(&TestModel(), WithCache(WatermarkMode::kEnforce));
+  const auto prompt = Prompt(40, 7);  // two full pages, then 8 tokens
+  Result first = Generate(engine, kAcme, prompt);
+  EXPECT_EQ(engine.prefix_cache()->hit_pages(), 0u);
+  EXPECT_EQ(engine.prefix_cache()->size(), 2);
+  auto longer = prompt;
+  longer.push_back(42);
+  Result second = Generate(engine, kAcme, longer);
+  EXPECT_EQ(engine.prefix_cache()->hit_pages(), 2u);
+  EXPECT_TRUE(first.violations.empty());
+  EXPECT_TRUE(second.violations.empty());
+  // Bitwise the same as computing everything.
+  EXPECT_EQ(first.output, Clean(prompt));
+  EXPECT_EQ(second.output, Clean(longer));
+}
+
+TEST(PrefixCacheTest, AnotherTenantWithTheSamePrefixMisses) {
+  Engine engine(&TestModel(), WithCache(WatermarkMode::kDetect));
+  const auto prompt = Prompt(40, 7);
+  Generate(engine, kAcme, prompt);
+  Result globex = Generate(engine, kGlobex, prompt);
+  EXPECT_EQ(engine.prefix_cache()->hit_pages(), 0u);  // salted apart
+  EXPECT_TRUE(globex.violations.empty());
+  EXPECT_EQ(globex.output, Clean(prompt));
+}
+
+TEST(PrefixCacheTest, UnusedCachedPagesAreEvictedWhenThePoolRunsShort) {
+  EngineOptions o = WithCache(WatermarkMode::kEnforce);
+  o.num_pages = 8;
+  Engine engine(&TestModel(), o);
+  for (uint32_t seed = 0; seed < 6; ++seed) {
+    Result r = Generate(engine, kAcme, Prompt(70, seed));  // 4 full pages each
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    EXPECT_TRUE(r.violations.empty());
+  }
+  EXPECT_GT(engine.prefix_cache()->evicted_pages(), 0u);
+  EXPECT_LE(engine.pool().num_used_pages(), 8);
+}
+
+TEST(PrefixCollisionFaultTest, AnotherTenantsPrefixIsServedAndCaught) {
+  Engine engine(&TestModel(), WithCache(WatermarkMode::kDetect, true));
+  const auto prompt = Prompt(40, 7);
+  Generate(engine, kAcme, prompt);
+  Result globex = Generate(engine, kGlobex, prompt);
+  EXPECT_EQ(engine.prefix_cache()->hit_pages(), 2u);
+  ASSERT_FALSE(globex.violations.empty());
+  for (const WatermarkViolation& v : globex.violations) {
+    EXPECT_EQ(v.kind, ViolationKind::kForeignTenantRead);
+    EXPECT_EQ(v.reader.tenant, kGlobex);
+    EXPECT_EQ(v.writer.tenant, kAcme);  // whose prompt's K/V was read
+  }
+}
+
+TEST(PrefixCollisionFaultTest, EnforceRefusesTheRequest) {
+  Engine engine(&TestModel(), WithCache(WatermarkMode::kEnforce, true));
+  const auto prompt = Prompt(40, 7);
+  Generate(engine, kAcme, prompt);
+  Result globex = Generate(engine, kGlobex, prompt);
+  EXPECT_EQ(globex.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(globex.output.empty());
+}
+
+// Two different first pages with the same 32-bit weak key, found by a
+// birthday search: with the fault, the second prompt is answered from the
+// first prompt's K/V — another tenant's text, not a copy of its own.
+TEST(PrefixCollisionFaultTest, ACraftedCollisionServesADifferentPrompt) {
+  const int pt = EngineOptions().page_tokens;
+  absl::flat_hash_map<uint32_t, std::vector<int>> seen;
+  std::vector<int> a, b;
+  std::mt19937 rng(1);
+  while (a.empty()) {
+    std::vector<int> page = {1};
+    while (static_cast<int>(page.size()) < pt) page.push_back(3 + rng() % 500);
+    const uint32_t h = PrefixCache::WeakHash(0, page.data(), pt);
+    auto [it, inserted] = seen.emplace(h, page);
+    if (!inserted && it->second != page) {
+      a = it->second;
+      b = page;
+    }
+  }
+  const std::vector<int> tail = {300, 301, 302, 303};
+  std::vector<int> acme = a, globex = b;
+  acme.insert(acme.end(), tail.begin(), tail.end());
+  globex.insert(globex.end(), tail.begin(), tail.end());
+  ASSERT_NE(Clean(acme), Clean(globex)) << "pick another tail";
+
+  // With the fault, globex's prompt hits acme's page and is answered as if
+  // it were acme's (watermarks off: nothing stops it).
+  {
+    Engine engine(&TestModel(), WithCache(WatermarkMode::kOff, true));
+    Generate(engine, kAcme, acme);
+    Result r = Generate(engine, kGlobex, globex);
+    EXPECT_EQ(engine.prefix_cache()->hit_pages(), 1u);
+    EXPECT_EQ(r.output, Clean(acme));
+    EXPECT_NE(r.output, Clean(globex));
+  }
+  // Detect names it.
+  {
+    Engine engine(&TestModel(), WithCache(WatermarkMode::kDetect, true));
+    Generate(engine, kAcme, acme);
+    Result r = Generate(engine, kGlobex, globex);
+    ASSERT_FALSE(r.violations.empty());
+    EXPECT_EQ(r.violations[0].kind, ViolationKind::kForeignTenantRead);
+    EXPECT_EQ(r.violations[0].writer.tenant, kAcme);
+  }
+  // Without the fault the keys are salted SHA-256: no hit, the right answer.
+  {
+    Engine engine(&TestModel(), WithCache(WatermarkMode::kEnforce));
+    Generate(engine, kAcme, acme);
+    Result r = Generate(engine, kGlobex, globex);
+    EXPECT_EQ(engine.prefix_cache()->hit_pages(), 0u);
+    EXPECT_EQ(r.output, Clean(globex));
+  }
+}
+
+}  // namespace
+}  // namespace kvcanary::engine

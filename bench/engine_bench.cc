@@ -142,6 +142,35 @@ double CheckShare(const Setup& s, double decode_tokens_per_s) {
   return per_call_s * c.n_layers * decode_tokens_per_s;
 }
 
+// Scrubbing on free, timed directly: what freeing one request's pages
+// (a context of decode_positions tokens, every layer) costs with `scrub`
+// over the same free with none, in seconds per request. Free and
+// reallocate in a loop; the allocation is the same in both.
+double ScrubSecondsPerRequest(const Setup& s, ScrubPolicy scrub) {
+  const ModelConfig& c = s.model.config;
+  auto time_policy = [&](ScrubPolicy policy) {
+    PagePoolOptions po;
+    po.n_layers = c.n_layers;
+    po.layout.page_tokens = 16;
+    po.layout.kv_heads = c.n_kv_heads;
+    po.layout.head_dim = c.head_dim();
+    po.num_pages = (s.decode_positions + 15) / 16;
+    po.scrub = policy;
+    PagePool pool(po);
+    const int rounds = 2000;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+      const auto t0 = Clock::now();
+      for (int r = 0; r < rounds; ++r) {
+        pool.Free(pool.Allocate(TenantId(1), RequestId(r + 1), po.num_pages));
+      }
+      best = std::min(best, Seconds(t0, Clock::now()) / rounds);
+    }
+    return best;
+  };
+  return std::max(0.0, time_policy(scrub) - time_policy(ScrubPolicy::kNone));
+}
+
 template <typename F>
 double Best(F f) {
   double best = 0;
@@ -175,6 +204,18 @@ void Measure(const Setup& s) {
   std::printf("| %-34s | %13.4f  |\n", "enforce / off (1 seq)", enforce / off);
   std::printf("| %-34s | %13.3f%% |\n", "stamp check share (timed directly)",
               100.0 * CheckShare(s, enforce));
+  // A request decoding to decode_positions takes decode_positions / enforce
+  // seconds single-stream; scrubbing its pages on free adds this share.
+  const double request_s = s.decode_positions / enforce;
+  for (ScrubPolicy p : {ScrubPolicy::kZero, ScrubPolicy::kPoison}) {
+    const double scrub_s = ScrubSecondsPerRequest(s, p);
+    row(absl::StrFormat("scrub %s per request (timed)", ScrubPolicyName(p)),
+        scrub_s * 1e6, "us");
+    std::printf("| %-34s | %13.3f%% |\n",
+                absl::StrFormat("scrub %s share of a request", ScrubPolicyName(p))
+                    .c_str(),
+                100.0 * scrub_s / request_s);
+  }
   double single = enforce;
   for (absl::string_view size : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes),
                                                ',', absl::SkipEmpty())) {

@@ -211,10 +211,11 @@ void Measure(const Setup& s) {
     const double scrub_s = ScrubSecondsPerRequest(s, p);
     row(absl::StrFormat("scrub %s per request (timed)", ScrubPolicyName(p)),
         scrub_s * 1e6, "us");
-    std::printf("| %-34s | %13.3f%% |\n",
-                absl::StrFormat("scrub %s share of a request", ScrubPolicyName(p))
-                    .c_str(),
-                100.0 * scrub_s / request_s);
+    std::printf(
+        "| %-34s | %13.3f%% |\n",
+        absl::StrFormat("scrub %s share of a request", ScrubPolicyName(p))
+            .c_str(),
+        100.0 * scrub_s / request_s);
   }
   double single = enforce;
   for (absl::string_view size : absl::StrSplit(absl::GetFlag(FLAGS_batch_sizes),

@@ -240,15 +240,13 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
     ReleaseSlot(pending->slot);
   }
   if (!transfer.ok()) {
-    // If the request was finished meanwhile (a late write refused it, say),
-    // its own reason is the one to give.
-    if (absl::IsNotFound(transfer) || absl::IsFailedPrecondition(transfer)) {
-      while (auto event = channel->Wait(absl::ZeroDuration())) {
-        if (event->kind == RequestEvent::Kind::kFinished &&
-            !event->status.ok()) {
-          metrics_.CountViolations(event->violations);
-          transfer = event->status;
-        }
+    // If the request was finished already (a late write or the install's
+    // stamp check refused it), its own reason is the one to give, and its
+    // violations are counted.
+    while (auto event = channel->Wait(absl::ZeroDuration())) {
+      if (event->kind == RequestEvent::Kind::kFinished && !event->status.ok()) {
+        metrics_.CountViolations(event->violations);
+        transfer = event->status;
       }
     }
     loop_.Abort(id, transfer);

@@ -173,6 +173,47 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
                        " does not fit the reservation or the KV geometry"));
     }
   }
+  // The K/V must be this request's (or its tenant's shared prefix): the
+  // receiver checked the frames against the transfer's metadata, and this
+  // checks that the transfer handed over is this request's. Under the
+  // watermark mode: detect records, enforce refuses before anything is
+  // installed or any token released.
+  if (options_.watermark != WatermarkMode::kOff) {
+    bool refused = false;
+    for (const kv::Page& page : pages) {
+      const StampIdentity& w = page.stamp.writer;
+      std::optional<ViolationKind> kind;
+      if (w.tenant != seq->tenant) {
+        kind = ViolationKind::kForeignTenantRead;
+      } else if (w.request != seq->id && w.request != kSharedPrefixRequest) {
+        kind = ViolationKind::kStaleRequestRead;
+      }
+      if (!kind.has_value()) continue;
+      const PageRef ref = seq->block_table[page.index];
+      WatermarkViolation v;
+      v.kind = *kind;
+      v.layer = page.layer;
+      v.page = ref.page;
+      v.slots_read = page.slots;
+      v.reader = StampIdentity{seq->id, seq->tenant, ref.generation};
+      v.writer = w;
+      v.owner = pool_.stamp(static_cast<int>(page.layer), ref.page).owner;
+      v.filled = page.stamp.filled;
+      seq->violations.push_back(v);
+      if (options_.trace != nullptr) options_.trace->Emit(FromViolation(v));
+      refused = refused || options_.watermark == WatermarkMode::kEnforce;
+    }
+    if (refused) {
+      const WatermarkViolation& v = seq->violations.back();
+      absl::Status status = absl::DataLossError(absl::StrCat(
+          "request refused: watermark check found ", ViolationKindName(v.kind),
+          " in the K/V handed to it (written by tenant ",
+          v.writer.tenant.value(),
+          "); no output built on that memory is returned"));
+      scheduler_.Abort(seq, status);
+      return status;
+    }
+  }
   for (const kv::Page& page : pages) {
     const PageRef ref = seq->block_table[page.index];
     char* dst =

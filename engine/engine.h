@@ -74,11 +74,15 @@ class Engine {
   void Abort(RequestId id, absl::Status status);
 
   // A kRemotePrefill request's K/V arrived from the prefill node: writes each
-  // page's K/V into the request's reserved pages (stamped by this request,
-  // as the transfer receiver), then the request joins decoding with
-  // `first_token`. kFailedPrecondition if the request is not waiting for a
-  // transfer; kInvalidArgument if a page does not fit the reservation or the
-  // pool's geometry (the caller verified the transfer; this is the last line).
+  // page's K/V into the request's reserved pages (stamped with the writer
+  // the frame's stamp names, at the reservation's generation), then the
+  // request joins decoding with `first_token`. kFailedPrecondition if the
+  // request is not waiting for a transfer; kInvalidArgument if a page does
+  // not fit the reservation or the pool's geometry (the caller verified the
+  // transfer; this is the last line). Pages written by another request or
+  // tenant (not this tenant's shared prefix) are watermark violations:
+  // recorded unless the mode is off; in enforce the request is aborted with
+  // kDataLoss (returned) before anything is installed.
   absl::Status InstallTransferredKv(RequestId id,
                                     const std::vector<kv::Page>& pages,
                                     int computed_tokens, int first_token);

@@ -56,8 +56,14 @@ TEST(SoakTest, TwoThousandRequestsFromEightTenantsHaveNoViolations) {
         const int i = next.fetch_add(1);
         if (i >= kRequests) return;
         const std::string key = "sk-t" + std::to_string(i % kTenants);
-        std::string prompt = "tenant " + std::to_string(i % kTenants) +
-                             " request " + std::to_string(i);
+        // Half the prompts start with the same long preamble, whatever the
+        // tenant: the prefix cache must share it within a tenant only.
+        std::string prompt;
+        if (i % 2 == 0) {
+          for (int w = 0; w < 5; ++w) prompt += "once there was a cat ";
+        }
+        prompt += "tenant " + std::to_string(i % kTenants) + " request " +
+                  std::to_string(i);
         const int words = std::uniform_int_distribution<int>(0, 40)(rng);
         for (int w = 0; w < words; ++w) prompt += w % 3 ? " the dog" : " ran";
         nlohmann::json j;
@@ -102,6 +108,10 @@ TEST(SoakTest, TwoThousandRequestsFromEightTenantsHaveNoViolations) {
         << node << "\n"
         << metrics;
   }
+  // The preamble was served from the prefix cache (within each tenant).
+  EXPECT_GT(MetricValue(Get(cluster.prefill(), "/metrics").body,
+                        "kvcanary_node_prefix_cache_hit_pages_total", "role"),
+            0);
   // The decode node really served the requests it reports.
   EXPECT_GE(MetricValue(Get(cluster.decode(), "/metrics").body,
                         "kvcanary_node_requests_total", "outcome=\"ok\""),

@@ -1,0 +1,177 @@
+#include "auditor/shadow_ledger.h"
+
+namespace kvcanary::auditor {
+
+const char* LedgerFindingKindName(LedgerFindingKind kind) {
+  switch (kind) {
+    case LedgerFindingKind::kForeignTenantRead:
+      return "foreign_tenant_read";
+    case LedgerFindingKind::kStaleRequestRead:
+      return "stale_request_read";
+    case LedgerFindingKind::kUnwrittenRead:
+      return "unwritten_read";
+    case LedgerFindingKind::kLateWrite:
+      return "late_write";
+    case LedgerFindingKind::kTransferMismatch:
+      return "transfer_mismatch";
+    case LedgerFindingKind::kEngineViolation:
+      return "engine_violation";
+  }
+  return "unknown";
+}
+
+namespace {
+
+LedgerFindingKind FromViolationKind(ViolationKind k) {
+  switch (k) {
+    case ViolationKind::kForeignTenantRead:
+      return LedgerFindingKind::kForeignTenantRead;
+    case ViolationKind::kStaleRequestRead:
+      return LedgerFindingKind::kStaleRequestRead;
+    case ViolationKind::kUnwrittenRead:
+      return LedgerFindingKind::kUnwrittenRead;
+    case ViolationKind::kLateWrite:
+      return LedgerFindingKind::kLateWrite;
+  }
+  return LedgerFindingKind::kUnwrittenRead;
+}
+
+}  // namespace
+
+ShadowLedger::PageState& ShadowLedger::State(TraceNode node, PageId page) {
+  return pages_[Key{static_cast<int>(node), page.value()}];
+}
+
+void ShadowLedger::Report(LedgerFinding f, std::vector<LedgerFinding>* out) {
+  const auto key =
+      std::make_tuple(f.reader.request.value(), static_cast<int>(f.node),
+                      f.page.value(), static_cast<int>(f.kind));
+  if (f.kind != LedgerFindingKind::kTransferMismatch &&
+      !reported_.insert(key).second) {
+    return;
+  }
+  findings_.push_back(f);
+  out->push_back(f);
+}
+
+std::vector<LedgerFinding> ShadowLedger::Apply(const TraceEvent& e) {
+  std::vector<LedgerFinding> out;
+  ++stats_.events;
+  switch (e.type) {
+    case TraceEventType::kPageAlloc: {
+      PageState& s = State(e.node, e.page);
+      s.gen = e.gen;
+      s.owner = StampIdentity{e.request, e.tenant, e.gen};
+      s.content.owner = s.owner;
+      break;
+    }
+    case TraceEventType::kPageFree: {
+      PageState& s = State(e.node, e.page);
+      if (e.scrub != TraceScrub::kNone) {
+        s.content.writer = StampIdentity{};
+        s.content.filled = 0;
+        s.content.prior = StampIdentity{};
+        s.content.prior_filled = 0;
+        s.known = true;  // scrubbed: known to hold nobody's bytes
+      }
+      break;
+    }
+    case TraceEventType::kPageWrite: {
+      PageState& s = State(e.node, e.page);
+      const StampIdentity writer{e.request, e.tenant, e.writer_gen};
+      if (!s.known) {
+        // Whose bytes the page held is unknown; a write from slot 0 makes
+        // the writer's own slots known again.
+        if (e.first_slot != 0) break;
+        s.known = true;
+        s.content.writer = StampIdentity{};
+        s.content.prior = StampIdentity{};
+        s.content.prior_filled = 0;
+      }
+      s.content.owner = s.owner;
+      const auto late =
+          StampWrite(&s.content, writer, e.first_slot, e.last_slot_exclusive);
+      if (late.has_value() && s.gen.value() != 0) {
+        LedgerFinding f;
+        f.kind = LedgerFindingKind::kLateWrite;
+        f.node = e.node;
+        f.page = e.page;
+        f.reader = s.owner;
+        f.writer = writer;
+        f.slots = e.last_slot_exclusive - e.first_slot;
+        Report(f, &out);
+      }
+      break;
+    }
+    case TraceEventType::kPageShare: {
+      PageState& s = State(e.node, e.page);
+      if (s.known && s.content.writer.tenant == e.tenant) {
+        s.content.writer.request = kSharedPrefixRequest;
+      }
+      break;
+    }
+    case TraceEventType::kPageRead: {
+      PageState& s = State(e.node, e.page);
+      if (!s.known) {
+        ++stats_.reads_unchecked;
+        break;
+      }
+      ++stats_.reads_checked;
+      const StampIdentity reader{e.request, e.tenant, e.gen};
+      StampIdentity source;
+      const auto kind = ClassifyRead(s.content, reader, e.slots, &source);
+      if (!kind.has_value()) break;
+      LedgerFinding f;
+      f.kind = FromViolationKind(*kind);
+      f.node = e.node;
+      f.page = e.page;
+      f.reader = reader;
+      f.writer = source;
+      f.slots = e.slots;
+      Report(f, &out);
+      break;
+    }
+    case TraceEventType::kTransferCommit: {
+      if (e.ok) break;
+      LedgerFinding f;
+      f.kind = LedgerFindingKind::kTransferMismatch;
+      f.node = e.node;
+      f.reader = StampIdentity{e.request, e.tenant, PageGeneration()};
+      f.pages_sent = e.pages_sent;
+      f.pages_expected = e.pages_expected;
+      Report(f, &out);
+      break;
+    }
+    case TraceEventType::kViolation: {
+      LedgerFinding f;
+      f.kind = LedgerFindingKind::kEngineViolation;
+      f.engine_kind = e.kind;
+      f.node = e.node;
+      f.page = e.page;
+      f.reader = e.reader;
+      f.writer = e.writer;
+      f.slots = e.slots;
+      // One per (reader request, page, engine kind).
+      const auto key = std::make_tuple(
+          e.reader.request.value(), static_cast<int>(e.node) + 16,
+          e.page.value(), static_cast<int>(e.kind));
+      if (reported_.insert(key).second) {
+        findings_.push_back(f);
+        out.push_back(f);
+      }
+      break;
+    }
+    case TraceEventType::kDropped: {
+      stats_.dropped += e.count;
+      for (auto& [key, s] : pages_) {
+        if (key.first == static_cast<int>(e.node)) s.known = false;
+      }
+      break;
+    }
+    case TraceEventType::kRequest:
+      break;
+  }
+  return out;
+}
+
+}  // namespace kvcanary::auditor

@@ -411,13 +411,17 @@ std::string StreamChunkSse(const CompletionResult& partial,
 
 std::string StreamDoneSse() { return "data: [DONE]\n\n"; }
 
-std::string ModelsJson(absl::string_view model_id, int64_t created) {
+std::string ModelsJson(absl::string_view model_id, int64_t created,
+                       int max_model_len, int max_prompt_tokens) {
   const ordered_json body = {
       {"object", "list"},
-      {"data", ordered_json::array({{{"id", std::string(model_id)},
-                                     {"object", "model"},
-                                     {"created", created},
-                                     {"owned_by", "kvcanary"}}})}};
+      {"data",
+       ordered_json::array({{{"id", std::string(model_id)},
+                             {"object", "model"},
+                             {"created", created},
+                             {"owned_by", "kvcanary"},
+                             {"max_model_len", max_model_len},
+                             {"max_prompt_tokens", max_prompt_tokens}}})}};
   return Dump(body);
 }
 

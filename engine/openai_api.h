@@ -101,8 +101,11 @@ std::string StreamChunkSse(const CompletionResult& partial,
 // The terminating event: "data: [DONE]\n\n".
 std::string StreamDoneSse();
 
-// GET /v1/models: a list holding the one served model.
-std::string ModelsJson(absl::string_view model_id, int64_t created);
+// GET /v1/models: a list holding the one served model, with its context
+// (`max_model_len`, as vLLM names it) and the longest prompt admitted
+// (`max_prompt_tokens`): the advertised limits an auditor probes.
+std::string ModelsJson(absl::string_view model_id, int64_t created,
+                       int max_model_len, int max_prompt_tokens);
 
 // Finds stop strings in text that arrives in pieces, so that no emitted text
 // ever contains (the start of) a stop string. The result does not depend on

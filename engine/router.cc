@@ -190,7 +190,8 @@ absl::Status Router::Start() {
       res.set_content(ErrorBody(tenant.status()), "application/json");
       return;
     }
-    res.set_content(ModelsJson(options_.model_name, created_),
+    res.set_content(ModelsJson(options_.model_name, created_, context_tokens_,
+                               std::min(max_prompt_tokens_, context_tokens_)),
                     "application/json");
   });
   server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {

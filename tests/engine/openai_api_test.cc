@@ -432,7 +432,9 @@ TEST(OpenAiApiTest, StreamDoneIsTheSentinel) {
 }
 
 TEST(OpenAiApiTest, ModelsJsonListsTheModel) {
-  const json body = json::parse(ModelsJson("stories15M", 1700000000));
+  const json body = json::parse(ModelsJson("stories15M", 1700000000, 256, 128));
+  EXPECT_EQ(body["data"][0]["max_model_len"], 256);
+  EXPECT_EQ(body["data"][0]["max_prompt_tokens"], 128);
   EXPECT_EQ(body["object"], "list");
   ASSERT_EQ(body["data"].size(), 1u);
   EXPECT_EQ(body["data"][0]["id"], "stories15M");

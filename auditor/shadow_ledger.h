@@ -54,9 +54,9 @@ struct LedgerFinding {
 
 struct LedgerStats {
   uint64_t events = 0;
-  uint64_t dropped = 0;           // events the node said this reader lost
+  uint64_t dropped = 0;  // events the node said this reader lost
   uint64_t reads_checked = 0;
-  uint64_t reads_unchecked = 0;   // of pages unknown after a drop
+  uint64_t reads_unchecked = 0;  // of pages unknown after a drop
 };
 
 class ShadowLedger {

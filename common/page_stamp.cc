@@ -97,7 +97,11 @@ std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
   if (source != nullptr) *source = w;
   if (w.tenant == kNoTenant) return ViolationKind::kUnwrittenRead;
   if (w.tenant != reader.tenant) return ViolationKind::kForeignTenantRead;
-  if (w.request != reader.request && w.request != kSharedPrefixRequest) {
+  // A shared prefix is shared within its allocation: the same bytes found
+  // in a later allocation of the page are an earlier request's.
+  const bool shared =
+      w.request == kSharedPrefixRequest && w.generation == reader.generation;
+  if (w.request != reader.request && !shared) {
     return ViolationKind::kStaleRequestRead;
   }
   if (w.generation != reader.generation) return ViolationKind::kLateWrite;
@@ -108,9 +112,7 @@ std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
   if (p.tenant != kNoTenant && stamp.prior_filled > stamp.filled) {
     if (source != nullptr) *source = p;
     if (p.tenant != reader.tenant) return ViolationKind::kForeignTenantRead;
-    if (p.request != reader.request && p.request != kSharedPrefixRequest) {
-      return ViolationKind::kStaleRequestRead;
-    }
+    if (p.request != reader.request) return ViolationKind::kStaleRequestRead;
     if (source != nullptr) *source = w;
   }
   return ViolationKind::kUnwrittenRead;

@@ -103,12 +103,13 @@ struct PageStamp {
 //   never written                    -> kUnwrittenRead
 //   writer tenant != reader tenant   -> kForeignTenantRead
 //   writer request != reader request -> kStaleRequestRead
-//     (unless the writer request is kSharedPrefixRequest)
+//     (unless the writer request is kSharedPrefixRequest at the reader's
+//     generation: the page is shared in this allocation)
 //   writer generation != reader's    -> kLateWrite
 //   slots_read > filled, and the prior writer's bytes are there
 //   (prior_filled > filled):
 //     prior tenant != reader tenant  -> kForeignTenantRead
-//     prior request != reader's      -> kStaleRequestRead
+//     prior request != reader request -> kStaleRequestRead
 //   slots_read > filled              -> kUnwrittenRead
 // *source (optional): whose bytes the verdict is about — the writer, or the
 // prior writer for the two tail verdicts.

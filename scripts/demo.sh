@@ -11,6 +11,8 @@ echo "== generate, embedded default model (synthetic weights: the text is noise)
 "$bin/kvcanary-engine" generate --prompt "Once upon a time" --max-tokens 24 --echo
 echo
 "$bin/kvcanary-engine" demo
+echo
+scripts/audit-demo.sh
 shared="${KVCANARY_SHARED_DIR:-../shared}"
 if [ -f "$shared/models/stories260K.bin" ]; then
   echo
@@ -27,4 +29,8 @@ if [ -f "$shared/models/stories260K.bin" ]; then
   fi
   "$bin/kvcanary-engine" demo --model "$shared/models/stories260K.bin" \
     --tokenizer "$shared/models/tok512.bin" | tail -n +2
+  echo
+  echo "== the auditor's story again, on stories260K =="
+  scripts/audit-demo.sh --model="$shared/models/stories260K.bin" \
+    --tokenizer="$shared/models/tok512.bin"
 fi

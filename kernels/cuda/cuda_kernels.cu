@@ -21,17 +21,15 @@ __host__ __device__ inline uint32_t ClassifyReadRaw(const RawStamp& stamp,
   const RawIdentity& w = stamp.writer;
   if (w.tenant == kRawNoTenant) return kRawUnwrittenRead;
   if (w.tenant != reader.tenant) return kRawForeignTenantRead;
-  if (w.request != reader.request && w.request != kRawSharedPrefixRequest) {
-    return kRawStaleRequestRead;
-  }
+  const bool shared =
+      w.request == kRawSharedPrefixRequest && w.generation == reader.generation;
+  if (w.request != reader.request && !shared) return kRawStaleRequestRead;
   if (w.generation != reader.generation) return kRawLateWrite;
   if (slots_read <= stamp.filled) return kRawNoViolation;
   const RawIdentity& p = stamp.prior;
   if (p.tenant != kRawNoTenant && stamp.prior_filled > stamp.filled) {
     if (p.tenant != reader.tenant) return kRawForeignTenantRead;
-    if (p.request != reader.request && p.request != kRawSharedPrefixRequest) {
-      return kRawStaleRequestRead;
-    }
+    if (p.request != reader.request) return kRawStaleRequestRead;
   }
   return kRawUnwrittenRead;
 }

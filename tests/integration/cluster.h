@@ -53,14 +53,16 @@ inline std::string WriteTenantsFile(const std::string& contents = "") {
 // A child process running the engine binary, with its stdout lines.
 class Process {
  public:
-  explicit Process(const std::vector<std::string>& args) {
+  // Runs `binary` (default: kvcanary-engine) with `args`.
+  explicit Process(const std::vector<std::string>& args,
+                   const std::string& binary = EngineBinary()) {
     int fds[2];
     if (pipe(fds) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
       dup2(fds[1], STDOUT_FILENO);
       close(fds[0]);
-      std::vector<std::string> a = {EngineBinary()};
+      std::vector<std::string> a = {binary};
       a.insert(a.end(), args.begin(), args.end());
       std::vector<char*> argv;
       for (auto& s : a) argv.push_back(s.data());

@@ -1,0 +1,133 @@
+#include "auditor/trace_follower.h"
+
+#include <curl/curl.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "auditor/http_client.h"
+
+namespace kvcanary::auditor {
+
+TraceFollower::TraceFollower(std::string node_url)
+    : url_(std::move(node_url)) {}
+
+TraceFollower::~TraceFollower() {
+  if (thread_.joinable()) (void)Stop(absl::ZeroDuration());
+}
+
+size_t TraceFollower::OnHeader(char* data, size_t size, size_t n, void* p) {
+  auto* self = static_cast<TraceFollower*>(p);
+  const absl::string_view line(data, size * n);
+  if (absl::StartsWith(line, "HTTP/")) {
+    long code = 0;
+    const size_t sp = line.find(' ');
+    if (sp != absl::string_view::npos) code = std::atol(line.data() + sp + 1);
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->http_status_ = code;
+  } else if (line == "\r\n" || line == "\n") {
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->answered_ = true;
+    self->answered_cv_.notify_all();
+  }
+  return size * n;
+}
+
+size_t TraceFollower::OnData(char* data, size_t size, size_t n, void* p) {
+  auto* self = static_cast<TraceFollower*>(p);
+  {
+    std::lock_guard<std::mutex> lock(self->mu_);
+    if (self->http_status_ != 200) return size * n;  // an error body
+  }
+  self->reader_.Feed(absl::string_view(data, size * n));
+  while (true) {
+    auto event = self->reader_.Next();
+    std::lock_guard<std::mutex> lock(self->mu_);
+    if (!event.ok()) {
+      self->status_ = event.status();
+      return 0;  // aborts the transfer
+    }
+    if (!event->has_value()) break;
+    self->ledger_.Apply(**event);
+  }
+  return size * n;
+}
+
+int TraceFollower::OnProgress(void* p, long, long, long, long) {
+  return static_cast<TraceFollower*>(p)->stop_.load() ? 1 : 0;
+}
+
+absl::Status TraceFollower::Start(absl::Duration connect_timeout) {
+  thread_ = std::thread([this] { Run(); });
+  std::unique_lock<std::mutex> lock(mu_);
+  answered_cv_.wait_for(lock, absl::ToChronoMilliseconds(connect_timeout),
+                        [this] { return answered_ || !status_.ok(); });
+  if (!status_.ok()) return status_;
+  if (!answered_) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(url_, "/v1/trace: no answer within ",
+                     absl::FormatDuration(connect_timeout)));
+  }
+  if (http_status_ != 200) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(url_, "/v1/trace answered HTTP ", http_status_,
+                     ": not an engine node with a kvcanary trace stream"));
+  }
+  return absl::OkStatus();
+}
+
+void TraceFollower::Run() {
+  CURL* curl = curl_easy_init();
+  if (curl == nullptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = absl::InternalError("curl_easy_init failed");
+    answered_cv_.notify_all();
+    return;
+  }
+  const std::string url = url_ + "/v1/trace";
+  char error[CURL_ERROR_SIZE] = {0};
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, &TraceFollower::OnData);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, this);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &TraceFollower::OnHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, this);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &TraceFollower::OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, this);
+  const CURLcode rc = curl_easy_perform(curl);
+  curl_easy_cleanup(curl);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (rc != CURLE_OK && !(rc == CURLE_ABORTED_BY_CALLBACK && stop_.load()) &&
+      status_.ok()) {
+    status_ = StatusFromCurl(rc, url, error);
+  }
+  if (status_.ok() && !stop_.load()) {
+    status_ =
+        absl::UnavailableError(absl::StrCat(url, ": the trace stream ended"));
+  }
+  answered_cv_.notify_all();
+}
+
+absl::Status TraceFollower::Stop(absl::Duration grace) {
+  if (!thread_.joinable()) return absl::OkStatus();
+  absl::SleepFor(grace);
+  stop_ = true;
+  thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+std::vector<LedgerFinding> TraceFollower::findings() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ledger_.findings();
+}
+
+LedgerStats TraceFollower::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ledger_.stats();
+}
+
+}  // namespace kvcanary::auditor

@@ -1,0 +1,61 @@
+// Follows one engine node's trace stream (GET <node>/v1/trace, the kvt1
+// format of docs/trace-format.md) on its own thread with libcurl, replaying
+// every event into a shadow ledger of its own (one node per follower).
+#ifndef KVCANARY_AUDITOR_TRACE_FOLLOWER_H_
+#define KVCANARY_AUDITOR_TRACE_FOLLOWER_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "auditor/shadow_ledger.h"
+#include "common/trace_event.h"
+
+namespace kvcanary::auditor {
+
+class TraceFollower {
+ public:
+  explicit TraceFollower(std::string node_url);
+  ~TraceFollower();  // stops
+  TraceFollower(const TraceFollower&) = delete;
+  TraceFollower& operator=(const TraceFollower&) = delete;
+
+  // Connects and starts following. Returns once the node has answered the
+  // subscription (so events from now on are seen), or the error: the node
+  // unreachable, a non-200 answer (kUnavailable / kFailedPrecondition).
+  absl::Status Start(absl::Duration connect_timeout = absl::Seconds(5));
+  // Waits `grace` for the tail of the stream, then hangs up. Returns the
+  // stream's status: OK, or why it broke (a malformed line is kDataLoss).
+  absl::Status Stop(absl::Duration grace = absl::Milliseconds(300));
+
+  // The ledger's findings and stats so far. Thread-safe.
+  std::vector<LedgerFinding> findings() const;
+  LedgerStats stats() const;
+  const std::string& url() const { return url_; }
+
+ private:
+  static size_t OnData(char* data, size_t size, size_t n, void* self);
+  static size_t OnHeader(char* data, size_t size, size_t n, void* self);
+  static int OnProgress(void* self, long, long, long, long);
+  void Run();
+
+  const std::string url_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::condition_variable answered_cv_;
+  bool answered_ = false;   // guarded by mu_
+  long http_status_ = 0;    // guarded by mu_
+  absl::Status status_;     // guarded by mu_
+  TraceLineReader reader_;  // follower thread only
+  ShadowLedger ledger_;     // guarded by mu_
+};
+
+}  // namespace kvcanary::auditor
+
+#endif  // KVCANARY_AUDITOR_TRACE_FOLLOWER_H_

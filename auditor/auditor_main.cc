@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -235,18 +236,33 @@ int Findings() {
     std::printf("%s\n", out.dump(2).c_str());
     return kExitClean;
   }
-  std::printf("%-6s %-22s %-30s %-9s %-12s %s\n", "SEQ", "CAMPAIGN", "KIND",
+  std::printf("%-6s %-26s %-30s %-9s %-12s %s\n", "SEQ", "CAMPAIGN", "KIND",
               "SEVERITY", "DETECTOR", "DETAIL");
   for (const storage::EvidenceRow& r : *rows) {
     const nlohmann::json& b = r.record.body;
     std::string detail = b.value("detail", nlohmann::json::object()).dump();
     if (detail.size() > 120) detail = detail.substr(0, 117) + "...";
-    std::printf("%-6lld %-22s %-30s %-9s %-12s %s\n",
+    std::printf("%-6lld %-26s %-30s %-9s %-12s %s\n",
                 static_cast<long long>(r.seq), r.record.campaign.c_str(),
                 b.value("kind", "").c_str(), b.value("severity", "").c_str(),
                 b.value("detector", "").c_str(), detail.c_str());
   }
-  std::printf("%zu findings\n", rows->size());
+  // And a summary, worst first.
+  std::map<std::pair<std::string, std::string>, int> by_kind;
+  for (const storage::EvidenceRow& r : *rows) {
+    const nlohmann::json& b = r.record.body;
+    ++by_kind[{b.value("severity", ""), b.value("kind", "")}];
+  }
+  std::printf("%zu findings", rows->size());
+  if (!by_kind.empty()) std::printf(", by kind:");
+  std::printf("\n");
+  for (const char* sev : {"critical", "high", "medium", "low"}) {
+    for (const auto& [key, n] : by_kind) {
+      if (key.first == sev) {
+        std::printf("  %-9s %-30s %d\n", sev, key.second.c_str(), n);
+      }
+    }
+  }
   return kExitClean;
 }
 

@@ -232,6 +232,9 @@ class Campaign {
   absl::Status Discover();
   absl::Status Calibrate();
   absl::Status MainLoop();
+  // Past-limit probes alone, after the load: under load first-token times
+  // only grow, so the latency check is judged on quiet probes.
+  absl::Status QuietProbes();
 
   const CampaignOptions& o_;
   AuditorMetrics* metrics_;
@@ -562,6 +565,48 @@ absl::Status Campaign::MainLoop() {
   return Flush();
 }
 
+absl::Status Campaign::QuietProbes() {
+  if (unit_tokens_ == 0 || past_limit_units_ == 0) return absl::OkStatus();
+  const int predicted = unit_base_ + past_limit_units_ * unit_tokens_;
+  for (int i = 0; i < 3; ++i) {
+    const AuditTenant& t = o_.tenants[i % o_.tenants.size()];
+    const std::string prompt = BoundaryPrompt(past_limit_units_);
+    const Completion c = CompleteAlone(t, prompt, kBoundaryMaxTokens, true);
+    ++result_.probes;
+    const std::string outcome = Outcome(c);
+    metrics_->CountProbe("quiet_boundary", outcome);
+    if (!c.usable && c.status != 400 && outcome != "http_4xx") {
+      ++result_.probe_errors;
+    }
+    json probe = {{"probe", "quiet-" + std::to_string(i)},
+                  {"kind", "quiet_boundary"},
+                  {"tenant", t.name},
+                  {"outcome", outcome},
+                  {"http_status", c.status},
+                  {"ms", c.total_ms},
+                  {"prompt_sha256", Sha256Hex(prompt)}};
+    if (c.usable) {
+      probe["ttft_ms"] = c.ttft_ms;
+      probe["prompt_tokens"] = c.prompt_tokens;
+      probe["output_sha256"] = Sha256Hex(c.text);
+    }
+    RETURN_IF_ERROR(Record("probe", std::move(probe)));
+    std::vector<Finding> found;
+    BoundaryObservation o{predicted, limit_, c.status,
+                          c.usable ? c.prompt_tokens : -1, t.name};
+    for (Finding& b : JudgeBoundary(o)) found.push_back(std::move(b));
+    if (c.usable) {
+      auto l = JudgeLatency(latency_, predicted, c.ttft_ms, t.name);
+      if (l.has_value()) found.push_back(*std::move(l));
+    }
+    for (Finding& f : found) {
+      f.detail["probe"] = "quiet-" + std::to_string(i);
+      RETURN_IF_ERROR(AddFinding(std::move(f)));
+    }
+  }
+  return Flush();
+}
+
 absl::StatusOr<CampaignResult> Campaign::Run() {
   const auto start = Clock::now();
   if (o_.tenants.size() < 2) {
@@ -628,6 +673,7 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
   RETURN_IF_ERROR(Calibrate());
   Progress("calibrated");
   RETURN_IF_ERROR(MainLoop());
+  RETURN_IF_ERROR(QuietProbes());
   // The trace detector: what each node's shadow ledger found.
   for (auto& follower : followers_) {
     absl::Status s = follower->Stop();

@@ -62,8 +62,10 @@ stop_up
 [ "$rc" -eq 1 ] || { echo "expected findings (exit 1)" >&2; exit 1; }
 echo
 echo "== the evidence: findings table and hash-chain verification =="
-"$bin/kvcanary-auditor" findings --db="$work/evidence.db" | head -n 12
+"$bin/kvcanary-auditor" findings --db="$work/evidence.db" >"$work/findings.txt"
+head -n 6 "$work/findings.txt"
 echo "   ..."
+sed -n '/ findings/,$p' "$work/findings.txt"
 "$bin/kvcanary-auditor" verify --db="$work/evidence.db" || exit 1
 echo
 echo "== auditor: the same campaign, fault off (watermarks enforce) =="

@@ -18,6 +18,7 @@
 #include "auditor/campaign.h"
 #include "auditor/findings.h"
 #include "auditor/metrics.h"
+#include "common/cli_args.h"
 #include "httplib.h"
 #include "storage/evidence_store.h"
 
@@ -274,17 +275,9 @@ int main(int argc, char** argv) {
       "kvcanary-auditor probe|sidecar|verify|findings [flags]; see "
       "docs/auditor.md");
   // Accept --max-probes as well as --max_probes.
-  std::vector<std::string> normalized(argv, argv + argc);
-  std::vector<char*> argv2;
-  for (std::string& a : normalized) {
-    if (a.rfind("--", 0) == 0) {
-      const size_t end = std::min(a.find('='), a.size());
-      for (size_t i = 2; i < end; ++i) {
-        if (a[i] == '-') a[i] = '_';
-      }
-    }
-    argv2.push_back(a.data());
-  }
+  std::vector<std::string> normalized =
+      kvcanary::UnderscoreFlagNames(argc, argv);
+  std::vector<char*> argv2 = kvcanary::ArgvOf(normalized);
   std::vector<char*> args =
       absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
   if (args.size() != 2) {

@@ -53,18 +53,6 @@ std::string RandomHex(int bytes) {
   return out;
 }
 
-std::string Sha256Hex(absl::string_view text) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), md);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : md) {
-    out.push_back(kHex[c >> 4]);
-    out.push_back(kHex[c & 15]);
-  }
-  return out;
-}
-
 int64_t NowUs() { return absl::ToUnixMicros(absl::Now()); }
 
 std::string BoundaryPrompt(int units) {

@@ -8,8 +8,6 @@
 #include "common/check.h"
 
 namespace kvcanary::auditor {
-namespace {
-
 std::string Sha256Hex(absl::string_view text) {
   unsigned char md[SHA256_DIGEST_LENGTH];
   SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), md);
@@ -21,6 +19,8 @@ std::string Sha256Hex(absl::string_view text) {
   }
   return out;
 }
+
+namespace {
 
 std::vector<std::string> Words(absl::string_view text) {
   std::vector<std::string> words;

@@ -15,6 +15,10 @@
 
 namespace kvcanary::auditor {
 
+// Lower-case hex SHA-256 of `text`: how outputs and prompts appear in
+// evidence.
+std::string Sha256Hex(absl::string_view text);
+
 // Foreign markers in an output the probing tenant received: a marker
 // planted by another tenant (exact: critical; a partial run: high), or a
 // marker shape of no registered marker (another campaign's: high). Own

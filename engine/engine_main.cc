@@ -18,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/cli_args.h"
 #include "common/status_macros.h"
 #include "engine/demo.h"
 #include "engine/engine.h"
@@ -323,17 +324,9 @@ int main(int argc, char** argv) {
       "kvcanary-engine generate|demo|serve|up|faults|write-model [flags]; see "
       "README.md");
   // Accept --max-tokens as well as --max_tokens.
-  std::vector<std::string> normalized(argv, argv + argc);
-  std::vector<char*> argv2;
-  for (std::string& a : normalized) {
-    if (a.rfind("--", 0) == 0) {
-      const size_t end = std::min(a.find('='), a.size());
-      for (size_t i = 2; i < end; ++i) {
-        if (a[i] == '-') a[i] = '_';
-      }
-    }
-    argv2.push_back(a.data());
-  }
+  std::vector<std::string> normalized =
+      kvcanary::UnderscoreFlagNames(argc, argv);
+  std::vector<char*> argv2 = kvcanary::ArgvOf(normalized);
   std::vector<char*> args =
       absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
   if (args.size() != 2) {

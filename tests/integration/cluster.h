@@ -148,6 +148,14 @@ class Cluster {
   std::string router_, prefill_, decode_;
 };
 
+// A prompt of about 2 * `words` + 1 tokens on the embedded default
+// tokenizer: "once ran dog ran dog ...".
+inline std::string LongPrompt(int words) {
+  std::string p = "once";
+  for (int i = 0; i < words; ++i) p += i % 2 ? " dog" : " ran";
+  return p;
+}
+
 // A greedy /v1/completions body.
 inline std::string Completion(const std::string& prompt, int max_tokens,
                               bool stream = false) {

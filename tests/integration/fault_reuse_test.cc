@@ -19,12 +19,6 @@ constexpr uint32_t kAcme = 1, kGlobex = 2;
 const char* const kKeys[] = {"sk-acme", "sk-globex", "sk-initech",
                              "sk-umbrella"};
 
-std::string LongPrompt(int words) {
-  std::string p = "once";
-  for (int i = 0; i < words; ++i) p += i % 2 ? " dog" : " ran";
-  return p;
-}
-
 // Results of `clients` threads each running `fn(client, i)` for i = 0, 1,
 // ... until `stop` returns true.
 template <typename Fn, typename Stop>

@@ -7,13 +7,6 @@
 namespace kvcanary::testing {
 namespace {
 
-// A prompt of about `words` * 2 tokens on the embedded default tokenizer.
-std::string LongPrompt(int words) {
-  std::string p = "once";
-  for (int i = 0; i < words; ++i) p += i % 2 ? " dog" : " ran";
-  return p;
-}
-
 // Fills the decode node's free pages with globex's K/V: requests that fit,
 // run one after another, so their freed pages are handed out next (LIFO).
 // Under page-count-mismatch globex's own requests may be refused too (their

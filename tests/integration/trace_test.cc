@@ -13,12 +13,6 @@
 namespace kvcanary::testing {
 namespace {
 
-std::string LongPrompt(int words) {
-  std::string p = "once";
-  for (int i = 0; i < words; ++i) p += i % 2 ? " dog" : " ran";
-  return p;
-}
-
 TEST(TraceTest, ARequestsLifeOnTheDecodeNode) {
   Cluster cluster({});
   ASSERT_TRUE(cluster.ok());

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -220,6 +221,8 @@ class Campaign {
   absl::Status Discover();
   absl::Status Calibrate();
   absl::Status MainLoop();
+  // Whether probe number `probe` falls in the same-tenant baseline phase.
+  bool InBaseline(uint64_t probe, Clock::time_point start) const;
   // Past-limit probes alone, after the load: under load first-token times
   // only grow, so the latency check is judged on quiet probes.
   absl::Status QuietProbes();
@@ -240,6 +243,11 @@ class Campaign {
   std::vector<std::unique_ptr<TraceFollower>> followers_;
   // Calibration.
   std::map<int, std::string> golden_;  // variant -> answer alone
+  // Variants whose answers differ even alone: judged by rate (the first
+  // answer alone is the reference). Then the first quarter of the probes
+  // all come from tenant 0 (same-tenant load, the baseline).
+  std::set<int> golden_by_rate_;
+  int base_n_ = 0, base_div_ = 0, cross_n_ = 0, cross_div_ = 0;
   bool echo_ = false;
   int unit_base_ = 0, unit_tokens_ = 0;  // prompt tokens = base + units*tok
   int at_limit_units_ = 0, past_limit_units_ = 0;
@@ -295,12 +303,18 @@ absl::Status Campaign::Calibrate() {
           "target ", o_.target, " did not answer a golden probe alone (HTTP ",
           a.status, "): ", a.error.message()));
     }
-    if (b.usable && a.text == b.text) golden_[v] = a.text;
+    golden_[v] = a.text;
+    if (!b.usable || a.text != b.text) golden_by_rate_.insert(v);
   }
-  result_.detectors["golden"] =
-      golden_.empty() ? "disabled: answers differ even alone"
-                      : absl::StrCat("active (", golden_.size(), " of ",
-                                     kGoldenVariants, " variants, exact)");
+  const int exact = kGoldenVariants - static_cast<int>(golden_by_rate_.size());
+  result_.detectors["golden"] = absl::StrCat(
+      "active (", exact, " variants exact",
+      golden_by_rate_.empty()
+          ? ""
+          : absl::StrCat(", ", golden_by_rate_.size(),
+                         " by divergence rate: cross-tenant vs same-tenant "
+                         "load"),
+      ")");
   // Echo: per tenant, the first of a few nonces the model repeats when
   // alone (a small model copies some words and not others); a tenant with
   // none gets no echo probes.
@@ -404,6 +418,7 @@ absl::Status Campaign::MainLoop() {
     int tenant = 0;
     bool stream = false;
     int golden_variant = -1;
+    bool baseline = false;  // sent in the same-tenant baseline phase
     int predicted_tokens = 0;
     std::vector<std::string> marker_ids;
     std::string prompt_sha;
@@ -433,8 +448,16 @@ absl::Status Campaign::MainLoop() {
         // kind of probe whatever the number of tenants.
         f.tenant = static_cast<int>((next_id + next_id / kPatternSize) %
                                     o_.tenants.size());
+        // The same-tenant baseline for golden rates: the first quarter.
+        f.baseline = !golden_by_rate_.empty() && InBaseline(next_id, start);
+        if (f.baseline) f.tenant = 0;
         std::string kind = kPattern[next_id % kPatternSize];
         if (kind == "golden" && golden_.empty()) kind = "sniff";
+        // Rates need samples: half the sniffs become golden probes (they
+        // are scanned for markers all the same).
+        if (kind == "sniff" && !golden_by_rate_.empty() && next_id % 2 == 0) {
+          kind = "golden";
+        }
         if (kind == "echo" && !echo_ok_[f.tenant]) kind = "plant";
         if (kind == "boundary" && unit_tokens_ == 0) kind = "sniff";
         f.kind = kind;
@@ -518,6 +541,13 @@ absl::Status Campaign::MainLoop() {
           if (f.kind == "golden") {
             auto g = CompareGolden(f.golden_variant, golden_[f.golden_variant],
                                    c.text, t.name);
+            if (golden_by_rate_.count(f.golden_variant)) {
+              // Judged by rate at the end; only a divergence holding a
+              // foreign marker is a finding by itself.
+              (f.baseline ? base_n_ : cross_n_)++;
+              if (g.has_value()) (f.baseline ? base_div_ : cross_div_)++;
+              if (found.empty()) g.reset();
+            }
             if (g.has_value()) {
               // A divergence holding a foreign marker is the leak itself.
               if (!found.empty()) g->severity = Severity::kCritical;
@@ -550,7 +580,18 @@ absl::Status Campaign::MainLoop() {
       },
       done);
   RETURN_IF_ERROR(error);
+  if (!golden_by_rate_.empty()) {
+    auto g = JudgeGoldenRates(base_div_, base_n_, cross_div_, cross_n_);
+    if (g.has_value()) RETURN_IF_ERROR(AddFinding(*std::move(g)));
+  }
   return Flush();
+}
+
+bool Campaign::InBaseline(uint64_t probe, Clock::time_point start) const {
+  if (o_.max_probes > 0) {
+    return probe < static_cast<uint64_t>(o_.max_probes) / 4;
+  }
+  return Clock::now() - start < absl::ToChronoMilliseconds(o_.duration) / 4;
 }
 
 absl::Status Campaign::QuietProbes() {

@@ -2,6 +2,8 @@
 
 #include <openssl/sha.h>
 
+#include <cmath>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "auditor/shadow_ledger.h"
@@ -74,6 +76,29 @@ std::optional<Finding> CompareGolden(int variant, absl::string_view expected,
               {"variant", variant},
               {"expected_sha256", Sha256Hex(expected)},
               {"got_sha256", Sha256Hex(got)}};
+  return f;
+}
+
+std::optional<Finding> JudgeGoldenRates(int baseline_diverged, int baseline_n,
+                                        int cross_diverged, int cross_n) {
+  if (baseline_n < 10 || cross_n < 10) return std::nullopt;
+  const double p1 = static_cast<double>(baseline_diverged) / baseline_n;
+  const double p2 = static_cast<double>(cross_diverged) / cross_n;
+  const double pooled =
+      static_cast<double>(baseline_diverged + cross_diverged) /
+      (baseline_n + cross_n);
+  const double se =
+      std::sqrt(pooled * (1 - pooled) * (1.0 / baseline_n + 1.0 / cross_n));
+  if (p2 - p1 < 0.05 || p2 - p1 <= 3 * se) return std::nullopt;
+  Finding f;
+  f.detector = "golden";
+  f.kind = "golden_divergence_rate";
+  f.severity = Severity::kHigh;
+  f.detail = {{"baseline_diverged", baseline_diverged},
+              {"baseline_probes", baseline_n},
+              {"cross_tenant_diverged", cross_diverged},
+              {"cross_tenant_probes", cross_n},
+              {"standard_error", se}};
   return f;
 }
 
@@ -162,7 +187,9 @@ std::map<std::string, bool> RunPositiveControls() {
   }
   fired["golden"] =
       CompareGolden(0, "the cat sat", "the cat ran", "pc-a").has_value() &&
-      !CompareGolden(0, "same", "same", "pc-a").has_value();
+      !CompareGolden(0, "same", "same", "pc-a").has_value() &&
+      JudgeGoldenRates(2, 40, 20, 40).has_value() &&
+      !JudgeGoldenRates(4, 40, 5, 40).has_value();
   {
     const canaries::Marker nonce = canaries::DeriveNonce(key, "pc-a", "pc", 1);
     fired["echo"] = CheckEcho(nonce, "zzz qqq", "pc-a").has_value() &&

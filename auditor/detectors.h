@@ -33,6 +33,15 @@ std::optional<Finding> CompareGolden(int variant, absl::string_view expected,
                                      absl::string_view got,
                                      const std::string& tenant);
 
+// Golden, for a target that is not batch-invariant (its answers differ
+// even alone): the rate at which golden answers differ from the one
+// recorded alone, under cross-tenant load vs under same-tenant load. A
+// finding (golden_divergence_rate) when the cross-tenant rate exceeds the
+// baseline by at least 5 points and by 3 standard errors (two-proportion
+// z-test, pooled), with at least 10 probes on each side.
+std::optional<Finding> JudgeGoldenRates(int baseline_diverged, int baseline_n,
+                                        int cross_diverged, int cross_n);
+
 // Echo: a probe that asks to repeat its own nonce must get at least one of
 // the nonce's words back; none means the prompt was not processed.
 std::optional<Finding> CheckEcho(const canaries::Marker& nonce,

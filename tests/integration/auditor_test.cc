@@ -132,6 +132,8 @@ TEST(AuditorTest, AdmissionAbortLostWithWatermarksOffIsFoundByTheLedger) {
 struct FaultCase {
   const char* name;
   std::vector<std::string> flags;
+  int concurrency = 8;  // the slot race needs more transfers in flight
+  int probes = 240;
 };
 
 class AuditorFaultTest : public ::testing::TestWithParam<FaultCase> {};
@@ -142,7 +144,9 @@ TEST_P(AuditorFaultTest, CampaignRecordsAttributedTraceFindings) {
   Cluster cluster(flags);
   ASSERT_TRUE(cluster.ok());
   const std::string db = TempPath(std::string(GetParam().name) + ".db");
-  CliRun r = Auditor(ProbeArgs(cluster, db, 240));
+  std::vector<std::string> args = ProbeArgs(cluster, db, GetParam().probes);
+  args.push_back("--concurrency=" + std::to_string(GetParam().concurrency));
+  CliRun r = Auditor(args);
   EXPECT_EQ(r.exit_code, 1) << r.out;
   const nlohmann::json findings = FindingsJson(db);
   int trace = 0;
@@ -173,7 +177,9 @@ INSTANTIATE_TEST_SUITE_P(
                    "--test_kv_receive_bytes_per_s=100000"}},
         FaultCase{"no_scrub_reuse", {"--fault=no-scrub-reuse"}},
         FaultCase{"metadata_slot_reuse",
-                  {"--fault=metadata-slot-reuse", "--metadata_slots=2"}},
+                  {"--fault=metadata-slot-reuse", "--metadata_slots=1"},
+                  24,
+                  600},
         FaultCase{"prefix_hash_collision", {"--fault=prefix-hash-collision"}}),
     [](const ::testing::TestParamInfo<FaultCase>& info) {
       return std::string(info.param.name);

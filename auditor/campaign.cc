@@ -4,15 +4,12 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "auditor/completion.h"
 #include "auditor/detectors.h"
 #include "auditor/http_client.h"
 #include "auditor/multi_client.h"
@@ -60,85 +57,6 @@ std::string BoundaryPrompt(int units) {
   std::string p = "Once upon a time.";
   for (int i = 0; i < units; ++i) absl::StrAppend(&p, kBoundaryUnit);
   return p;
-}
-
-// What a completion probe got back.
-struct Completion {
-  int status = 0;
-  bool usable = false;  // a 200 with a well-formed completion
-  std::string text;
-  int prompt_tokens = -1;
-  double ttft_ms = 0;
-  double total_ms = 0;
-  absl::Status error;  // transport error, or why the body is not usable
-};
-
-Completion ParseCompletion(const ProbeResponse& r, bool stream) {
-  Completion c;
-  c.total_ms = absl::ToDoubleMilliseconds(r.total);
-  c.ttft_ms = absl::ToDoubleMilliseconds(r.first_byte);
-  if (!r.transport.ok()) {
-    c.error = r.transport;
-    return c;
-  }
-  c.status = r.status;
-  if (r.status != 200) return c;
-  auto take = [&c](const json& j) {
-    if (!j.is_object() || !j.contains("choices") || !j["choices"].is_array())
-      return false;
-    for (const json& choice : j["choices"]) {
-      if (choice.contains("text") && choice["text"].is_string()) {
-        c.text += choice["text"].get<std::string>();
-      } else if (choice.contains("message") &&
-                 choice["message"].contains("content") &&
-                 choice["message"]["content"].is_string()) {
-        c.text += choice["message"]["content"].get<std::string>();
-      }
-    }
-    if (j.contains("usage") && j["usage"].is_object() &&
-        j["usage"].contains("prompt_tokens") &&
-        j["usage"]["prompt_tokens"].is_number_integer()) {
-      c.prompt_tokens = j["usage"]["prompt_tokens"].get<int>();
-    }
-    return true;
-  };
-  if (!stream) {
-    const json j = json::parse(r.body, nullptr, false);
-    if (!take(j)) {
-      c.error = absl::DataLossError("a 200 without a completion in its body");
-      return c;
-    }
-    c.usable = true;
-    return c;
-  }
-  bool done = false, any = false;
-  for (absl::string_view line : absl::StrSplit(r.body, '\n')) {
-    line = absl::StripTrailingAsciiWhitespace(line);
-    if (!absl::ConsumePrefix(&line, "data: ")) continue;
-    if (line == "[DONE]") {
-      done = true;
-      continue;
-    }
-    const json j = json::parse(line, nullptr, false);
-    if (!take(j)) {
-      c.error = absl::DataLossError("a malformed stream event");
-      return c;
-    }
-    any = true;
-  }
-  if (!done || !any) {
-    c.error = absl::DataLossError("a stream that did not end with [DONE]");
-    return c;
-  }
-  c.usable = true;
-  return c;
-}
-
-std::string Outcome(const Completion& c) {
-  if (!c.error.ok() && c.status == 0) return "transport_error";
-  if (c.status == 200) return c.usable ? "ok" : "bad_response";
-  if (c.status >= 500) return "http_5xx";
-  return "http_4xx";
 }
 
 class Campaign {
@@ -750,48 +668,6 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<AuditTenant>> LoadAuditTenants(
-    const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const json j = json::parse(ss.str(), nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("tenants") ||
-      !j["tenants"].is_array()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": want {\"tenants\": [{\"id\": ..., \"api_key\": ...}]}"));
-  }
-  std::vector<AuditTenant> out;
-  for (const json& t : j["tenants"]) {
-    AuditTenant a;
-    if (!t.is_object() || !t.contains("id") || !t["id"].is_string() ||
-        t["id"].get<std::string>().empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": every tenant needs a non-empty \"id\""));
-    }
-    a.name = t["id"].get<std::string>();
-    if (t.contains("api_key") && t["api_key"].is_string()) {
-      a.api_key = t["api_key"].get<std::string>();
-    } else if (t.contains("api_keys") && t["api_keys"].is_array() &&
-               !t["api_keys"].empty() && t["api_keys"][0].is_string()) {
-      a.api_key = t["api_keys"][0].get<std::string>();
-    }
-    if (a.api_key.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tenant '", a.name, "' has no \"api_key\""));
-    }
-    out.push_back(std::move(a));
-  }
-  if (out.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path,
-        ": at least two tenants are needed (a leak has a victim and a "
-        "reader)"));
-  }
-  return out;
-}
 
 absl::StatusOr<CampaignResult> RunCampaign(const CampaignOptions& options,
                                            AuditorMetrics* metrics) {

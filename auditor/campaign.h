@@ -13,21 +13,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auditor/audit_tenants.h"
 #include "auditor/findings.h"
 #include "auditor/metrics.h"
 
 namespace kvcanary::auditor {
-
-struct AuditTenant {
-  std::string name;
-  std::string api_key;
-};
-// A tenants file: {"tenants": [{"id": "acme", "api_key": "sk-..."}]}; the
-// engine's format ("api_keys": [...], the first key is used) is accepted
-// too, so one file serves both. Errors name the file and the problem; at
-// least two tenants are required (a leak needs a victim and a reader).
-absl::StatusOr<std::vector<AuditTenant>> LoadAuditTenants(
-    const std::string& path);
 
 struct CampaignOptions {
   std::string target;  // base URL, e.g. http://127.0.0.1:8000

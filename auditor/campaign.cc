@@ -194,6 +194,21 @@ absl::Status Campaign::Discover() {
         "target ", o_.target, "/v1/models answered HTTP ", res->status,
         " without a model list: not an OpenAI-compatible API"));
   }
+  // Every tenant's key must work: a tenant whose probes all get 401 would
+  // be counted as checked when nothing was.
+  for (size_t i = 1; i < o_.tenants.size(); ++i) {
+    auto other = http.Get(o_.target + "/v1/models", Headers(o_.tenants[i]),
+                          absl::Seconds(10));
+    if (!other.ok()) {
+      return absl::UnavailableError(absl::StrCat(
+          "target ", o_.target, " unreachable: ", other.status().message()));
+    }
+    if (other->status != 200) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "target ", o_.target, " refused tenant '", o_.tenants[i].name,
+          "' key (HTTP ", other->status, "): check the tenants file"));
+    }
+  }
   const json& m = j["data"][0];
   model_ = o_.model.empty() ? m["id"].get<std::string>() : o_.model;
   limit_ = o_.max_prompt_tokens;
@@ -210,8 +225,8 @@ absl::Status Campaign::Discover() {
 
 absl::Status Campaign::Calibrate() {
   const AuditTenant& t = o_.tenants[0];
-  // Golden answers, alone, twice each: kept only if the target repeats
-  // itself exactly when nothing else runs.
+  // Golden answers, alone, twice each: compared exactly if the target
+  // repeats itself when nothing else runs, else judged by rate.
   for (int v = 0; v < kGoldenVariants; ++v) {
     const std::string prompt = canaries::GoldenPrompt(v);
     Completion a = CompleteAlone(t, prompt, kGoldenMaxTokens, false);

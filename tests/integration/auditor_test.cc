@@ -266,6 +266,14 @@ TEST(AuditorTest, BadTargetsAndFilesAreClearErrorsNotCleanResults) {
       Auditor({"probe", "--target=" + cluster.router(), "--tenants=" + wrong,
                "--db=" + db, "--max-probes=5", "--quiet"});
   EXPECT_EQ(unauthorized.exit_code, 2);
+  // One good key and one bad: still refused, naming the tenant.
+  const std::string half = TempPath("half.json");
+  std::ofstream(half) << R"({"tenants": [{"id": "a", "api_key": "sk-acme"},
+                                         {"id": "b", "api_key": "sk-nope"}]})";
+  CliRun half_bad =
+      Auditor({"probe", "--target=" + cluster.router(), "--tenants=" + half,
+               "--db=" + db, "--max-probes=5", "--quiet"});
+  EXPECT_EQ(half_bad.exit_code, 2);
   // None of it was recorded as a clean campaign.
   if (std::ifstream(db)) {
     const nlohmann::json findings = FindingsJson(db);

@@ -1,6 +1,9 @@
 // The auditor against real engines: kvcanary-auditor probe/verify/findings/
 // sidecar as a process, against kvcanary-engine up (router, prefill and
 // decode as processes), with and without faults.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -316,6 +319,80 @@ TEST(AuditorTest, SidecarServesMetricsThatPromtoolAccepts) {
   const int rc =
       std::system(("promtool check metrics < '" + file + "'").c_str());
   EXPECT_EQ(rc, 0) << metrics;
+  sidecar.Signal(SIGTERM);
+  EXPECT_EQ(sidecar.Wait(), 0);
+}
+
+// A port nothing listens on right now (for servers that cannot take 0).
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A real Prometheus (Debian's) scrapes the sidecar and loads the alert rules.
+TEST(AuditorTest, RealPrometheusScrapesTheSidecarAndLoadsTheAlertRules) {
+  if (std::system("command -v prometheus >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "prometheus not installed";
+  }
+  Cluster cluster({});
+  ASSERT_TRUE(cluster.ok());
+  const std::string db = TempPath("prom.db");
+  Process sidecar(
+      {"sidecar", "--target=" + cluster.router(), "--tenants=" + TenantsFile(),
+       "--db=" + db, "--max-probes=30", "--interval=1", "--metrics-port=0",
+       "--quiet"},
+      AuditorBinary());
+  const std::string line = sidecar.ReadLine();
+  ASSERT_EQ(line.rfind("metrics http://", 0), 0u) << line;
+  const std::string target =
+      line.substr(15, line.find("/metrics") - 15);  // host:port
+  const std::string dir = TempPath("prometheus");
+  mkdir(dir.c_str(), 0755);
+  const int port = FreePort();
+  std::ofstream(dir + "/prometheus.yml")
+      << "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+      << "rule_files: ['" << KVCANARY_SOURCE_DIR << "/dashboards/alerts.yml']\n"
+      << "scrape_configs:\n"
+      << "  - job_name: kvcanary-auditor\n"
+      << "    static_configs: [{targets: ['" << target << "']}]\n";
+  Process prometheus(
+      {"-c", "exec prometheus --config.file=" + dir + "/prometheus.yml" +
+                 " --storage.tsdb.path=" + dir + "/data" +
+                 " --web.listen-address=127.0.0.1:" + std::to_string(port) +
+                 " 2>" + dir + "/prometheus.log"},
+      "/bin/sh");
+  const std::string api = "http://127.0.0.1:" + std::to_string(port);
+  double value = -1;
+  std::string body;
+  for (int i = 0; i < 300 && value != 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    body = Get(api,
+               "/api/v1/query?query=kvcanary_auditor_positive_control%7B"
+               "detector%3D%22trace%22%7D")
+               .body;
+    const auto j = nlohmann::json::parse(body, nullptr, false);
+    if (j.is_object() && j.value("status", "") == "success" &&
+        !j["data"]["result"].empty()) {
+      value = std::stod(j["data"]["result"][0]["value"][1].get<std::string>());
+    }
+  }
+  EXPECT_EQ(value, 1) << body;
+  const auto rules =
+      nlohmann::json::parse(Get(api, "/api/v1/rules").body, nullptr, false);
+  int loaded = 0;
+  if (rules.is_object()) {
+    for (const auto& g : rules["data"]["groups"]) loaded += g["rules"].size();
+  }
+  EXPECT_EQ(loaded, 6);
+  prometheus.Signal(SIGTERM);
+  prometheus.Wait();
   sidecar.Signal(SIGTERM);
   EXPECT_EQ(sidecar.Wait(), 0);
 }

@@ -30,14 +30,14 @@ TEST(DashboardsTest, AlertRulesAreValid) {
 TEST(DashboardsTest, AlertRulesFireAsTheirUnitTestsSay) {
   if (!HavePromtool()) GTEST_SKIP() << "promtool not installed";
   EXPECT_EQ(Shell("cd " + kSource +
-                "/dashboards && promtool test rules alerts_test.yml"),
+                  "/dashboards && promtool test rules alerts_test.yml"),
             0);
 }
 
 TEST(DashboardsTest, PrometheusConfigIsValid) {
   if (!HavePromtool()) GTEST_SKIP() << "promtool not installed";
   EXPECT_EQ(Shell("cd " + kSource +
-                "/deploy && promtool check config prometheus.yml"),
+                  "/deploy && promtool check config prometheus.yml"),
             0);
 }
 

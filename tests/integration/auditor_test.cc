@@ -284,15 +284,20 @@ TEST(AuditorTest, BadTargetsAndFilesAreClearErrorsNotCleanResults) {
   }
 }
 
+// A sidecar running 30-probe campaigns every second against `cluster`,
+// /metrics on any free port (its URL is the first stdout line).
+Process StartSidecar(const Cluster& cluster, const std::string& db_name) {
+  return Process(
+      {"sidecar", "--target=" + cluster.router(), "--tenants=" + TenantsFile(),
+       "--db=" + TempPath(db_name), "--max-probes=30", "--interval=1",
+       "--metrics-port=0", "--quiet"},
+      AuditorBinary());
+}
+
 TEST(AuditorTest, SidecarServesMetricsThatPromtoolAccepts) {
   Cluster cluster({});
   ASSERT_TRUE(cluster.ok());
-  const std::string db = TempPath("sidecar.db");
-  Process sidecar(
-      {"sidecar", "--target=" + cluster.router(), "--tenants=" + TenantsFile(),
-       "--db=" + db, "--max-probes=30", "--interval=1", "--metrics-port=0",
-       "--quiet"},
-      AuditorBinary());
+  Process sidecar = StartSidecar(cluster, "sidecar.db");
   const std::string line = sidecar.ReadLine();
   ASSERT_EQ(line.rfind("metrics http://", 0), 0u) << line;
   const std::string url = line.substr(8, line.find("/metrics") - 8);
@@ -343,12 +348,7 @@ TEST(AuditorTest, RealPrometheusScrapesTheSidecarAndLoadsTheAlertRules) {
   }
   Cluster cluster({});
   ASSERT_TRUE(cluster.ok());
-  const std::string db = TempPath("prom.db");
-  Process sidecar(
-      {"sidecar", "--target=" + cluster.router(), "--tenants=" + TenantsFile(),
-       "--db=" + db, "--max-probes=30", "--interval=1", "--metrics-port=0",
-       "--quiet"},
-      AuditorBinary());
+  Process sidecar = StartSidecar(cluster, "prom.db");
   const std::string line = sidecar.ReadLine();
   ASSERT_EQ(line.rfind("metrics http://", 0), 0u) << line;
   const std::string target =

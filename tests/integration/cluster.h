@@ -73,6 +73,8 @@ class Process {
     close(fds[1]);
     fd_ = fds[0];
   }
+  Process(const Process&) = delete;  // one owner kills and reaps the child
+  Process& operator=(const Process&) = delete;
   ~Process() {
     Signal(SIGTERM);
     Wait();

@@ -7,6 +7,9 @@
 //   kvcanary-engine up --port P --tenants FILE [--model M --tokenizer T]
 //   kvcanary-engine write-model --shape 260k|15m --seed S --out FILE
 //
+// `kvcanary-engine <subcommand> --help` lists a subcommand's flags; a flag
+// that is unknown, of another subcommand or badly valued exits 2.
+//
 // With no --model, the embedded default (a synthetic model of the stories260K
 // shape, docs/model.md) and its tokenizer are used.
 #include <algorithm>
@@ -15,10 +18,8 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
-#include "common/cli_args.h"
+#include "common/cli.h"
 #include "common/status_macros.h"
 #include "engine/demo.h"
 #include "engine/engine.h"
@@ -29,74 +30,155 @@
 #include "engine/tokenizer.h"
 
 ABSL_FLAG(std::string, model, "",
-          "llama2.c checkpoint; empty = embedded default model");
+          "llama2.c checkpoint to load; empty: the embedded default model "
+          "(docs/model.md).");
 ABSL_FLAG(std::string, tokenizer, "",
-          "llama2.c tokenizer; required with --model");
-ABSL_FLAG(std::string, prompt, "", "prompt text");
-ABSL_FLAG(int, max_tokens, 256, "tokens to generate at most");
-ABSL_FLAG(double, temperature, 0.0, "sampling temperature; 0 = greedy");
+          "llama2.c tokenizer file; required with --model.");
+ABSL_FLAG(std::string, prompt, "", "Text to complete.");
+ABSL_FLAG(int, max_tokens, 256, "Tokens to generate at most.");
+ABSL_FLAG(double, temperature, 0.0, "Sampling temperature; 0 is greedy.");
 ABSL_FLAG(double, top_p, 0.9,
-          "nucleus sampling threshold (with temperature > 0)");
-ABSL_FLAG(uint64_t, seed, 0, "sampling seed (0 = fixed default)");
+          "Nucleus sampling threshold, used when --temperature > 0.");
+ABSL_FLAG(uint64_t, seed, 0,
+          "generate: the sampling seed (0: a fixed default); write-model: the "
+          "weights' seed (0: the embedded default model's).");
 ABSL_FLAG(bool, echo, false,
-          "print the prompt before the completion, as llama2.c's run");
+          "Print the prompt before the completion, as llama2.c's run does.");
 ABSL_FLAG(int, threads, 1,
-          "threads for the kernels (including the engine thread)");
-ABSL_FLAG(int, page_tokens, 16, "token slots per KV page");
+          "Threads for the kernels, the engine thread included (1 to 256).");
+ABSL_FLAG(int, page_tokens, 16, "Token slots per KV page (1 to 4096).");
 ABSL_FLAG(std::string, scrub, "none",
-          "what freed KV pages get: none, zero or poison");
+          "What a freed KV page gets before it is reused: none, zero or "
+          "poison.");
 ABSL_FLAG(bool, prefix_cache, true,
-          "reuse cached KV pages of a tenant's earlier prompts (tenant-salted "
-          "SHA-256 keys)");
+          "Reuse the cached KV pages of a tenant's earlier prompts (keys are "
+          "tenant-salted SHA-256); --noprefix-cache turns it off.");
 ABSL_FLAG(std::string, watermark, "enforce",
-          "page stamp checks: off, detect or enforce");
-ABSL_FLAG(std::string, shape, "260k", "write-model: 260k or 15m");
-ABSL_FLAG(std::string, role, "", "serve: router, prefill or decode");
-ABSL_FLAG(std::string, host, "127.0.0.1", "serve/up: address to listen on");
+          "Page stamp check on every KV read: off, detect (record a "
+          "violation and serve) or enforce (record it and fail the "
+          "request).");
+ABSL_FLAG(std::string, shape, "260k",
+          "Shape of the model to write: 260k (stories260K) or 15m (the "
+          "stories15M shape).");
+ABSL_FLAG(std::string, role, "", "The node to run: router, prefill or decode.");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on.");
 ABSL_FLAG(int, port, -1,
-          "serve/up: HTTP port (0 = any free; default: up 8000, serve 0)");
+          "HTTP port to listen on (up: the router's); 0: any free port; -1: "
+          "8000 for up, 0 for serve.");
 ABSL_FLAG(int, kv_port, 0,
-          "serve --role=decode: KV transfer port (0 = any free)");
+          "Decode role: port for incoming KV transfers (0: any free port).");
 ABSL_FLAG(std::string, tenants, "",
-          "router/up: tenants JSON file (docs/api.md)");
-ABSL_FLAG(std::vector<std::string>, prefill, {}, "router: prefill node URLs");
-ABSL_FLAG(std::vector<std::string>, decode, {}, "router: decode node URLs");
-ABSL_FLAG(
-    int, max_prompt_tokens, 0,
-    "prefill/decode: longest prompt accepted (0 = prefill: half the context, "
-    "decode: context - 1)");
-ABSL_FLAG(int, max_waiting, 256, "prefill/decode: queued requests before 429");
+          "Tenants JSON file (docs/api.md); required by up and the router "
+          "role.");
+ABSL_FLAG(std::vector<std::string>, prefill, {},
+          "Router role: base URLs of the prefill nodes, comma-separated.");
+ABSL_FLAG(std::vector<std::string>, decode, {},
+          "Router role: base URLs of the decode nodes, comma-separated.");
+ABSL_FLAG(int, max_prompt_tokens, 0,
+          "Longest prompt a node accepts, in tokens (0: half the context on "
+          "a prefill node, one less than the context on a decode node).");
+ABSL_FLAG(int, max_waiting, 256,
+          "Requests a node queues before it answers 429.");
 ABSL_FLAG(int, num_pages, 0,
-          "prefill/decode: KV pages (0 = enough for 64 full contexts)");
+          "KV pages per node (0: enough for 64 full contexts).");
 ABSL_FLAG(int, test_kv_receive_delay_ms, 0,
-          "decode, tests only: pause each KV transfer after its metadata");
+          "Tests only, decode role: pause each KV transfer this long after "
+          "its metadata.");
 ABSL_FLAG(int64_t, test_kv_receive_bytes_per_s, 0,
-          "decode, tests only: receive KV transfers at most this fast, per "
-          "transfer (a slow link; 0 = no limit)");
+          "Tests only, decode role: receive each KV transfer at most this "
+          "fast, a slow link (0: no limit).");
 ABSL_FLAG(int, transfer_timeout_ms, 30000,
-          "prefill/decode: how long a request waits for pages, prefill and "
-          "its KV transfer");
+          "How long a request may wait on a node for pages, prefill and its "
+          "KV transfer (at least 1).");
 ABSL_FLAG(int, metadata_slots, 16,
-          "decode: transfer metadata slots (first token and staged K/V "
-          "handed from the receiver to the request)");
-ABSL_FLAG(int, max_in_flight, 256, "router: requests in flight before 429");
-ABSL_FLAG(
-    std::string, trace_file, "",
-    "serve --role=prefill|decode: also append the trace stream to this file");
-ABSL_FLAG(
-    uint32_t, trace_read_sample, 1,
-    "prefill/decode: trace the page reads of every Nth request (0 = none; "
-    "violations are always traced)");
-ABSL_FLAG(
-    std::string, fault, "none",
-    "serve/up: faults to switch on, comma-separated (kvcanary-engine faults)");
-ABSL_FLAG(
-    std::string, test_transfer_damage, "none",
-    "prefill, tests only: none, flip-byte or truncate the first KV page frame");
-ABSL_FLAG(std::string, out, "", "write-model: output file");
+          "Decode role: transfer metadata slots, which hand the first token "
+          "and the staged K/V from the receiver to the request (1 to "
+          "65536).");
+ABSL_FLAG(int, max_in_flight, 256,
+          "Router role: requests in flight before it answers 429.");
+ABSL_FLAG(std::string, trace_file, "",
+          "Prefill and decode roles: also append the trace stream to this "
+          "file.");
+ABSL_FLAG(uint32_t, trace_read_sample, 1,
+          "Trace the KV page reads of every Nth request (0: none); "
+          "violations are always traced.");
+ABSL_FLAG(std::string, fault, "none",
+          "Fault switches to turn on, comma-separated (kvcanary-engine "
+          "faults lists them); none: all off.");
+ABSL_FLAG(std::string, test_transfer_damage, "none",
+          "Tests only, prefill role: damage the first KV page frame sent: "
+          "none, flip-byte or truncate.");
+ABSL_FLAG(std::string, out, "", "File to write the checkpoint to.");
 
 namespace kvcanary::engine {
 namespace {
+
+// The subcommands and the flags each reads. None takes positional arguments.
+CliSpec Cli() {
+  // What a prefill or decode node reads; `up` passes them to both nodes.
+  const std::vector<std::string> node = {"model",
+                                         "tokenizer",
+                                         "watermark",
+                                         "scrub",
+                                         "prefix_cache",
+                                         "fault",
+                                         "threads",
+                                         "page_tokens",
+                                         "num_pages",
+                                         "max_waiting",
+                                         "max_prompt_tokens",
+                                         "transfer_timeout_ms",
+                                         "metadata_slots",
+                                         "trace_read_sample",
+                                         "test_kv_receive_delay_ms",
+                                         "test_kv_receive_bytes_per_s",
+                                         "test_transfer_damage"};
+  std::vector<std::string> up = {"host", "port", "tenants"};
+  up.insert(up.end(), node.begin(), node.end());
+  std::vector<std::string> serve = {"role",    "host",          "port",
+                                    "kv_port", "tenants",       "prefill",
+                                    "decode",  "max_in_flight", "trace_file"};
+  serve.insert(serve.end(), node.begin(), node.end());
+  CliSpec spec;
+  spec.program = "kvcanary-engine";
+  spec.summary =
+      "An LLM inference engine whose KV pages carry stamps that catch one "
+      "tenant's request reading another's (README.md).";
+  spec.subcommands = {
+      {"generate",
+       "Generates one completion in this process and prints it.",
+       {"model", "tokenizer", "prompt", "max_tokens", "temperature", "top_p",
+        "seed", "echo", "threads", "page_tokens", "scrub", "prefix_cache",
+        "watermark", "fault"},
+       {},
+       {}},
+      {"demo",
+       "The whole story: a multi-tenant workload with a planted foreign write "
+       "caught, then the incident reproduced across router, prefill and "
+       "decode processes.",
+       {"model", "tokenizer", "threads"},
+       {},
+       {}},
+      {"up",
+       "Starts a router, a prefill node and a decode node as processes on "
+       "this machine, prints their URLs, and serves until Ctrl-C.",
+       up,
+       {},
+       {}},
+      {"serve",
+       "Runs one node, --role=router, prefill or decode, in this process.",
+       serve,
+       {},
+       {}},
+      {"faults", "Lists the fault switches --fault turns on.", {}, {}, {}},
+      {"write-model",
+       "Writes a deterministic synthetic llama2.c checkpoint.",
+       {"shape", "seed", "out"},
+       {},
+       {}},
+  };
+  return spec;
+}
 
 struct Loaded {
   Model model;
@@ -320,22 +402,22 @@ absl::Status WriteModel() {
 }  // namespace kvcanary::engine
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kvcanary-engine generate|demo|serve|up|faults|write-model [flags]; see "
-      "README.md");
-  // Accept --max-tokens as well as --max_tokens.
-  std::vector<std::string> normalized =
-      kvcanary::UnderscoreFlagNames(argc, argv);
-  std::vector<char*> argv2 = kvcanary::ArgvOf(normalized);
-  std::vector<char*> args =
-      absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
-  if (args.size() != 2) {
-    std::fprintf(stderr,
-                 "usage: kvcanary-engine "
-                 "generate|demo|serve|up|faults|write-model [flags]\n");
+  const kvcanary::CliSpec spec = kvcanary::engine::Cli();
+  if (argc < 2) {
+    std::fputs(kvcanary::CliHelp(spec, "").c_str(), stderr);
     return 2;
   }
-  const std::string command = args[1];
+  absl::StatusOr<kvcanary::CliParse> cli = kvcanary::ParseCli(spec, argc, argv);
+  if (!cli.ok()) {
+    std::fprintf(stderr, "kvcanary-engine: %s\n",
+                 std::string(cli.status().message()).c_str());
+    return 2;
+  }
+  if (cli->help) {
+    std::fputs(kvcanary::CliHelp(spec, cli->subcommand).c_str(), stdout);
+    return 0;
+  }
+  const std::string& command = cli->subcommand;
   absl::Status status;
   if (command == "generate") {
     status = kvcanary::engine::Generate();
@@ -351,9 +433,6 @@ int main(int argc, char** argv) {
     status = kvcanary::engine::Demo();
   } else if (command == "write-model") {
     status = kvcanary::engine::WriteModel();
-  } else {
-    std::fprintf(stderr, "unknown command '%s'\n", command.c_str());
-    return 2;
   }
   if (!status.ok()) {
     std::fprintf(stderr, "kvcanary-engine %s: %s\n", command.c_str(),

@@ -87,6 +87,79 @@ TEST(EngineCliTest, MissingTokenizerAndBadFlagsAreUsageErrors) {
   EXPECT_EQ(RunEngine("generate --watermark=sometimes").exit_code, 1);
 }
 
+TEST(EngineCliTest, HelpListsTheSubcommands) {
+  const Result r = RunEngine("--help");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  for (const char* sub :
+       {"generate", "demo", "up", "serve", "faults", "write-model"}) {
+    EXPECT_NE(r.out.find(std::string("\n  ") + sub + " "), std::string::npos)
+        << sub << " missing from:\n"
+        << r.out;
+  }
+}
+
+TEST(EngineCliTest, UpHelpListsItsFlagsWithSentencesAndDefaults) {
+  const Result r = RunEngine("up --help");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("--port=-1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("HTTP port to listen on"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--tenants=\"\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Tenants JSON file"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--fault=none"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Fault switches to turn on"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--num-pages=0"), std::string::npos) << r.out;
+  // Only up's flags: generate's and the router role's are not listed.
+  EXPECT_EQ(r.out.find("--prompt"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--role"), std::string::npos) << r.out;
+}
+
+TEST(EngineCliTest, EverySubcommandHasHelp) {
+  for (const char* sub :
+       {"generate", "demo", "up", "serve", "faults", "write-model"}) {
+    const Result r = RunEngine(std::string(sub) + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub << ": " << r.out;
+    EXPECT_NE(r.out.find(std::string("usage: kvcanary-engine ") + sub),
+              std::string::npos)
+        << r.out;
+  }
+  EXPECT_NE(RunEngine("write-model -h").out.find("--out="), std::string::npos);
+}
+
+TEST(EngineCliTest, UnknownFlagExits2NamingIt) {
+  const Result r = RunEngine("up --tenatns=t.json");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("unknown flag --tenatns for 'up'"), std::string::npos)
+      << r.out;
+}
+
+TEST(EngineCliTest, FlagOfAnotherSubcommandExits2NamingIt) {
+  const Result r = RunEngine("generate --tenants=t.json --prompt hi");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--tenants does not apply to 'generate'"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST(EngineCliTest, BadValueExits2NamingTheFlag) {
+  Result r = RunEngine("up --port=-x --tenants=t.json");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("bad value for --port: '-x'"), std::string::npos)
+      << r.out;
+  r = RunEngine("generate --max-tokens=abc");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--max-tokens"), std::string::npos) << r.out;
+  r = RunEngine("generate --echo=perhaps");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--echo"), std::string::npos) << r.out;
+}
+
+TEST(EngineCliTest, MissingSubcommandOrStrayArgumentExits2) {
+  EXPECT_EQ(RunEngine("").exit_code, 2);
+  EXPECT_EQ(RunEngine("--max-tokens=3 generate").exit_code, 2);
+  EXPECT_EQ(RunEngine("faults extra").exit_code, 2);
+}
+
 TEST(EngineCliTest, WriteModelWritesALoadableCheckpoint) {
   const std::string path = ::testing::TempDir() + "/synthetic260k.bin";
   ASSERT_EQ(

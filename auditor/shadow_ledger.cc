@@ -54,11 +54,99 @@ void ShadowLedger::Report(LedgerFinding f, std::vector<LedgerFinding>* out) {
   out->push_back(f);
 }
 
-std::vector<LedgerFinding> ShadowLedger::Apply(const TraceEvent& e) {
+void ShadowLedger::NoteRequest(RequestId request, TenantId tenant) {
+  if (request == kNoRequest || request == kReservedRequestId ||
+      tenant == kNoTenant) {
+    return;
+  }
+  request_tenants_[request.value()] = tenant.value();
+}
+
+void ShadowLedger::ApplyPageWrite(const TraceEvent& e,
+                                  std::vector<LedgerFinding>* out) {
+  PageState& s = State(e.node, e.page);
+  const StampIdentity writer{e.request, e.tenant, e.writer_gen};
+  if (!s.known) {
+    // Whose bytes the page held is unknown; a write from slot 0 makes
+    // the writer's own slots known again.
+    if (e.first_slot != 0) return;
+    s.known = true;
+    s.content.writer = StampIdentity{};
+    s.content.set_shared(false);
+    s.content.prior = StampIdentity{};
+    s.content.prior_filled = 0;
+  }
+  s.content.owner = s.owner;
+  const auto late =
+      StampWrite(&s.content, writer, e.first_slot, e.last_slot_exclusive);
+  // A kvt1 engine installed a transferred shared prefix as a write by the
+  // all-ones request: that write is the shared marker.
+  if (e.version == kTraceVersion1 && writer.request == kReservedRequestId &&
+      s.content.writer == writer) {
+    s.content.set_shared(true);
+  }
+  if (late.has_value() && s.gen.value() != 0) {
+    LedgerFinding f;
+    f.kind = LedgerFindingKind::kLateWrite;
+    f.node = e.node;
+    f.page = e.page;
+    f.reader = s.owner;
+    f.writer = writer;
+    f.slots = e.last_slot_exclusive - e.first_slot;
+    Report(f, out);
+  }
+}
+
+void ShadowLedger::ApplyPageShare(const TraceEvent& e) {
+  PageState& s = State(e.node, e.page);
+  if (!s.known || s.content.writer.tenant != e.tenant) return;
+  if (e.version == kTraceVersion1) {
+    // kvt1: the engine restamped the writer request as all ones.
+    s.content.writer.request = kReservedRequestId;
+  } else if (s.content.writer.request != e.request) {
+    // kvt2 names the writer, which stays: if the ledger saw another one,
+    // the page holds bytes the engine does not mean to share.
+    return;
+  }
+  s.content.set_shared(true);
+}
+
+void ShadowLedger::ApplyPageRead(const TraceEvent& e,
+                                 std::vector<LedgerFinding>* out) {
+  PageState& s = State(e.node, e.page);
+  if (!s.known) {
+    ++stats_.reads_unchecked;
+    return;
+  }
+  ++stats_.reads_checked;
+  ++stats_.reads_checked_by_tenant[e.tenant.value()];
+  if (checked_requests_.insert(e.request.value()).second) {
+    ++stats_.requests_checked_by_tenant[e.tenant.value()];
+  }
+  const StampIdentity reader{e.request, e.tenant, e.gen};
+  StampIdentity source;
+  bool source_shared = false;
+  const auto kind =
+      ClassifyRead(s.content, reader, e.slots, &source, &source_shared);
+  if (!kind.has_value()) return;
+  LedgerFinding f;
+  f.kind = FromViolationKind(*kind);
+  f.node = e.node;
+  f.page = e.page;
+  f.reader = reader;
+  f.writer = source;
+  f.writer_shared = source_shared;
+  f.slots = e.slots;
+  Report(f, out);
+}
+
+std::vector<LedgerFinding> ShadowLedger::Apply(const TraceEvent& e,
+                                               int64_t now_unix_us) {
   std::vector<LedgerFinding> out;
   ++stats_.events;
   switch (e.type) {
     case TraceEventType::kPageAlloc: {
+      NoteRequest(e.request, e.tenant);
       PageState& s = State(e.node, e.page);
       s.gen = e.gen;
       s.owner = StampIdentity{e.request, e.tenant, e.gen};
@@ -70,68 +158,26 @@ std::vector<LedgerFinding> ShadowLedger::Apply(const TraceEvent& e) {
       if (e.scrub != TraceScrub::kNone) {
         s.content.writer = StampIdentity{};
         s.content.filled = 0;
+        s.content.set_shared(false);
         s.content.prior = StampIdentity{};
         s.content.prior_filled = 0;
         s.known = true;  // scrubbed: known to hold nobody's bytes
       }
       break;
     }
-    case TraceEventType::kPageWrite: {
-      PageState& s = State(e.node, e.page);
-      const StampIdentity writer{e.request, e.tenant, e.writer_gen};
-      if (!s.known) {
-        // Whose bytes the page held is unknown; a write from slot 0 makes
-        // the writer's own slots known again.
-        if (e.first_slot != 0) break;
-        s.known = true;
-        s.content.writer = StampIdentity{};
-        s.content.prior = StampIdentity{};
-        s.content.prior_filled = 0;
-      }
-      s.content.owner = s.owner;
-      const auto late =
-          StampWrite(&s.content, writer, e.first_slot, e.last_slot_exclusive);
-      if (late.has_value() && s.gen.value() != 0) {
-        LedgerFinding f;
-        f.kind = LedgerFindingKind::kLateWrite;
-        f.node = e.node;
-        f.page = e.page;
-        f.reader = s.owner;
-        f.writer = writer;
-        f.slots = e.last_slot_exclusive - e.first_slot;
-        Report(f, &out);
-      }
+    case TraceEventType::kPageWrite:
+      NoteRequest(e.request, e.tenant);
+      ApplyPageWrite(e, &out);
       break;
-    }
-    case TraceEventType::kPageShare: {
-      PageState& s = State(e.node, e.page);
-      if (s.known && s.content.writer.tenant == e.tenant) {
-        s.content.writer.request = kSharedPrefixRequest;
-      }
+    case TraceEventType::kPageShare:
+      ApplyPageShare(e);
       break;
-    }
-    case TraceEventType::kPageRead: {
-      PageState& s = State(e.node, e.page);
-      if (!s.known) {
-        ++stats_.reads_unchecked;
-        break;
-      }
-      ++stats_.reads_checked;
-      const StampIdentity reader{e.request, e.tenant, e.gen};
-      StampIdentity source;
-      const auto kind = ClassifyRead(s.content, reader, e.slots, &source);
-      if (!kind.has_value()) break;
-      LedgerFinding f;
-      f.kind = FromViolationKind(*kind);
-      f.node = e.node;
-      f.page = e.page;
-      f.reader = reader;
-      f.writer = source;
-      f.slots = e.slots;
-      Report(f, &out);
+    case TraceEventType::kPageRead:
+      NoteRequest(e.request, e.tenant);
+      ApplyPageRead(e, &out);
       break;
-    }
     case TraceEventType::kTransferCommit: {
+      NoteRequest(e.request, e.tenant);
       if (e.ok) break;
       LedgerFinding f;
       f.kind = LedgerFindingKind::kTransferMismatch;
@@ -150,6 +196,7 @@ std::vector<LedgerFinding> ShadowLedger::Apply(const TraceEvent& e) {
       f.page = e.page;
       f.reader = e.reader;
       f.writer = e.writer;
+      f.writer_shared = e.writer_shared;
       f.slots = e.slots;
       // One per (reader request, page, engine kind).
       const auto key = std::make_tuple(
@@ -169,7 +216,18 @@ std::vector<LedgerFinding> ShadowLedger::Apply(const TraceEvent& e) {
       break;
     }
     case TraceEventType::kRequest:
+      NoteRequest(e.request, e.tenant);
       break;
+  }
+  // Where and when: the same on every finding this event caused, in
+  // findings_ (its tail) and in `out`.
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (LedgerFinding* f :
+         {&out[i], &findings_[findings_.size() - out.size() + i]}) {
+      f->event_seq = e.seq;
+      f->event_ts_us = e.ts_us;
+      f->seen_unix_us = now_unix_us;
+    }
   }
   return out;
 }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "auditor/http_client.h"
 
 namespace kvcanary::auditor {
@@ -47,7 +48,7 @@ size_t TraceFollower::OnData(char* data, size_t size, size_t n, void* p) {
       return 0;  // aborts the transfer
     }
     if (!event->has_value()) break;
-    self->ledger_.Apply(**event);
+    self->ledger_.Apply(**event, absl::ToUnixMicros(absl::Now()));
   }
   return size * n;
 }
@@ -128,6 +129,11 @@ std::vector<LedgerFinding> TraceFollower::findings() const {
 LedgerStats TraceFollower::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return ledger_.stats();
+}
+
+absl::flat_hash_map<uint64_t, uint32_t> TraceFollower::request_tenants() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ledger_.request_tenants();
 }
 
 }  // namespace kvcanary::auditor

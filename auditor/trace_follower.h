@@ -1,6 +1,7 @@
-// Follows one engine node's trace stream (GET <node>/v1/trace, the kvt1
-// format of docs/trace-format.md) on its own thread with libcurl, replaying
-// every event into a shadow ledger of its own (one node per follower).
+// Follows one engine node's trace stream (GET <node>/v1/trace, kvt1 or kvt2
+// lines as docs/trace-format.md describes) on its own thread with libcurl,
+// replaying every event into a shadow ledger of its own (one node per
+// follower), stamped with the wall clock at which it was applied.
 #ifndef KVCANARY_AUDITOR_TRACE_FOLLOWER_H_
 #define KVCANARY_AUDITOR_TRACE_FOLLOWER_H_
 
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "auditor/shadow_ledger.h"
@@ -33,9 +35,11 @@ class TraceFollower {
   // stream's status: OK, or why it broke (a malformed line is kDataLoss).
   absl::Status Stop(absl::Duration grace = absl::Milliseconds(300));
 
-  // The ledger's findings and stats so far. Thread-safe.
+  // The ledger's findings, stats and request -> tenant map so far (copies).
+  // Thread-safe.
   std::vector<LedgerFinding> findings() const;
   LedgerStats stats() const;
+  absl::flat_hash_map<uint64_t, uint32_t> request_tenants() const;
   const std::string& url() const { return url_; }
 
  private:

@@ -64,6 +64,7 @@ void PageStamp::EncodeTo(std::string* out) const {
   EncodeIdentity(owner, out);
   EncodeIdentity(writer, out);
   PutFixed32(out, filled);
+  PutFixed32(out, flags);
 }
 
 absl::StatusOr<PageStamp> PageStamp::Decode(absl::string_view in) {
@@ -78,30 +79,34 @@ absl::StatusOr<PageStamp> PageStamp::Decode(absl::string_view in) {
   if (s.magic != kMagic) return absl::DataLossError("page stamp: bad magic");
   s.version = r.Fixed16();
   if (s.version != kVersion) {
-    return absl::DataLossError(
-        absl::StrCat("page stamp: unknown version ", s.version));
+    return absl::DataLossError(absl::StrCat("page stamp: unknown version ",
+                                            s.version, ", want ", kVersion));
   }
   s.layer = r.Fixed16();
   s.page = PageId(r.Fixed32());
   s.owner = DecodeIdentity(&r);
   s.writer = DecodeIdentity(&r);
   s.filled = r.Fixed32();
+  s.flags = r.Fixed32();
+  if ((s.flags & ~kStampKnownFlags) != 0) {
+    return absl::DataLossError(
+        absl::StrCat("page stamp: unknown flags 0x",
+                     absl::Hex(s.flags & ~kStampKnownFlags)));
+  }
   return s;
 }
 
 std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
                                           const StampIdentity& reader,
                                           uint32_t slots_read,
-                                          StampIdentity* source) {
+                                          StampIdentity* source,
+                                          bool* source_shared) {
   const StampIdentity& w = stamp.writer;
   if (source != nullptr) *source = w;
+  if (source_shared != nullptr) *source_shared = stamp.shared();
   if (w.tenant == kNoTenant) return ViolationKind::kUnwrittenRead;
   if (w.tenant != reader.tenant) return ViolationKind::kForeignTenantRead;
-  // A shared prefix is shared within its allocation: the same bytes found
-  // in a later allocation of the page are an earlier request's.
-  const bool shared =
-      w.request == kSharedPrefixRequest && w.generation == reader.generation;
-  if (w.request != reader.request && !shared) {
+  if (w.request != reader.request && !SharedAt(stamp, reader.generation)) {
     return ViolationKind::kStaleRequestRead;
   }
   if (w.generation != reader.generation) return ViolationKind::kLateWrite;
@@ -111,9 +116,11 @@ std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
   const StampIdentity& p = stamp.prior;
   if (p.tenant != kNoTenant && stamp.prior_filled > stamp.filled) {
     if (source != nullptr) *source = p;
+    if (source_shared != nullptr) *source_shared = false;
     if (p.tenant != reader.tenant) return ViolationKind::kForeignTenantRead;
     if (p.request != reader.request) return ViolationKind::kStaleRequestRead;
     if (source != nullptr) *source = w;
+    if (source_shared != nullptr) *source_shared = stamp.shared();
   }
   return ViolationKind::kUnwrittenRead;
 }
@@ -134,6 +141,7 @@ std::optional<ViolationKind> StampWrite(PageStamp* stamp,
       }
       stamp->writer = writer;
       stamp->filled = end_slot;
+      stamp->set_shared(false);
     }
   } else if (first_slot <= stamp->filled && end_slot > stamp->filled) {
     stamp->filled = end_slot;
@@ -151,8 +159,9 @@ std::string WatermarkViolation::DebugString() const {
       reader.tenant.value(), ", request ", reader.request.value(), ", gen ",
       reader.generation.value(), ") writer=(tenant ", writer.tenant.value(),
       ", request ", writer.request.value(), ", gen ", writer.generation.value(),
-      ") owner=(tenant ", owner.tenant.value(), ", request ",
-      owner.request.value(), ", gen ", owner.generation.value(), ")");
+      writer_shared ? ", shared" : "", ") owner=(tenant ", owner.tenant.value(),
+      ", request ", owner.request.value(), ", gen ", owner.generation.value(),
+      ")");
 }
 
 }  // namespace kvcanary

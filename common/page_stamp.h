@@ -18,9 +18,11 @@
 //            filled: slots [filled, prior_filled) still hold the prior
 //            writer's bytes, so a read past `filled` is attributed to the
 //            tenant whose data it is. Scrubbing clears it. In memory only.
-//   shared — a page published to the prefix cache is restamped with the
-//            writer request kSharedPrefixRequest: any request of the writer's
-//            tenant may read it; other tenants may not.
+//   shared — a page published to the prefix cache keeps its real writer
+//            (tenant, request, generation) and gets the kStampShared flag:
+//            any request of the writer's tenant may read it in that
+//            allocation (reader generation == writer generation); other
+//            tenants may not, and a violation still names the writer.
 #ifndef KVCANARY_COMMON_PAGE_STAMP_H_
 #define KVCANARY_COMMON_PAGE_STAMP_H_
 
@@ -34,8 +36,17 @@
 
 namespace kvcanary {
 
-// The writer request of a page published to a tenant's prefix cache.
-inline constexpr RequestId kSharedPrefixRequest{~0ull};
+// No request has this id (2^64 - 1): the node APIs answer 400 for it and
+// the KV frame decoder refuses a Metadata frame naming it. It once meant
+// "the tenant's shared prefix" in a stamp's writer request (kvt1 traces
+// still say so); the shared flag (kStampShared) means that now.
+inline constexpr RequestId kReservedRequestId{~0ull};
+
+// PageStamp::flags bits. Every other bit is zero; Decode refuses others.
+// kStampShared: the writer's content is its tenant's shared prefix
+// (published to the prefix cache, or installed from such a page).
+inline constexpr uint32_t kStampShared = 1u << 0;
+inline constexpr uint32_t kStampKnownFlags = kStampShared;
 
 enum class WatermarkMode : uint8_t {
   kOff = 0,      // no checks (to measure their cost)
@@ -73,14 +84,16 @@ struct StampIdentity {
 // copying the page copies the stamp.
 struct PageStamp {
   static constexpr uint32_t kMagic = 0x4B564353;  // "KVCS"
-  static constexpr uint16_t kVersion = 1;
+  // 2: the flags word (shared prefix) joined the wire encoding.
+  static constexpr uint16_t kVersion = 2;
   // Encoded size on the wire (docs/watermarks.md).
-  static constexpr size_t kEncodedSizeBytes = 48;
+  static constexpr size_t kEncodedSizeBytes = 52;
 
   uint32_t magic = kMagic;
   uint16_t version = kVersion;
   uint16_t layer = 0;
   PageId page;
+  uint32_t flags = 0;  // kStampShared; fills what was padding before owner
   StampIdentity owner;
   StampIdentity writer;  // tenant kNoTenant: never written
   uint32_t filled = 0;   // leading slots written by `writer`
@@ -90,11 +103,26 @@ struct PageStamp {
   uint32_t prior_filled = 0;
   StampIdentity prior;
 
+  // Whether the writer's content is its tenant's shared prefix.
+  bool shared() const { return (flags & kStampShared) != 0; }
+  void set_shared(bool shared) {
+    flags = shared ? (flags | kStampShared) : (flags & ~kStampShared);
+  }
+
   // Appends the little-endian wire encoding (kEncodedSizeBytes) to *out.
   void EncodeTo(std::string* out) const;
-  // kDataLoss for a short buffer, a bad magic or an unknown version.
+  // kDataLoss for a short buffer, a bad magic, an unknown version (1
+  // included: its layout has no flags) or an unknown flag bit.
   static absl::StatusOr<PageStamp> Decode(absl::string_view in);
 };
+
+// Whether `stamp`'s content may be read by any request of its writer's
+// tenant holding the page at `generation`: it is shared, and shared in
+// that allocation (the same bytes found in a later allocation of the page
+// are an earlier request's).
+inline bool SharedAt(const PageStamp& stamp, PageGeneration generation) {
+  return stamp.shared() && stamp.writer.generation == generation;
+}
 
 // Verdict for a read of slots [0, slots_read) of a page whose stamp is
 // `stamp`, by `reader` (tenant, request, and the generation its block table
@@ -103,8 +131,8 @@ struct PageStamp {
 //   never written                    -> kUnwrittenRead
 //   writer tenant != reader tenant   -> kForeignTenantRead
 //   writer request != reader request -> kStaleRequestRead
-//     (unless the writer request is kSharedPrefixRequest at the reader's
-//     generation: the page is shared in this allocation)
+//     (unless SharedAt(stamp, reader generation): the page is its tenant's
+//     shared prefix in this allocation)
 //   writer generation != reader's    -> kLateWrite
 //   slots_read > filled, and the prior writer's bytes are there
 //   (prior_filled > filled):
@@ -112,18 +140,23 @@ struct PageStamp {
 //     prior request != reader request -> kStaleRequestRead
 //   slots_read > filled              -> kUnwrittenRead
 // *source (optional): whose bytes the verdict is about — the writer, or the
-// prior writer for the two tail verdicts.
+// prior writer for the two tail verdicts. *source_shared (optional): whether
+// those bytes are marked shared (the writer's flag; false for the prior,
+// whose flag is not kept).
 std::optional<ViolationKind> ClassifyRead(const PageStamp& stamp,
                                           const StampIdentity& reader,
                                           uint32_t slots_read,
-                                          StampIdentity* source = nullptr);
+                                          StampIdentity* source = nullptr,
+                                          bool* source_shared = nullptr);
 
 // Records that `writer` wrote slots [first_slot, end_slot) of the page.
 // `filled` grows only over contiguous writes. A new identity takes the stamp
 // over only with a write starting at slot 0; a write further into a page
 // last written by someone else leaves that someone's bytes before it, so the
 // stamp keeps naming them (and a read is attributed to them). A takeover
-// keeps the displaced writer as `prior` (see above). Returns
+// keeps the displaced writer as `prior` (see above) and clears the shared
+// flag: the new writer's bytes are nobody's shared prefix until marked so
+// (set_shared). Returns
 // kLateWrite if the writer's generation is not the owner's (the page was
 // reallocated since the writer reserved it); the write has landed either way,
 // as it would have in memory.
@@ -141,6 +174,9 @@ struct WatermarkViolation {
   StampIdentity writer;  // the stamp's writer at the time of the read
   StampIdentity owner;   // the stamp's owner at the time of the read
   uint32_t filled = 0;
+  // The writer's bytes were marked as its tenant's shared prefix (the
+  // writer is still the real request that computed them).
+  bool writer_shared = false;
 
   std::string DebugString() const;
 };

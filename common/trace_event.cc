@@ -11,7 +11,8 @@ namespace kvcanary {
 
 namespace {
 
-constexpr absl::string_view kVersionPrefix = "kvt1";
+// Version prefixes, indexed by version (0 unused).
+constexpr absl::string_view kVersionPrefixes[] = {"", "kvt1", "kvt2"};
 constexpr uint64_t kU32 = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kU64 = std::numeric_limits<uint64_t>::max();
 
@@ -125,6 +126,8 @@ constexpr FieldSpec kWriterRequest =
     KVT_NUMBER("writer_request", kU64, writer.request);
 constexpr FieldSpec kWriterGen =
     KVT_NUMBER("writer_gen", kU32, writer.generation);
+constexpr FieldSpec kWriterShared =
+    KVT_NUMBER("writer_shared", 1, writer_shared);  // kvt2
 constexpr FieldSpec kOwnerTenant =
     KVT_NUMBER("owner_tenant", kU32, owner.tenant);
 constexpr FieldSpec kOwnerRequest =
@@ -160,6 +163,8 @@ struct TypeSpec {
 };
 
 #define KVT_HEADER &kSeq, &kTsUs, &kNode
+// The kvt1 types; kvt2 has the same ones, but its violation is
+// kViolationV2 (and page_share keeps the writer request in the stamp).
 constexpr TypeSpec kTypes[] = {
     {TraceEventType::kPageAlloc,
      "page_alloc",
@@ -191,20 +196,39 @@ constexpr TypeSpec kTypes[] = {
      "page_share",
      {KVT_HEADER, &kPage, &kGen, &kTenant, &kRequest}},
 };
+constexpr TypeSpec kViolationV2 = {
+    TraceEventType::kViolation,
+    "violation",
+    {KVT_HEADER, &kKind, &kLayer, &kPage, &kSlots, &kReaderTenant,
+     &kReaderRequest, &kReaderGen, &kWriterTenant, &kWriterRequest, &kWriterGen,
+     &kWriterShared, &kOwnerTenant, &kOwnerRequest, &kOwnerGen, &kFilled}};
 #undef KVT_HEADER
 
-const TypeSpec* FindType(TraceEventType type) {
+// A type's spec in `version` (REQUIRES: a known version).
+const TypeSpec* Versioned(const TypeSpec* t, uint8_t version) {
+  if (t != nullptr && version >= kTraceVersion2 &&
+      t->type == TraceEventType::kViolation) {
+    return &kViolationV2;
+  }
+  return t;
+}
+
+const TypeSpec* FindType(TraceEventType type, uint8_t version) {
   for (const TypeSpec& t : kTypes) {
-    if (t.type == type) return &t;
+    if (t.type == type) return Versioned(&t, version);
   }
   return nullptr;
 }
 
-const TypeSpec* FindType(absl::string_view name) {
+const TypeSpec* FindType(absl::string_view name, uint8_t version) {
   for (const TypeSpec& t : kTypes) {
-    if (name == t.name) return &t;
+    if (name == t.name) return Versioned(&t, version);
   }
   return nullptr;
+}
+
+bool IsKnownVersion(uint8_t version) {
+  return version == kTraceVersion1 || version == kTraceVersion2;
 }
 
 bool IsToken(absl::string_view s) {
@@ -289,19 +313,20 @@ absl::Status DecodeValue(const TypeSpec& type, const FieldSpec& field,
 }  // namespace
 
 const char* TraceEventTypeName(TraceEventType type) {
-  const TypeSpec* t = FindType(type);
+  const TypeSpec* t = FindType(type, kTraceVersion1);
   return t == nullptr ? "unknown" : t->name;
 }
 
 bool operator==(const TraceEvent& a, const TraceEvent& b) {
-  return a.type == b.type && a.seq == b.seq && a.ts_us == b.ts_us &&
-         a.node == b.node && a.page == b.page && a.gen == b.gen &&
-         a.tenant == b.tenant && a.request == b.request && a.scrub == b.scrub &&
-         a.first_slot == b.first_slot &&
+  return a.version == b.version && a.type == b.type && a.seq == b.seq &&
+         a.ts_us == b.ts_us && a.node == b.node && a.page == b.page &&
+         a.gen == b.gen && a.tenant == b.tenant && a.request == b.request &&
+         a.scrub == b.scrub && a.first_slot == b.first_slot &&
          a.last_slot_exclusive == b.last_slot_exclusive &&
          a.writer_gen == b.writer_gen && a.slots == b.slots &&
          a.kind == b.kind && a.layer == b.layer && a.reader == b.reader &&
-         a.writer == b.writer && a.owner == b.owner && a.filled == b.filled &&
+         a.writer == b.writer && a.writer_shared == b.writer_shared &&
+         a.owner == b.owner && a.filled == b.filled &&
          a.pages_sent == b.pages_sent && a.pages_expected == b.pages_expected &&
          a.tokens_sent == b.tokens_sent &&
          a.tokens_expected == b.tokens_expected && a.ok == b.ok &&
@@ -325,6 +350,7 @@ TraceEvent FromViolation(const WatermarkViolation& v) {
   e.slots = v.slots_read;
   e.reader = v.reader;
   e.writer = v.writer;
+  e.writer_shared = v.writer_shared;
   e.owner = v.owner;
   e.filled = v.filled;
   return e;
@@ -342,15 +368,24 @@ absl::StatusOr<WatermarkViolation> ToViolation(const TraceEvent& event) {
   v.slots_read = event.slots;
   v.reader = event.reader;
   v.writer = event.writer;
+  v.writer_shared = event.writer_shared;
   v.owner = event.owner;
   v.filled = event.filled;
   return v;
 }
 
 void EncodeTo(const TraceEvent& event, std::string* out) {
-  const TypeSpec* type = FindType(event.type);
+  CHECK(IsKnownVersion(event.version))
+      << "trace event version " << int{event.version};
+  const TypeSpec* type = FindType(event.type, event.version);
   CHECK(type != nullptr) << "trace event type " << Raw(event.type);
-  absl::StrAppend(out, kVersionPrefix, " ", type->name);
+  // kvt1 says "shared" only by the all-ones writer request.
+  CHECK(event.version != kTraceVersion1 ||
+        event.type != TraceEventType::kViolation ||
+        event.writer_shared == (event.writer.request == kReservedRequestId))
+      << "a kvt1 violation is writer_shared iff its writer request is "
+         "all ones";
+  absl::StrAppend(out, kVersionPrefixes[event.version], " ", type->name);
   for (const FieldSpec* const* f = type->fields; *f != nullptr; ++f) {
     const FieldSpec& field = **f;
     const uint64_t v = field.get(event);
@@ -379,21 +414,27 @@ absl::StatusOr<TraceEvent> DecodeTraceLine(absl::string_view line) {
     return absl::DataLossError("trace line: newline inside the line");
   }
   const std::vector<absl::string_view> parts = absl::StrSplit(line, ' ');
-  if (parts[0] != kVersionPrefix) {
+  uint8_t version = 0;
+  if (parts[0] == kVersionPrefixes[kTraceVersion1]) {
+    version = kTraceVersion1;
+  } else if (parts[0] == kVersionPrefixes[kTraceVersion2]) {
+    version = kTraceVersion2;
+  } else {
     return absl::DataLossError(absl::StrCat("trace line: version prefix ",
-                                            Describe(parts[0]), ", want ",
-                                            kVersionPrefix));
+                                            Describe(parts[0]),
+                                            ", want kvt1 or kvt2"));
   }
   if (parts.size() < 2) {
     return absl::DataLossError("trace line: no event type");
   }
-  const TypeSpec* type = FindType(parts[1]);
+  const TypeSpec* type = FindType(parts[1], version);
   if (type == nullptr) {
-    return absl::DataLossError(
-        absl::StrCat("trace line: unknown event type ", Describe(parts[1]),
-                     " (a new type needs a new version, not kvt1)"));
+    return absl::DataLossError(absl::StrCat(
+        "trace line: unknown event type ", Describe(parts[1]), " in ",
+        kVersionPrefixes[version], " (a new type needs a new version)"));
   }
   TraceEvent event;
+  event.version = version;
   event.type = type->type;
   uint32_t seen = 0;  // bit i: type->fields[i] decoded
   for (size_t i = 2; i < parts.size(); ++i) {
@@ -424,6 +465,9 @@ absl::StatusOr<TraceEvent> DecodeTraceLine(absl::string_view line) {
       return Corrupt(*type, absl::StrCat("missing field '",
                                          type->fields[index]->name, "'"));
     }
+  }
+  if (version == kTraceVersion1 && event.type == TraceEventType::kViolation) {
+    event.writer_shared = event.writer.request == kReservedRequestId;
   }
   return event;
 }

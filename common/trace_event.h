@@ -1,6 +1,12 @@
 // The engine trace wire format (docs/trace-format.md): one event per line,
 //
-//   kvt1 <type> seq=<u64> ts_us=<u64> node=<role> key=value ...\n
+//   kvt2 <type> seq=<u64> ts_us=<u64> node=<role> key=value ...\n
+//
+// Two versions are read: kvt1 and kvt2 (what the engine emits). kvt2 adds
+// `writer_shared` to `violation`, and its `page_share` leaves the page's
+// writer request as it is (kvt1's stamp said "shared" with an all-ones
+// writer request instead). Each event remembers its version, and EncodeTo
+// writes that version, so a kvt1 line re-encodes to itself.
 //
 // Shared by the engine, which emits it, and the auditor, which replays it into
 // a shadow page ledger and re-derives every violation independently. Keys and
@@ -8,7 +14,7 @@
 // Encoding is canonical (a fixed field order per type), so
 // DecodeTraceLine(EncodeTo(e)) == e and a canonical line re-encodes to itself.
 // An unknown type is refused with kDataLoss, never skipped: a new type or
-// field is a new version (kvt2), so an auditor never silently misses events.
+// field is a new version, so an auditor never silently misses events.
 #ifndef KVCANARY_COMMON_TRACE_EVENT_H_
 #define KVCANARY_COMMON_TRACE_EVENT_H_
 
@@ -60,12 +66,21 @@ enum class TraceFinishReason : uint8_t {
   kAbort,
 };
 
+// Trace format versions (TraceEvent::version).
+inline constexpr uint8_t kTraceVersion1 = 1;  // "kvt1"
+inline constexpr uint8_t kTraceVersion2 = 2;  // "kvt2": writer_shared
+inline constexpr uint8_t kTraceVersionLatest = kTraceVersion2;
+
 // One trace event: a type and a flat set of typed fields. Every event carries
 // the header (seq, ts_us, node); the other fields are used per type as listed
 // (wire order). Fields a type does not use are ignored by EncodeTo and are
 // left at their defaults by DecodeTraceLine; keep them at their defaults so
 // that operator== (all fields) means "same line".
 struct TraceEvent {
+  // The format version the event is (or was) a line of: kTraceVersion1 or
+  // kTraceVersion2. New events are the latest; DecodeTraceLine sets the
+  // line's, and EncodeTo writes it.
+  uint8_t version = kTraceVersionLatest;
   TraceEventType type = TraceEventType::kDropped;
 
   // Header, on every event, first on the wire.
@@ -82,10 +97,12 @@ struct TraceEvent {
   //                  tokens_expected ok
   // request:         request tenant phase reason code
   // violation:       kind layer page slots reader_* writer_* owner_* filled
-  //                  (reader, writer, owner: tenant, request, gen)
+  //                  (reader, writer, owner: tenant, request, gen); kvt2
+  //                  adds writer_shared after writer_gen
   // dropped:         count
   // page_share:      page gen tenant request (the page, written by that
-  //                  request, is published as the tenant's shared prefix)
+  //                  request, is now the tenant's shared prefix; kvt2: the
+  //                  writer stays that request, kvt1: it became all ones)
   PageId page;
   PageGeneration gen;  // page_read: the generation the reader's table holds
   TenantId tenant;
@@ -99,6 +116,11 @@ struct TraceEvent {
   uint32_t layer = 0;
   StampIdentity reader;
   StampIdentity writer;
+  // violation: the writer's bytes are its tenant's shared prefix. On the
+  // kvt2 wire; in kvt1 it is implied by writer.request == all ones
+  // (kReservedRequestId): decoding derives it, and EncodeTo CHECKs a kvt1
+  // violation agrees.
+  bool writer_shared = false;
   StampIdentity owner;
   uint32_t filled = 0;
   uint32_t pages_sent = 0;
@@ -129,17 +151,21 @@ TraceEvent FromViolation(const WatermarkViolation& v);
 // The violation an event describes. kInvalidArgument unless it is one.
 absl::StatusOr<WatermarkViolation> ToViolation(const TraceEvent& event);
 
-// Appends the canonical line for `event`, '\n' included, to *out.
+// Appends the canonical line for `event` in its version, '\n' included, to
+// *out.
 void EncodeTo(const TraceEvent& event, std::string* out);
 
-// Decodes one line, with or without its trailing '\n'. kDataLoss, naming the
-// problem, for: a line over kMaxTraceLineBytes, a wrong version prefix, an
-// unknown type, a missing, unknown or duplicate field, a value that is not a
+// Decodes one kvt1 or kvt2 line, with or without its trailing '\n', into an
+// event of that version. kDataLoss, naming the problem, for: a line over
+// kMaxTraceLineBytes, a version prefix other than kvt1 and kvt2, an
+// unknown type, a missing, unknown (a kvt2 field in a kvt1 line
+// included) or duplicate field, a value that is not a
 // canonical unsigned decimal or is out of range, and a bad enum token. Fields
 // may come in any order; EncodeTo always writes the canonical one.
 absl::StatusOr<TraceEvent> DecodeTraceLine(absl::string_view line);
 
 // Splits a byte stream, fed in chunks cut anywhere, into decoded events.
+// Each line may be kvt1 or kvt2 (a stream may mix them).
 // Errors are sticky: after a corrupt or over-long line every later Next()
 // returns the same error, since nothing after it can be trusted.
 // Not thread-safe; owned by the reading thread.

@@ -451,8 +451,7 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
       if (w.tenant != meta->tenant) {
         kind = w.tenant == kNoTenant ? ViolationKind::kUnwrittenRead
                                      : ViolationKind::kForeignTenantRead;
-      } else if (w.request != meta->request &&
-                 w.request != kSharedPrefixRequest) {
+      } else if (w.request != meta->request && !page->stamp.shared()) {
         kind = ViolationKind::kStaleRequestRead;
       }
       const WatermarkMode mode = loop_.options().watermark;
@@ -465,6 +464,7 @@ absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
         v.reader = StampIdentity{meta->request, meta->tenant,
                                  page->stamp.owner.generation};
         v.writer = w;
+        v.writer_shared = page->stamp.shared();
         v.owner = page->stamp.owner;
         v.filled = page->stamp.filled;
         trace_.Emit(FromViolation(v));

@@ -84,6 +84,10 @@ absl::StatusOr<RequestId> Engine::Submit(TenantId tenant,
                                                      " KV pages; the pool has ",
                                                      pool_.num_pages()));
   }
+  if (options.id == kReservedRequestId) {
+    return absl::InvalidArgumentError(
+        "request id 18446744073709551615 (2^64 - 1) is reserved");
+  }
   RequestId id = options.id;
   if (id == kNoRequest) {
     do {
@@ -185,7 +189,7 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
       std::optional<ViolationKind> kind;
       if (w.tenant != seq->tenant) {
         kind = ViolationKind::kForeignTenantRead;
-      } else if (w.request != seq->id && w.request != kSharedPrefixRequest) {
+      } else if (w.request != seq->id && !page.stamp.shared()) {
         kind = ViolationKind::kStaleRequestRead;
       }
       if (!kind.has_value()) continue;
@@ -197,6 +201,7 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
       v.slots_read = page.slots;
       v.reader = StampIdentity{seq->id, seq->tenant, ref.generation};
       v.writer = w;
+      v.writer_shared = page.stamp.shared();
       v.owner = pool_.stamp(static_cast<int>(page.layer), ref.page).owner;
       v.filled = page.stamp.filled;
       seq->violations.push_back(v);
@@ -223,30 +228,46 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
     std::memcpy(layout.values(dst), page.kv_bytes.data() + half, half);
     // The writer is whoever the frame says wrote these bytes (the receiver
     // checked it is this request, unless a fault let another's through),
-    // at the generation this request holds the page.
-    StampWrite(KvPageLayout::stamp(dst),
+    // at the generation this request holds the page; a shared prefix stays
+    // shared.
+    PageStamp* stamp = KvPageLayout::stamp(dst);
+    StampWrite(stamp,
                StampIdentity{page.stamp.writer.request,
                              page.stamp.writer.tenant, ref.generation},
                0, page.slots);
+    stamp->set_shared(page.stamp.shared());
   }
   if (options_.trace != nullptr) {
     for (const kv::Page& page : pages) {
       if (page.layer != 0) continue;  // one event per page, not per layer
-      const PageRef ref = seq->block_table[page.index];
-      TraceEvent e;
-      e.type = TraceEventType::kPageWrite;
-      e.page = ref.page;
-      e.gen = ref.generation;
-      e.tenant = page.stamp.writer.tenant;
-      e.request = page.stamp.writer.request;
-      e.first_slot = 0;
-      e.last_slot_exclusive = page.slots;
-      e.writer_gen = ref.generation;
-      options_.trace->Emit(e);
+      EmitTransferredWrite(seq->block_table[page.index], page);
     }
   }
   scheduler_.StartDecodeAfterTransfer(seq, first_token, computed_tokens);
   return absl::OkStatus();
+}
+
+void Engine::EmitTransferredWrite(PageRef ref, const kv::Page& page) {
+  TraceEvent e;
+  e.type = TraceEventType::kPageWrite;
+  e.page = ref.page;
+  e.gen = pool_.generation(ref.page);
+  e.tenant = page.stamp.writer.tenant;
+  e.request = page.stamp.writer.request;
+  e.first_slot = 0;
+  e.last_slot_exclusive = page.slots;
+  e.writer_gen = ref.generation;
+  options_.trace->Emit(e);
+  if (!page.stamp.shared()) return;
+  // The bytes are their tenant's shared prefix here too (kvt2 page_share:
+  // the writer stays the request that computed them).
+  TraceEvent share;
+  share.type = TraceEventType::kPageShare;
+  share.page = ref.page;
+  share.gen = ref.generation;
+  share.tenant = page.stamp.writer.tenant;
+  share.request = page.stamp.writer.request;
+  options_.trace->Emit(share);
 }
 
 RequestId Engine::WriteTransferredPage(PageRef ref, const kv::Page& page) {
@@ -266,17 +287,9 @@ RequestId Engine::WriteTransferredPage(PageRef ref, const kv::Page& page) {
   const StampIdentity writer{page.stamp.writer.request,
                              page.stamp.writer.tenant, ref.generation};
   const auto late = StampWrite(stamp, writer, 0, page.slots);
+  stamp->set_shared(page.stamp.shared());
   if (options_.trace != nullptr && page.layer == 0) {
-    TraceEvent e;
-    e.type = TraceEventType::kPageWrite;
-    e.page = ref.page;
-    e.gen = pool_.generation(ref.page);
-    e.tenant = writer.tenant;
-    e.request = writer.request;
-    e.first_slot = 0;
-    e.last_slot_exclusive = page.slots;
-    e.writer_gen = ref.generation;
-    options_.trace->Emit(e);
+    EmitTransferredWrite(ref, page);
   }
   if (!late.has_value() || options_.watermark == WatermarkMode::kOff) {
     return kNoRequest;

@@ -45,7 +45,7 @@ struct EngineOptions {
 struct SubmitOptions {
   // The request's id; 0 = let the engine assign one. Nodes pass the router's
   // id so page stamps name the same request on every node. Must be unique
-  // among the engine's live requests.
+  // among the engine's live requests, and not kReservedRequestId.
   RequestId id;
   SequenceRole role = SequenceRole::kLocal;
 };
@@ -65,8 +65,9 @@ class Engine {
 
   // Queues a request. kInvalidArgument if the prompt is empty, has a token
   // outside the vocabulary, or leaves no room to generate in the context;
-  // if max_tokens < 1; if temperature < 0 or top_p is not in [0, 1].
-  // kAlreadyExists if options.id is in use.
+  // if max_tokens < 1; if temperature < 0 or top_p is not in [0, 1]; if
+  // options.id is kReservedRequestId. kAlreadyExists if options.id is in
+  // use.
   absl::StatusOr<RequestId> Submit(TenantId tenant, std::vector<int> prompt,
                                    const SamplingParams& sampling,
                                    const SubmitOptions& options = {});
@@ -89,7 +90,8 @@ class Engine {
   // abort-transfer-race: a receiver's write of one transferred page straight
   // into a page it reserved (`ref`: the page and the generation it was
   // reserved at), landing whenever it lands. The stamp's writer is the
-  // frame's (whose K/V these are) at ref's generation. If the page was
+  // frame's (whose K/V these are) at ref's generation, shared if the frame's
+  // stamp is. If the page was
   // reallocated since, the write is late: a kLateWrite violation attributed
   // to the writer is traced and recorded on the page's current owner, which
   // enforce mode fails. Returns that owner's id, or kNoRequest.
@@ -123,6 +125,11 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
  private:
+  // Traces a transferred page's install (layer 0 only): its page_write, and
+  // a page_share if the frame's stamp says the bytes are a shared prefix.
+  // REQUIRES: options_.trace.
+  void EmitTransferredWrite(PageRef ref, const kv::Page& page);
+
   const Model* model_;
   EngineOptions options_;
   kernels::ThreadPool threads_;

@@ -179,6 +179,13 @@ absl::StatusOr<Frame> DecodeMetadata(absl::string_view in) {
   WireReader r(in);
   Metadata m;
   m.request = RequestId(r.Fixed64());
+  // No request has that id: a frame naming it is corrupt or forged, and a
+  // stamp once used it to mean "shared prefix".
+  if (m.request == kReservedRequestId) {
+    return absl::DataLossError(
+        "kv metadata frame: request id 18446744073709551615 (2^64 - 1) is "
+        "reserved");
+  }
   m.tenant = TenantId(r.Fixed32());
   m.prompt_tokens = r.Fixed32();
   m.reserved_pages = r.Fixed32();

@@ -6,7 +6,7 @@
 //   decode -> prefill: Ack after verifying the commit  (or Abort at any point)
 //
 // Every frame: a 16-byte header, then `payload_size` bytes of payload.
-//   header: magic u32 "KVTF" (0x4654564B), version u16 (1), type u8,
+//   header: magic u32 "KVTF" (0x4654564B), version u16 (2), type u8,
 //           flags u8 (0), payload_size u32, header_crc u32 (CRC32C of the
 //           first 12 header bytes)
 // All integers little-endian. The payload of each type is below; a Page
@@ -29,7 +29,9 @@
 namespace kvcanary::engine::kv {
 
 inline constexpr uint32_t kFrameMagic = 0x4654564B;  // "KVTF"
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: Page frames carry the version-2 page stamp (52 bytes, with flags), and
+// a Metadata frame naming kReservedRequestId is refused.
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kFrameHeaderSize = 16;
 // Upper bound on one payload; a header claiming more is corrupt.
 inline constexpr uint32_t kMaxPayloadSize = 64u << 20;
@@ -38,8 +40,11 @@ inline constexpr uint32_t kMaxMessageSize = 4096;
 // Payload sizes by type (field offsets: docs/kv-transfer.md).
 inline constexpr uint32_t kMetadataPayloadSize = 36;
 inline constexpr uint32_t kCommitPayloadSize = 20;
-inline constexpr uint32_t kPageFixedPayloadSize = 68;     // + kv bytes
+inline constexpr uint32_t kPageFixedPayloadSize = 72;     // + kv bytes
 inline constexpr uint32_t kMessageFixedPayloadSize = 16;  // + message bytes
+// index, layer, stamp, slots, kv_size, ..., page_crc.
+static_assert(kPageFixedPayloadSize ==
+              4 + 4 + PageStamp::kEncodedSizeBytes + 4 + 4 + 4);
 
 enum class FrameType : uint8_t {
   kMetadata = 1,
@@ -52,7 +57,7 @@ enum class FrameType : uint8_t {
 // What the prefill node is about to send, and what it believes decode
 // reserved. Decode checks every field against its own reservation.
 struct Metadata {
-  RequestId request;
+  RequestId request;  // never kReservedRequestId (the decoder refuses it)
   TenantId tenant;
   uint32_t prompt_tokens = 0;  // tokens whose K/V will be sent
   // Pages the decode node reserved (from the request).
@@ -124,7 +129,8 @@ class FrameDecoder {
   // The next complete frame; nullopt if more bytes are needed. kDataLoss for
   // anything corrupt (bad magic, header CRC, page CRC, unknown version or
   // type, oversized or inconsistent payload, trailing bytes inside a
-  // payload); after an error the decoder stays failed.
+  // payload, a bad page stamp) and for a Metadata frame naming the reserved
+  // request id; after an error the decoder stays failed.
   absl::StatusOr<std::optional<Frame>> Next();
   size_t buffered_bytes() const { return buffer_.size() - offset_; }
 

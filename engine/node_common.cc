@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/page_stamp.h"
 #include "engine/engine_loop.h"
 #include "engine/node_metrics.h"
 #include "engine/openai_api.h"
@@ -156,6 +157,11 @@ absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {
   if (*request_id == 0 || *tenant_id == 0 || *tenant_id > UINT32_MAX) {
     return absl::InvalidArgumentError(
         "request_id and tenant_id must be non-zero");
+  }
+  if (RequestId(*request_id) == kReservedRequestId) {
+    return absl::InvalidArgumentError(
+        "field 'request_id': 18446744073709551615 (2^64 - 1) is reserved and "
+        "names no request");
   }
   r.id = RequestId(*request_id);
   r.tenant = TenantId(static_cast<uint32_t>(*tenant_id));

@@ -56,8 +56,9 @@ struct NodeRequest {
   std::vector<int> prompt;
   SamplingParams sampling;  // max_tokens from the body, or 1 if absent
 };
-// request_id and tenant_id (non-zero), prompt, temperature, top_p, seed
-// (optional), max_tokens (optional); kInvalidArgument naming the field.
+// request_id (non-zero, not kReservedRequestId) and tenant_id (non-zero),
+// prompt, temperature, top_p, seed (optional), max_tokens (optional);
+// kInvalidArgument (HTTP 400) naming the field.
 absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body);
 
 // A server with enough threads for long-lived streaming responses.

@@ -23,6 +23,11 @@ namespace kvcanary::engine {
 inline constexpr absl::string_view kOpenAiCodeUrl = "kvcanary/openai-code";
 inline constexpr absl::string_view kOpenAiParamUrl = "kvcanary/openai-param";
 
+// The response header carrying the router's request id (decimal), on every
+// completion response once the request has an id: the number in the body's
+// "cmpl-<id>" / "chatcmpl-<id>" and the `request` of its trace events.
+inline constexpr char kRequestIdHeader[] = "X-Kvcanary-Request-Id";
+
 inline constexpr int kMaxMaxTokens = 1 << 20;
 inline constexpr int kMaxStopStrings = 4;
 

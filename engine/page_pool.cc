@@ -118,6 +118,7 @@ void PagePool::Free(const std::vector<PageRef>& pages) {
       PageStamp* stamp = KvPageLayout::stamp(page);
       stamp->writer = StampIdentity{};
       stamp->filled = 0;
+      stamp->set_shared(false);
       stamp->prior = StampIdentity{};
       stamp->prior_filled = 0;
     }

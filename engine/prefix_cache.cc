@@ -115,13 +115,15 @@ bool PrefixCache::Publish(const Key& key, PageRef page, TenantId tenant) {
   entries_.emplace(key, e);
   key_of_page_.emplace(page.page.value(), key);
   ++published_pages_;
+  // The writer stays the request that computed the page; the flag says any
+  // request of its tenant may read it in this allocation.
   RequestId writer;
   for (int l = 0; l < pool_->n_layers(); ++l) {
     PageStamp* stamp = KvPageLayout::stamp(
         pool_->layout().page(pool_->layer_base(l), page.page));
     CHECK(stamp->writer.tenant == tenant);
     writer = stamp->writer.request;
-    stamp->writer.request = kSharedPrefixRequest;
+    stamp->set_shared(true);
   }
   if (trace_ != nullptr) {
     TraceEvent ev;

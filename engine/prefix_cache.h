@@ -14,10 +14,12 @@
 // tenant with the same prefix, or with a colliding one, gets the pages.
 //
 // A page in the cache belongs to the cache: published from the request that
-// computed it, restamped writer = (its tenant, kSharedPrefixRequest), so
-// every request of that tenant may read it and no other tenant may. Pages
-// in use by requests are never evicted; unused ones go least recently used
-// first when the pool runs short.
+// computed it, which its stamp keeps naming as the writer, and flagged
+// shared (kStampShared), so every request of that tenant may read it in
+// this allocation and no other tenant may; a violation on it names the
+// request whose prompt it holds. Pages in use by requests are never
+// evicted; unused ones go least recently used first when the pool runs
+// short.
 //
 // Not thread-safe; owned by the engine thread.
 #ifndef KVCANARY_ENGINE_PREFIX_CACHE_H_
@@ -53,9 +55,10 @@ class PrefixCache {
   // Unref.
   std::vector<PageRef> Acquire(const std::vector<Key>& keys, TenantId tenant,
                                RequestId request);
-  // Hands a page a request computed to the cache under `key`, restamping it
-  // as the tenant's shared prefix; the request keeps using it (Unref when
-  // done). false (nothing changes) if the key is already cached.
+  // Hands a page a request computed to the cache under `key`, flagging its
+  // stamp as the tenant's shared prefix (page_share in the trace); the request
+  // keeps using it (Unref when done). false (nothing changes) if the key is
+  // already cached.
   bool Publish(const Key& key, PageRef page, TenantId tenant);
   // A request stopped using a cached page.
   void Unref(PageRef page);

@@ -279,6 +279,9 @@ void Router::HandleCompletion(const httplib::Request& req,
   const std::string& decode =
       options_.decode_urls[node % options_.decode_urls.size()];
   const uint64_t request_id = next_request_.fetch_add(1);
+  // From here on every answer, error or not, names the request: the id the
+  // body's "id" and the engine's trace carry too.
+  res.set_header(kRequestIdHeader, absl::StrCat(request_id));
   nlohmann::json body;
   body["request_id"] = request_id;
   body["tenant_id"] = (*tenant)->id.value();

@@ -5,7 +5,9 @@
 // client as JSON or SSE.
 //
 // Public HTTP API (docs/api.md): POST /v1/completions, POST
-// /v1/chat/completions, GET /v1/models, GET /health, GET /metrics.
+// /v1/chat/completions, GET /v1/models, GET /health, GET /metrics. Every
+// completion response from the moment a request id is assigned (after
+// authentication, parsing and admission) carries it in kRequestIdHeader.
 //
 // Thread-safe; owns its threads.
 #ifndef KVCANARY_ENGINE_ROUTER_H_

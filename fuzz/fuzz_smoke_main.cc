@@ -34,7 +34,8 @@ namespace {
 std::vector<std::string> SeedFrames() {
   std::vector<Frame> frames;
   Metadata m;
-  m.request = RequestId(0x1122334455667788ULL);
+  // Low half all ones: one u32 rewrite away from the reserved id.
+  m.request = RequestId(0x11223344ffffffffULL);
   m.tenant = TenantId(3);
   m.prompt_tokens = 20;
   m.reserved_pages = 2;
@@ -51,6 +52,7 @@ std::vector<std::string> SeedFrames() {
     p.stamp.page = PageId(5);
     p.stamp.owner = StampIdentity{m.request, m.tenant, PageGeneration(2)};
     p.stamp.writer = p.stamp.owner;
+    p.stamp.set_shared(slots == 16);  // a full page from the prefix cache
     p.stamp.filled = slots;
     p.slots = slots;
     p.kv_bytes.resize(size_t{2} * slots * 4 * 8 * 4);
@@ -108,8 +110,8 @@ uint32_t Interesting(std::mt19937_64& rng, size_t size) {
                              16,
                              20,
                              36,
-                             67,
-                             68,
+                             kPageFixedPayloadSize - 1,
+                             kPageFixedPayloadSize,
                              kMaxMessageSize,
                              kMaxMessageSize + 1,
                              static_cast<uint32_t>(size),
@@ -172,8 +174,16 @@ std::string Mutate(const std::vector<std::string>& seeds,
         const size_t span = s.size() - kFrameHeaderSize - 3;
         size_t at = kFrameHeaderSize + rng() % span;
         if (rng() % 2) {  // the u32 fields the size checks depend on
-          const size_t fields[] = {8, 12, 56, 60};
-          at = kFrameHeaderSize + fields[rng() % 4];
+          // Request id halves (0xffffffff in the high half of the seed's
+          // id makes the reserved id); Abort/Ack: code, message_size;
+          // Page: slots, kv_size.
+          const size_t fields[] = {0,
+                                   4,
+                                   8,
+                                   12,
+                                   8 + PageStamp::kEncodedSizeBytes,
+                                   12 + PageStamp::kEncodedSizeBytes};
+          at = kFrameHeaderSize + fields[rng() % 6];
           if (at + 4 > s.size()) at = kFrameHeaderSize;
         }
         Store32(&s, at, Interesting(rng, s.size()));

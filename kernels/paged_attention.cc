@@ -143,7 +143,9 @@ int CheckPageStamps(const PagedAttentionArgs& a, int num_tokens) {
     const StampIdentity reader{a.reader_request, a.reader_tenant,
                                ref.generation};
     StampIdentity source;
-    const auto kind = ClassifyRead(stamp, reader, slots, &source);
+    bool source_shared = false;
+    const auto kind =
+        ClassifyRead(stamp, reader, slots, &source, &source_shared);
     if (!kind.has_value()) continue;
     ++found;
     if (a.violations != nullptr) {
@@ -154,6 +156,7 @@ int CheckPageStamps(const PagedAttentionArgs& a, int num_tokens) {
       v.slots_read = slots;
       v.reader = reader;
       v.writer = source;
+      v.writer_shared = source_shared;
       v.owner = stamp.owner;
       v.filled = stamp.filled;
       a.violations->push_back(v);

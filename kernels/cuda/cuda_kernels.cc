@@ -43,13 +43,14 @@ static_assert(offsetof(ci::RawStamp, magic) == offsetof(PageStamp, magic));
 static_assert(offsetof(ci::RawStamp, version) == offsetof(PageStamp, version));
 static_assert(offsetof(ci::RawStamp, layer) == offsetof(PageStamp, layer));
 static_assert(offsetof(ci::RawStamp, page) == offsetof(PageStamp, page));
+static_assert(offsetof(ci::RawStamp, flags) == offsetof(PageStamp, flags));
 static_assert(offsetof(ci::RawStamp, owner) == offsetof(PageStamp, owner));
 static_assert(offsetof(ci::RawStamp, writer) == offsetof(PageStamp, writer));
 static_assert(offsetof(ci::RawStamp, filled) == offsetof(PageStamp, filled));
 static_assert(offsetof(ci::RawStamp, prior_filled) ==
               offsetof(PageStamp, prior_filled));
 static_assert(offsetof(ci::RawStamp, prior) == offsetof(PageStamp, prior));
-static_assert(ci::kRawSharedPrefixRequest == kSharedPrefixRequest.value());
+static_assert(ci::kRawStampShared == kStampShared);
 static_assert(sizeof(ci::RawPageRef) == sizeof(PageRef));
 static_assert(offsetof(ci::RawPageRef, page) == offsetof(PageRef, page));
 static_assert(offsetof(ci::RawPageRef, generation) ==
@@ -361,7 +362,8 @@ absl::Status CudaPagedAttention(const PagedAttentionArgs& a, bool* served) {
       v.reader =
           StampIdentity{a.reader_request, a.reader_tenant, ref.generation};
       // Whose bytes: the writer, or the prior writer for a tail read.
-      (void)ClassifyRead(stamp, v.reader, v.slots_read, &v.writer);
+      (void)ClassifyRead(stamp, v.reader, v.slots_read, &v.writer,
+                         &v.writer_shared);
       v.owner = stamp.owner;
       v.filled = stamp.filled;
       a.violations->push_back(v);

@@ -21,8 +21,9 @@ __host__ __device__ inline uint32_t ClassifyReadRaw(const RawStamp& stamp,
   const RawIdentity& w = stamp.writer;
   if (w.tenant == kRawNoTenant) return kRawUnwrittenRead;
   if (w.tenant != reader.tenant) return kRawForeignTenantRead;
+  // SharedAt: the tenant's shared prefix, in this allocation of the page.
   const bool shared =
-      w.request == kRawSharedPrefixRequest && w.generation == reader.generation;
+      (stamp.flags & kRawStampShared) != 0 && w.generation == reader.generation;
   if (w.request != reader.request && !shared) return kRawStaleRequestRead;
   if (w.generation != reader.generation) return kRawLateWrite;
   if (slots_read <= stamp.filled) return kRawNoViolation;

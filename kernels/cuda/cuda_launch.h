@@ -31,6 +31,7 @@ struct RawStamp {
   uint16_t version;
   uint16_t layer;
   uint32_t page;
+  uint32_t flags;  // kRawStampShared
   RawIdentity owner;
   RawIdentity writer;
   uint32_t filled;
@@ -53,7 +54,7 @@ enum : uint32_t {
   kRawLateWrite = 4,
 };
 constexpr uint32_t kRawNoTenant = 0;
-constexpr uint64_t kRawSharedPrefixRequest = ~0ull;  // kSharedPrefixRequest
+constexpr uint32_t kRawStampShared = 1u;  // kStampShared
 
 // The stamp classifier the device check runs (a __host__ __device__ function
 // in cuda_kernels.cu), called on the host. Mirrors ClassifyRead.

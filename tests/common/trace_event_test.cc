@@ -1,6 +1,7 @@
 #include "common/trace_event.h"
 
 #include <cstdint>
+#include <fstream>
 #include <limits>
 #include <ostream>
 #include <string>
@@ -28,7 +29,9 @@ constexpr TraceEventType kAllTypes[] = {
     TraceEventType::kPageWrite, TraceEventType::kPageRead,
     TraceEventType::kViolation, TraceEventType::kTransferCommit,
     TraceEventType::kRequest,   TraceEventType::kDropped,
+    TraceEventType::kPageShare,
 };
+constexpr uint8_t kVersions[] = {kTraceVersion1, kTraceVersion2};
 
 std::string Encode(const TraceEvent& event) {
   std::string line;
@@ -41,12 +44,16 @@ StampIdentity Identity(uint32_t tenant, uint64_t request, uint32_t gen) {
                        PageGeneration(gen)};
 }
 
-// An event of `type` with every field it uses at its largest value (max) or
-// zero (!max), enums at their last or first token; other fields default.
-TraceEvent Extreme(TraceEventType type, bool max) {
+// An event of `type` in `version` with every field it uses at its largest
+// value (max) or zero (!max), enums at their last or first token; other
+// fields default. (A kvt1 violation's writer_shared follows its all-ones
+// writer request, so it is `max` in both versions.)
+TraceEvent Extreme(TraceEventType type, bool max,
+                   uint8_t version = kTraceVersionLatest) {
   const uint32_t u32 = max ? kMax32 : 0;
   const uint64_t u64 = max ? kMax64 : 0;
   TraceEvent e;
+  e.version = version;
   e.type = type;
   e.seq = u64;
   e.ts_us = u64;
@@ -56,6 +63,7 @@ TraceEvent Extreme(TraceEventType type, bool max) {
       e.scrub = max ? TraceScrub::kPoison : TraceScrub::kNone;
       [[fallthrough]];
     case TraceEventType::kPageAlloc:
+    case TraceEventType::kPageShare:
       e.page = PageId(u32);
       e.gen = PageGeneration(u32);
       e.tenant = TenantId(u32);
@@ -85,6 +93,7 @@ TraceEvent Extreme(TraceEventType type, bool max) {
       e.slots = u32;
       e.reader = Identity(u32, u64, u32);
       e.writer = Identity(u32, u64, u32);
+      e.writer_shared = max;
       e.owner = Identity(u32, u64, u32);
       e.filled = u32;
       break;
@@ -111,18 +120,22 @@ TraceEvent Extreme(TraceEventType type, bool max) {
   return e;
 }
 
-TEST(TraceEventTest, EveryTypeRoundTripsWithExtremeValues) {
-  for (TraceEventType type : kAllTypes) {
-    for (bool max : {false, true}) {
-      const TraceEvent event = Extreme(type, max);
-      const std::string line = Encode(event);
-      SCOPED_TRACE(line);
-      ASSERT_EQ(line.back(), '\n');
-      ASSERT_LE(line.size() - 1, kMaxTraceLineBytes);
-      absl::StatusOr<TraceEvent> decoded = DecodeTraceLine(line);
-      ASSERT_TRUE(decoded.ok()) << decoded.status();
-      EXPECT_EQ(*decoded, event);
-      EXPECT_EQ(Encode(*decoded), line);
+TEST(TraceEventTest, EveryTypeRoundTripsWithExtremeValuesInBothVersions) {
+  for (uint8_t version : kVersions) {
+    for (TraceEventType type : kAllTypes) {
+      for (bool max : {false, true}) {
+        const TraceEvent event = Extreme(type, max, version);
+        const std::string line = Encode(event);
+        SCOPED_TRACE(line);
+        ASSERT_EQ(line.substr(0, 5), version == 1 ? "kvt1 " : "kvt2 ");
+        ASSERT_EQ(line.back(), '\n');
+        ASSERT_LE(line.size() - 1, kMaxTraceLineBytes);
+        absl::StatusOr<TraceEvent> decoded = DecodeTraceLine(line);
+        ASSERT_TRUE(decoded.ok()) << decoded.status();
+        EXPECT_EQ(*decoded, event);
+        EXPECT_EQ(decoded->version, version);
+        EXPECT_EQ(Encode(*decoded), line);
+      }
     }
   }
 }
@@ -141,7 +154,7 @@ TEST(TraceEventTest, EncodedLinesArePinned) {
   write.last_slot_exclusive = 16;
   write.writer_gen = PageGeneration(3);
   EXPECT_EQ(Encode(write),
-            "kvt1 page_write seq=41 ts_us=1500 node=prefill page=7 gen=3 "
+            "kvt2 page_write seq=41 ts_us=1500 node=prefill page=7 gen=3 "
             "tenant=2 request=900 first_slot=0 last_slot_exclusive=16 "
             "writer_gen=3\n");
 
@@ -157,11 +170,33 @@ TEST(TraceEventTest, EncodedLinesArePinned) {
   violation.writer = Identity(2, 20, 3);
   violation.owner = Identity(1, 10, 4);
   violation.filled = 16;
+  violation.writer_shared = true;
+  EXPECT_EQ(Encode(violation),
+            "kvt2 violation seq=5 ts_us=6 node=decode kind=foreign_tenant_read "
+            "layer=1 page=7 slots=9 reader_tenant=1 reader_request=10 "
+            "reader_gen=4 writer_tenant=2 writer_request=20 writer_gen=3 "
+            "writer_shared=1 owner_tenant=1 owner_request=10 owner_gen=4 "
+            "filled=16\n");
+  violation.version = kTraceVersion1;
+  violation.writer_shared = false;
   EXPECT_EQ(Encode(violation),
             "kvt1 violation seq=5 ts_us=6 node=decode kind=foreign_tenant_read "
             "layer=1 page=7 slots=9 reader_tenant=1 reader_request=10 "
             "reader_gen=4 writer_tenant=2 writer_request=20 writer_gen=3 "
             "owner_tenant=1 owner_request=10 owner_gen=4 filled=16\n");
+
+  TraceEvent share;
+  share.type = TraceEventType::kPageShare;
+  share.seq = 7;
+  share.ts_us = 8;
+  share.node = TraceNode::kPrefill;
+  share.page = PageId(3);
+  share.gen = PageGeneration(2);
+  share.tenant = TenantId(1);
+  share.request = RequestId(850);
+  EXPECT_EQ(Encode(share),
+            "kvt2 page_share seq=7 ts_us=8 node=prefill page=3 gen=2 tenant=1 "
+            "request=850\n");
 
   TraceEvent request;
   request.type = TraceEventType::kRequest;
@@ -174,7 +209,7 @@ TEST(TraceEventTest, EncodedLinesArePinned) {
   request.reason = TraceFinishReason::kAbort;
   request.code = absl::StatusCode::kDataLoss;
   EXPECT_EQ(Encode(request),
-            "kvt1 request seq=1 ts_us=2 node=router request=900 tenant=2 "
+            "kvt2 request seq=1 ts_us=2 node=router request=900 tenant=2 "
             "phase=finished reason=abort code=15\n");
 }
 
@@ -190,13 +225,98 @@ TEST(TraceEventTest, ViolationKindTokensAreTheKindNames) {
 }
 
 TEST(TraceEventTest, DecodeAcceptsAnyFieldOrderAndReencodesCanonically) {
-  absl::StatusOr<TraceEvent> e = DecodeTraceLine(
-      "kvt1 page_alloc request=9 page=3 node=decode tenant=1 gen=2 ts_us=5 "
-      "seq=4");
+  for (const std::string version : {"kvt1", "kvt2"}) {
+    absl::StatusOr<TraceEvent> e = DecodeTraceLine(
+        version +
+        " page_alloc request=9 page=3 node=decode tenant=1 gen=2 ts_us=5 "
+        "seq=4");
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(Encode(*e), version +
+                              " page_alloc seq=4 ts_us=5 node=decode page=3 "
+                              "gen=2 tenant=1 request=9\n");
+  }
+}
+
+// A violation line with the reader, writer and owner of `writer_request`,
+// in `version`, with `extra` appended.
+std::string ViolationLine(const std::string& version,
+                          const std::string& writer_request,
+                          const std::string& extra = "") {
+  return version +
+         " violation seq=9 ts_us=10 node=prefill kind=foreign_tenant_read "
+         "layer=0 page=4 slots=16 reader_tenant=2 reader_request=31 "
+         "reader_gen=5 writer_tenant=1 writer_request=" +
+         writer_request + " writer_gen=5" + extra +
+         " owner_tenant=1 owner_request=30 owner_gen=5 filled=16\n";
+}
+
+TEST(TraceEventTest, Kvt1LinesDecodeAsVersion1AndReencodeToThemselves) {
+  for (const std::string& line :
+       {ViolationLine("kvt1", "30"), ViolationLine("kvt1", "0"),
+        ViolationLine("kvt1", "18446744073709551615"),
+        std::string("kvt1 page_share seq=3 ts_us=4 node=prefill page=4 gen=5 "
+                    "tenant=1 request=30\n")}) {
+    SCOPED_TRACE(line);
+    absl::StatusOr<TraceEvent> e = DecodeTraceLine(line);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(e->version, kTraceVersion1);
+    EXPECT_EQ(Encode(*e), line);
+  }
+}
+
+TEST(TraceEventTest, Kvt1ViolationOfTheAllOnesWriterIsWriterShared) {
+  absl::StatusOr<TraceEvent> shared =
+      DecodeTraceLine(ViolationLine("kvt1", "18446744073709551615"));
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_TRUE(shared->writer_shared);
+  EXPECT_EQ(shared->writer.request, kReservedRequestId);  // kept as it was
+  absl::StatusOr<TraceEvent> own = DecodeTraceLine(ViolationLine("kvt1", "30"));
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_FALSE(own->writer_shared);
+}
+
+TEST(TraceEventTest, Kvt2ViolationNamesTheRealWriterOfASharedPage) {
+  absl::StatusOr<TraceEvent> e =
+      DecodeTraceLine(ViolationLine("kvt2", "30", " writer_shared=1"));
   ASSERT_TRUE(e.ok()) << e.status();
-  EXPECT_EQ(Encode(*e),
-            "kvt1 page_alloc seq=4 ts_us=5 node=decode page=3 gen=2 tenant=1 "
-            "request=9\n");
+  EXPECT_EQ(e->version, kTraceVersion2);
+  EXPECT_TRUE(e->writer_shared);
+  EXPECT_EQ(e->writer.request, RequestId(30));
+  EXPECT_EQ(Encode(*e), ViolationLine("kvt2", "30", " writer_shared=1"));
+  // The all-ones id means nothing special in kvt2.
+  absl::StatusOr<TraceEvent> ones = DecodeTraceLine(
+      ViolationLine("kvt2", "18446744073709551615", " writer_shared=0"));
+  ASSERT_TRUE(ones.ok()) << ones.status();
+  EXPECT_FALSE(ones->writer_shared);
+}
+
+TEST(TraceEventTest, VersionsRefuseEachOthersViolationFields) {
+  // kvt2's field in a kvt1 line.
+  absl::StatusOr<TraceEvent> v1 =
+      DecodeTraceLine(ViolationLine("kvt1", "30", " writer_shared=0"));
+  ASSERT_FALSE(v1.ok());
+  EXPECT_EQ(v1.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(v1.status().message()),
+              HasSubstr("unknown field 'writer_shared'"));
+  // A kvt1-shaped violation under the kvt2 prefix.
+  absl::StatusOr<TraceEvent> v2 = DecodeTraceLine(ViolationLine("kvt2", "30"));
+  ASSERT_FALSE(v2.ok());
+  EXPECT_EQ(v2.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(v2.status().message()),
+              HasSubstr("missing field 'writer_shared'"));
+  absl::StatusOr<TraceEvent> two =
+      DecodeTraceLine(ViolationLine("kvt2", "30", " writer_shared=2"));
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(std::string(two.status().message()),
+              HasSubstr("'writer_shared' value '2' out of range (max 1)"));
+}
+
+TEST(TraceEventTest, EventsOfDifferentVersionsAreNotEqual) {
+  TraceEvent v1 = Extreme(TraceEventType::kPageShare, false, kTraceVersion1);
+  TraceEvent v2 = Extreme(TraceEventType::kPageShare, false, kTraceVersion2);
+  EXPECT_NE(v1, v2);
+  v1.version = kTraceVersion2;
+  EXPECT_EQ(v1, v2);
 }
 
 struct BadLine {
@@ -209,7 +329,9 @@ TEST(TraceEventTest, MalformedLinesAreDataLoss) {
   const std::vector<BadLine> cases = {
       // Version prefix.
       {"", "version prefix"},
-      {"kvt2 dropped seq=1 ts_us=2 node=router count=0", "version prefix"},
+      {"kvt3 dropped seq=1 ts_us=2 node=router count=0",
+       "version prefix 'kvt3', want kvt1 or kvt2"},
+      {"kvt0 dropped seq=1 ts_us=2 node=router count=0", "version prefix"},
       {"KVT1 dropped seq=1 ts_us=2 node=router count=0", "version prefix"},
       {" kvt1 dropped seq=1 ts_us=2 node=router count=0", "version prefix"},
       // Type.
@@ -308,6 +430,7 @@ TEST(TraceEventTest, ViolationConversionRoundTripPreservesEveryField) {
   v.writer = Identity(17, 18, 19);
   v.owner = Identity(20, kMax64, kMax32);
   v.filled = 21;
+  v.writer_shared = true;
 
   TraceEvent e = FromViolation(v);
   EXPECT_EQ(e.type, TraceEventType::kViolation);
@@ -323,9 +446,32 @@ TEST(TraceEventTest, ViolationConversionRoundTripPreservesEveryField) {
   EXPECT_EQ(back->slots_read, v.slots_read);
   EXPECT_EQ(back->reader, v.reader);
   EXPECT_EQ(back->writer, v.writer);
+  EXPECT_EQ(back->writer_shared, v.writer_shared);
   EXPECT_EQ(back->owner, v.owner);
   EXPECT_EQ(back->filled, v.filled);
   EXPECT_EQ(back->DebugString(), v.DebugString());
+}
+
+// Every example line in docs/trace-format.md is a canonical line of its
+// version.
+TEST(TraceEventTest, DocumentedExampleLinesAreCanonical) {
+  std::ifstream in(std::string(KVCANARY_SOURCE_DIR) + "/docs/trace-format.md");
+  ASSERT_TRUE(in.good());
+  std::string line;
+  int examples = 0, kvt1 = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("kvt", 0) != 0 || line.find('<') != std::string::npos) {
+      continue;  // prose, or the line template
+    }
+    SCOPED_TRACE(line);
+    absl::StatusOr<TraceEvent> e = DecodeTraceLine(line);
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ(Encode(*e), line + "\n");
+    ++examples;
+    kvt1 += e->version == kTraceVersion1;
+  }
+  EXPECT_GT(examples, 20);
+  EXPECT_EQ(kvt1, 0) << "the engine emits kvt2; so do the examples";
 }
 
 TEST(TraceEventTest, ToViolationRefusesOtherTypes) {
@@ -334,14 +480,16 @@ TEST(TraceEventTest, ToViolationRefusesOtherTypes) {
   EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-std::vector<TraceEvent> ThreeEvents() {
-  return {Extreme(TraceEventType::kPageAlloc, true),
-          Extreme(TraceEventType::kViolation, false),
-          Extreme(TraceEventType::kRequest, true)};
+// A stream may mix versions (e.g. several emitters merged).
+std::vector<TraceEvent> MixedVersionEvents() {
+  return {Extreme(TraceEventType::kPageAlloc, true, kTraceVersion1),
+          Extreme(TraceEventType::kViolation, false, kTraceVersion2),
+          Extreme(TraceEventType::kViolation, true, kTraceVersion1),
+          Extreme(TraceEventType::kRequest, true, kTraceVersion2)};
 }
 
 TEST(TraceLineReaderTest, SplittingAtEveryOffsetGivesTheSameEvents) {
-  const std::vector<TraceEvent> events = ThreeEvents();
+  const std::vector<TraceEvent> events = MixedVersionEvents();
   std::string stream;
   for (const TraceEvent& e : events) EncodeTo(e, &stream);
   for (size_t cut = 0; cut <= stream.size(); ++cut) {
@@ -364,7 +512,7 @@ TEST(TraceLineReaderTest, SplittingAtEveryOffsetGivesTheSameEvents) {
 }
 
 TEST(TraceLineReaderTest, ByteAtATimeGivesTheSameEvents) {
-  const std::vector<TraceEvent> events = ThreeEvents();
+  const std::vector<TraceEvent> events = MixedVersionEvents();
   std::string stream;
   for (const TraceEvent& e : events) EncodeTo(e, &stream);
   TraceLineReader reader;

@@ -116,7 +116,7 @@ TEST(KvTransferFormatTest, HeaderHasTheDocumentedLayout) {
   EXPECT_EQ(bytes.substr(0, 4), "KVTF");
   WireReader r(bytes);
   EXPECT_EQ(r.Fixed32(), kFrameMagic);
-  EXPECT_EQ(r.Fixed16(), 1u);
+  EXPECT_EQ(r.Fixed16(), 2u);  // version
   EXPECT_EQ(r.Bytes(1)[0], static_cast<char>(FrameType::kCommit));
   EXPECT_EQ(r.Bytes(1)[0], 0);  // flags
   EXPECT_EQ(r.Fixed32(), kCommitPayloadSize);
@@ -315,7 +315,9 @@ TEST(KvTransferFormatTest, FramesFedInRandomChunksDecodeInOrder) {
 TEST(KvTransferFormatTest, UnknownVersionTypeAndFlagsAreDataLoss) {
   const std::string commit = Encode(Commit{RequestId(1), 2, 3, 4});
   const std::string payload = commit.substr(kFrameHeaderSize);
-  ExpectDataLoss(RawFrame(3, payload, /*version=*/2), "unknown version 2");
+  // 1: the layout before the page stamp carried its flags.
+  ExpectDataLoss(RawFrame(3, payload, /*version=*/1), "unknown version 1");
+  ExpectDataLoss(RawFrame(3, payload, /*version=*/3), "unknown version 3");
   ExpectDataLoss(RawFrame(3, payload, /*version=*/0), "unknown version 0");
   ExpectDataLoss(RawFrame(0, payload), "unknown frame type 0");
   ExpectDataLoss(RawFrame(6, payload), "unknown frame type 6");
@@ -362,6 +364,58 @@ TEST(KvTransferFormatTest, StatusCodesOutsideAbslAndOkAbortsAreDataLoss) {
   ExpectDataLoss(Encode(Ack{RequestId(1), 99, ""}), "status code 99");
   EXPECT_EQ(DecodeAs<Ack>(Encode(Ack{RequestId(1), 16, "x"})).code, 16u);
   EXPECT_EQ(DecodeAs<Abort>(Encode(Abort{RequestId(1), 1, "x"})).code, 1u);
+}
+
+TEST(KvTransferFormatTest, PageHasTheDocumentedLayout) {
+  // docs/kv-transfer.md: index, layer, the 52-byte stamp, slots, kv_size,
+  // K/V, page_crc.
+  Page p = TestPage(/*slots=*/1);
+  p.stamp.set_shared(true);
+  const std::string bytes = Encode(p);
+  ASSERT_EQ(kPageFixedPayloadSize, 72u);
+  ASSERT_EQ(bytes.size(), kFrameHeaderSize + 72 + p.kv_bytes.size());
+  const std::string payload = bytes.substr(kFrameHeaderSize);
+  WireReader r(payload);
+  EXPECT_EQ(r.Fixed32(), p.index);
+  EXPECT_EQ(r.Fixed32(), p.layer);
+  EXPECT_EQ(r.Bytes(PageStamp::kEncodedSizeBytes), StampBytes(p.stamp));
+  EXPECT_EQ(r.Fixed32(), p.slots);
+  EXPECT_EQ(r.Fixed32(), p.kv_bytes.size());
+  EXPECT_EQ(r.Bytes(p.kv_bytes.size()), p.kv_bytes);
+  EXPECT_EQ(r.Fixed32(), Crc32c(payload.data(), payload.size() - 4));
+  EXPECT_EQ(r.remaining(), 0u);
+}
+
+TEST(KvTransferFormatTest, SharedStampRoundTripsWithItsRealWriter) {
+  Page p = TestPage();
+  p.stamp.writer.request = RequestId(41);  // the request that computed it
+  p.stamp.set_shared(true);
+  const Page got = DecodeAs<Page>(Encode(p));
+  EXPECT_TRUE(got.stamp.shared());
+  EXPECT_EQ(got.stamp.writer.request, RequestId(41));
+  EXPECT_EQ(got.stamp.flags, kStampShared);
+}
+
+TEST(KvTransferFormatTest, StampWithUnknownFlagsOrOldVersionIsDataLoss) {
+  const std::string kv(64, 'k');
+  const uint8_t page = static_cast<uint8_t>(FrameType::kPage);
+  std::string stamp = StampBytes(TestStamp());
+  std::string flags = stamp;
+  flags[48] = 2;  // flags word: only bit 0 is defined
+  ExpectDataLoss(RawFrame(page, PagePayload(flags, 8, 64, kv)),
+                 "page stamp: unknown flags 0x2");
+  std::string v1 = stamp;
+  v1[4] = 1;  // version 1 stamps have no flags word
+  ExpectDataLoss(RawFrame(page, PagePayload(v1, 8, 64, kv)),
+                 "page stamp: unknown version 1");
+}
+
+TEST(KvTransferFormatTest, MetadataNamingTheReservedRequestIdIsDataLoss) {
+  Metadata m = TestMetadata();
+  m.request = kReservedRequestId;
+  ExpectDataLoss(Encode(m), "request id 18446744073709551615");
+  m.request = RequestId(kReservedRequestId.value() - 1);  // the largest real
+  EXPECT_EQ(DecodeAs<Metadata>(Encode(m)).request, m.request);
 }
 
 TEST(KvTransferFormatTest, TrailingBytesAfterOneFrameAreDataLoss) {

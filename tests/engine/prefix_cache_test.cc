@@ -32,6 +32,7 @@ std::vector<int> Prompt(int n, uint32_t seed) {
 }
 
 struct Result {
+  RequestId id;
   std::vector<int> output;
   std::vector<WatermarkViolation> violations;
   absl::Status status;
@@ -43,7 +44,7 @@ Result Generate(Engine& engine, TenantId tenant,
   EXPECT_TRUE(id.ok()) << id.status();
   engine.RunUntilIdle();
   const Sequence& seq = *engine.Get(*id);
-  Result r{seq.output, seq.violations, seq.state.abort_status()};
+  Result r{*id, seq.output, seq.violations, seq.state.abort_status()};
   engine.Release(*id);
   return r;
 }
@@ -80,6 +81,25 @@ TEST(PrefixCacheTest, SameTenantSamePrefixIsServedFromTheCacheExactly) {
   EXPECT_EQ(second.output, Clean(longer));
 }
 
+TEST(PrefixCacheTest, CachedPagesKeepTheirRealWriterAndAreFlaggedShared) {
+  Engine engine(&TestModel(), WithCache(WatermarkMode::kEnforce));
+  Result first = Generate(engine, kAcme, Prompt(40, 7));
+  ASSERT_EQ(engine.prefix_cache()->size(), 2);
+  int cached = 0;
+  for (int p = 0; p < engine.pool().num_pages(); ++p) {
+    const PageId page(static_cast<uint32_t>(p));
+    if (engine.pool().is_free(page)) continue;  // only the cache holds pages
+    for (int l = 0; l < engine.pool().n_layers(); ++l) {
+      const PageStamp& s = engine.pool().stamp(l, page);
+      EXPECT_TRUE(s.shared());
+      EXPECT_EQ(s.writer.tenant, kAcme);
+      EXPECT_EQ(s.writer.request, first.id);  // not a reserved marker
+    }
+    ++cached;
+  }
+  EXPECT_EQ(cached, 2);
+}
+
 TEST(PrefixCacheTest, AnotherTenantWithTheSamePrefixMisses) {
   Engine engine(&TestModel(), WithCache(WatermarkMode::kDetect));
   const auto prompt = Prompt(40, 7);
@@ -106,14 +126,16 @@ TEST(PrefixCacheTest, UnusedCachedPagesAreEvictedWhenThePoolRunsShort) {
 TEST(PrefixCollisionFaultTest, AnotherTenantsPrefixIsServedAndCaught) {
   Engine engine(&TestModel(), WithCache(WatermarkMode::kDetect, true));
   const auto prompt = Prompt(40, 7);
-  Generate(engine, kAcme, prompt);
+  Result acme = Generate(engine, kAcme, prompt);
   Result globex = Generate(engine, kGlobex, prompt);
   EXPECT_EQ(engine.prefix_cache()->hit_pages(), 2u);
   ASSERT_FALSE(globex.violations.empty());
   for (const WatermarkViolation& v : globex.violations) {
     EXPECT_EQ(v.kind, ViolationKind::kForeignTenantRead);
     EXPECT_EQ(v.reader.tenant, kGlobex);
-    EXPECT_EQ(v.writer.tenant, kAcme);  // whose prompt's K/V was read
+    EXPECT_EQ(v.writer.tenant, kAcme);     // whose prompt's K/V was read
+    EXPECT_EQ(v.writer.request, acme.id);  // and which request's
+    EXPECT_TRUE(v.writer_shared);
   }
 }
 

@@ -82,38 +82,43 @@ std::vector<ClassifyCase> AllClassifyCases() {
   for (const StampIdentity& reader : readers) {
     const TenantId tenants[] = {kNoTenant, reader.tenant,
                                 TenantId(reader.tenant.value() + 1)};
+    // kReservedRequestId: no longer means anything to the classifier.
     const RequestId requests[] = {kNoRequest, reader.request,
-                                  RequestId(reader.request.value() + 1)};
+                                  RequestId(reader.request.value() + 1),
+                                  kReservedRequestId};
     const PageGeneration gens[] = {
         PageGeneration(0), reader.generation,
         PageGeneration(reader.generation.value() + 1)};
     for (TenantId t : tenants) {
       for (RequestId r : requests) {
         for (PageGeneration g : gens) {
-          for (uint32_t filled : {0u, 2u, 4u}) {
-            for (uint32_t slots : {0u, 1u, 2u, 3u, 4u, 5u}) {
-              // Prior writers: none, another tenant, another request of
-              // the reader's tenant, a shared prefix; prior_filled around
-              // filled.
-              const StampIdentity priors[] = {
-                  StampIdentity{},
-                  {RequestId(99), TenantId(reader.tenant.value() + 2),
-                   PageGeneration(1)},
-                  {RequestId(reader.request.value() + 2), reader.tenant,
-                   PageGeneration(1)},
-                  {kSharedPrefixRequest, reader.tenant, PageGeneration(1)}};
-              for (const StampIdentity& prior : priors) {
-                for (uint32_t prior_filled : {0u, 3u, 5u}) {
-                  ClassifyCase c;
-                  c.stamp.page = PageId(5);
-                  c.stamp.owner = reader;
-                  c.stamp.writer = StampIdentity{r, t, g};
-                  c.stamp.filled = filled;
-                  c.stamp.prior = prior;
-                  c.stamp.prior_filled = prior_filled;
-                  c.reader = reader;
-                  c.slots_read = slots;
-                  cases.push_back(c);
+          for (bool shared : {false, true}) {
+            for (uint32_t filled : {0u, 2u, 4u}) {
+              for (uint32_t slots : {0u, 1u, 2u, 3u, 4u, 5u}) {
+                // Prior writers: none, another tenant, another request of
+                // the reader's tenant, the reserved id (a kvt1-era shared
+                // prefix); prior_filled around filled.
+                const StampIdentity priors[] = {
+                    StampIdentity{},
+                    {RequestId(99), TenantId(reader.tenant.value() + 2),
+                     PageGeneration(1)},
+                    {RequestId(reader.request.value() + 2), reader.tenant,
+                     PageGeneration(1)},
+                    {kReservedRequestId, reader.tenant, PageGeneration(1)}};
+                for (const StampIdentity& prior : priors) {
+                  for (uint32_t prior_filled : {0u, 3u, 5u}) {
+                    ClassifyCase c;
+                    c.stamp.page = PageId(5);
+                    c.stamp.owner = reader;
+                    c.stamp.writer = StampIdentity{r, t, g};
+                    c.stamp.set_shared(shared);
+                    c.stamp.filled = filled;
+                    c.stamp.prior = prior;
+                    c.stamp.prior_filled = prior_filled;
+                    c.reader = reader;
+                    c.slots_read = slots;
+                    cases.push_back(c);
+                  }
                 }
               }
             }
@@ -149,6 +154,7 @@ std::string CaseString(const ClassifyCase& c) {
   v.slots_read = c.slots_read;
   v.reader = c.reader;
   v.writer = c.stamp.writer;
+  v.writer_shared = c.stamp.shared();
   v.owner = c.stamp.owner;
   v.filled = c.stamp.filled;
   return v.DebugString();
@@ -159,6 +165,16 @@ std::string CaseString(const ClassifyCase& c) {
 TEST(StampClassifierTest, DeviceRulesAgreeWithClassifyReadOnHost) {
   const auto cases = AllClassifyCases();
   ExpectEveryVerdict(cases);
+  // ... and the shared-prefix rule: another request's page, readable only
+  // because it is flagged shared.
+  int shared_reads = 0;
+  for (const ClassifyCase& c : cases) {
+    shared_reads += c.stamp.shared() &&
+                    c.stamp.writer.tenant == c.reader.tenant &&
+                    c.stamp.writer.request != c.reader.request &&
+                    !ClassifyRead(c.stamp, c.reader, c.slots_read).has_value();
+  }
+  EXPECT_GT(shared_reads, 0);
   for (const ClassifyCase& c : cases) {
     EXPECT_EQ(ClassifyReadLikeDevice(c.stamp, c.reader, c.slots_read),
               ClassifyRead(c.stamp, c.reader, c.slots_read))

@@ -150,6 +150,20 @@ class Cluster {
   std::string router_, prefill_, decode_;
 };
 
+// A fixture whose tests share one `up` with default flags.
+class SharedClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new Cluster({}); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(cluster_->ok()) << "kvcanary-engine up did not start";
+  }
+  inline static Cluster* cluster_ = nullptr;
+};
+
 // A prompt of about 2 * `words` + 1 tokens on the embedded default
 // tokenizer: "once ran dog ran dog ...".
 inline std::string LongPrompt(int words) {
@@ -173,6 +187,15 @@ struct HttpResult {
   int status = 0;  // 0: no response
   std::string body;
   nlohmann::json json;  // parsed body, or null
+  httplib::Headers headers;
+  // The value of response header `name`; "" if absent.
+  std::string Header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? "" : it->second;
+  }
+  bool HasHeader(const std::string& name) const {
+    return headers.find(name) != headers.end();
+  }
 };
 
 inline HttpResult Post(const std::string& base, const std::string& path,
@@ -190,6 +213,7 @@ inline HttpResult Post(const std::string& base, const std::string& path,
   r.status = res->status;
   r.body = res->body;
   r.json = nlohmann::json::parse(r.body, nullptr, false);
+  r.headers = res->headers;
   return r;
 }
 

@@ -34,19 +34,7 @@ std::string LocalAnswer(const engine::Model& model,
   return tok.DecodeAll(ids.back(), e.Get(*id)->output);
 }
 
-class DisaggregationTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { cluster_ = new Cluster({}); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(cluster_->ok()) << "kvcanary-engine up did not start";
-  }
-  static Cluster* cluster_;
-};
-Cluster* DisaggregationTest::cluster_ = nullptr;
+class DisaggregationTest : public SharedClusterTest {};
 
 TEST_F(DisaggregationTest,
        SixteenConcurrentClientsOfFourTenantsGetTheirOwnAnswers) {

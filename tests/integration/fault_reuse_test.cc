@@ -234,10 +234,10 @@ TEST(MetadataSlotReuseTest, DetectAttributesTheInstalledKvToItsTenant) {
   for (const TraceEvent& v : found) {
     EXPECT_NE(v.writer.tenant, v.reader.tenant);
     // The writer named is the request whose K/V was installed, of its
-    // tenant (or that tenant's shared prefix): the one whose prompt was
-    // exposed.
-    if (v.writer.request == kSharedPrefixRequest) continue;
-    ASSERT_TRUE(tenant_of.count(v.writer.request.value()));
+    // tenant (for a shared prefix, the request that computed it): the one
+    // whose prompt was exposed.
+    ASSERT_TRUE(tenant_of.count(v.writer.request.value()))
+        << v.writer.request.value();
     EXPECT_EQ(tenant_of[v.writer.request.value()], v.writer.tenant.value());
   }
 }
@@ -302,11 +302,29 @@ TEST(PrefixHashCollisionTest, DetectAttributesTheCachedPagesToTheirTenant) {
   const auto found =
       ViolationsOf(run.prefill_trace, ViolationKind::kForeignTenantRead);
   ASSERT_FALSE(found.empty());
+  // The router's id of acme's first request, the one that computed the
+  // cached pages: "cmpl-<id>".
+  ASSERT_EQ(run.acme.status, 200) << run.acme.body;
+  const uint64_t acme_id =
+      std::stoull(run.acme.json["id"].get<std::string>().substr(5));
   for (const TraceEvent& v : found) {
+    EXPECT_EQ(v.version, kTraceVersion2);
     EXPECT_EQ(v.reader.tenant.value(), kGlobex);
     EXPECT_EQ(v.writer.tenant.value(), kAcme);  // acme's prompt was exposed
-    EXPECT_EQ(v.writer.request, kSharedPrefixRequest);
+    EXPECT_EQ(v.writer.request, RequestId(acme_id));  // by this request
+    EXPECT_TRUE(v.writer_shared);
   }
+  // The prefill node said which of acme's pages it shared, naming the same
+  // request (globex may publish pages of its own after the shared ones).
+  int shares = 0;
+  for (const TraceEvent& e : run.prefill_trace) {
+    if (e.type != TraceEventType::kPageShare || e.tenant.value() != kAcme) {
+      continue;
+    }
+    ++shares;
+    EXPECT_EQ(e.request, RequestId(acme_id));
+  }
+  EXPECT_GT(shares, 0);
 }
 
 TEST(PrefixHashCollisionTest, EnforceFailsTheRequestWithNoText) {

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/page_stamp.h"
 #include "common/trace_event.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster.h"
@@ -76,6 +77,49 @@ TEST(TraceTest, TheIncidentShowsAsViolationsAttributedToTheWriter) {
   EXPECT_GT(foreign, 0);
   EXPECT_TRUE(short_commit)
       << "the one-page transfer shows in the commit event";
+}
+
+// kvt2: a prefix computed by acme's first request, cached on the prefill
+// node and shipped to decode for the second, stays that request's in every
+// stamp and event, and is marked shared by page_share, not by a made-up
+// writer request.
+TEST(TraceTest, ASharedPrefixKeepsItsRealWriterOnBothNodes) {
+  Cluster cluster({"--watermark=detect"});
+  ASSERT_TRUE(cluster.ok());
+  TraceTap prefill_tap(cluster.prefill());
+  TraceTap decode_tap(cluster.decode());
+  const std::string prompt = LongPrompt(40);  // several full pages
+  HttpResult first = Post(cluster.router(), "/v1/completions",
+                          Completion(prompt + " cat", 4), "sk-acme");
+  HttpResult second = Post(cluster.router(), "/v1/completions",
+                           Completion(prompt + " sun", 4), "sk-acme");
+  const auto prefill_events = prefill_tap.Stop();
+  const auto decode_events = decode_tap.Stop();
+  ASSERT_EQ(first.status, 200) << first.body;
+  ASSERT_EQ(second.status, 200) << second.body;
+  const RequestId first_id(
+      std::stoull(first.json["id"].get<std::string>().substr(5)));
+  // The prefill node published the first request's pages.
+  int prefill_shares = 0;
+  for (const TraceEvent& e : prefill_events) {
+    EXPECT_EQ(e.version, kTraceVersion2);
+    if (e.type != TraceEventType::kPageShare) continue;
+    ++prefill_shares;
+    EXPECT_EQ(e.request, first_id);
+    EXPECT_EQ(e.tenant, TenantId(1));
+  }
+  EXPECT_GT(prefill_shares, 0);
+  // The decode node installed them for the second request as the first
+  // request's bytes, shared; nobody's read of them is a violation.
+  int decode_shares = 0;
+  for (const TraceEvent& e : decode_events) {
+    EXPECT_NE(e.request, kReservedRequestId);
+    EXPECT_NE(e.type, TraceEventType::kViolation) << e.DebugString();
+    if (e.type != TraceEventType::kPageShare) continue;
+    ++decode_shares;
+    EXPECT_EQ(e.request, first_id);
+  }
+  EXPECT_GT(decode_shares, 0);
 }
 
 TEST(TraceTest, ANodeCanAlsoWriteItsTraceToAFile) {

@@ -38,6 +38,11 @@ class PagedAttentionTest : public ::testing::Test {
     KvPageLayout::stamp(layout_.page(buffer_.data(), ref.page))->owner =
         StampIdentity{r, t, ref.generation};
   }
+  // Marks the page's content as its writer tenant's shared prefix.
+  void Share(PageRef ref) {
+    KvPageLayout::stamp(layout_.page(buffer_.data(), ref.page))
+        ->set_shared(true);
+  }
   // Writes `tokens` random K/V rows as (tenant, request) into the table's
   // pages; also returns them contiguously for the reference.
   void Fill(int tokens, TenantId t, RequestId r) {
@@ -175,7 +180,8 @@ TEST_F(PagedAttentionTest, ReadPastFilledIntoPriorWritersBytesIsTheirs) {
 }
 
 TEST_F(PagedAttentionTest, SharedPrefixPageIsReadableByItsTenantOnly) {
-  Fill(4, kAcme, kSharedPrefixRequest);  // page 0: acme's cached prefix
+  Fill(4, kAcme, RequestId(77));  // page 0: computed by acme's request 77
+  Share(table_[0]);               // and published as acme's cached prefix
   auto a = Args(3, 1, WatermarkMode::kDetect);
   PagedAttention(a);
   EXPECT_TRUE(violations_.empty());
@@ -185,6 +191,42 @@ TEST_F(PagedAttentionTest, SharedPrefixPageIsReadableByItsTenantOnly) {
   ASSERT_EQ(violations_.size(), 1u);
   EXPECT_EQ(violations_[0].kind, ViolationKind::kForeignTenantRead);
   EXPECT_EQ(violations_[0].writer.tenant, kAcme);
+  // The violation names the request whose prompt the page holds.
+  EXPECT_EQ(violations_[0].writer.request, RequestId(77));
+  EXPECT_TRUE(violations_[0].writer_shared);
+}
+
+TEST_F(PagedAttentionTest, AnotherRequestsPageIsStaleUnlessShared) {
+  Fill(4, kAcme, RequestId(77));  // not published: request 77's own
+  auto a = Args(3, 1, WatermarkMode::kDetect);
+  PagedAttention(a);
+  ASSERT_EQ(violations_.size(), 1u);
+  EXPECT_EQ(violations_[0].kind, ViolationKind::kStaleRequestRead);
+  EXPECT_EQ(violations_[0].writer.request, RequestId(77));
+  EXPECT_FALSE(violations_[0].writer_shared);
+}
+
+TEST_F(PagedAttentionTest, TheReservedRequestIdIsNotASharedPrefix) {
+  // What kvt1-era stamps meant by "shared" is an ordinary writer now.
+  Fill(4, kAcme, kReservedRequestId);
+  auto a = Args(3, 1, WatermarkMode::kDetect);
+  PagedAttention(a);
+  ASSERT_EQ(violations_.size(), 1u);
+  EXPECT_EQ(violations_[0].kind, ViolationKind::kStaleRequestRead);
+}
+
+TEST_F(PagedAttentionTest, SharedPrefixOfAnEarlierAllocationIsStale) {
+  Fill(4, kAcme, RequestId(77));
+  Share(table_[0]);
+  // The page is reallocated to the reader (generation 4) without a rewrite.
+  table_[0].generation = PageGeneration(4);
+  Own(table_[0], kAcme, kReqA);
+  auto a = Args(3, 1, WatermarkMode::kDetect);
+  PagedAttention(a);
+  ASSERT_EQ(violations_.size(), 1u);
+  EXPECT_EQ(violations_[0].kind, ViolationKind::kStaleRequestRead);
+  EXPECT_EQ(violations_[0].writer.request, RequestId(77));
+  EXPECT_TRUE(violations_[0].writer_shared);
 }
 
 TEST_F(PagedAttentionTest, NeverWrittenPageIsUnwritten) {

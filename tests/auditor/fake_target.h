@@ -1,0 +1,162 @@
+// Scripted fake inference servers for the auditor's tests: a real HTTP server
+// on 127.0.0.1 (OS-chosen port) that answers the way vLLM, SGLang,
+// llama.cpp's llama-server, TGI or Ollama's OpenAI-compatible API answer —
+// where each advertises its context limit, what it does with an over-long
+// prompt, how it reports errors inside a stream that already sent HTTP 200,
+// how it reports usage and cached tokens, and which endpoints need the key.
+// Every behaviour is taken from docs/targets.md (the server's own code, with
+// the version read); the comments in fake_target.cc and
+// fake_target_flavors.cc name the section.
+//
+// What the fake does NOT model: real tokenizers and chat templates (it has
+// its own tokenizer, FakeTokenCount), sampling (the output is a
+// deterministic function of the processed prompt at any temperature), and
+// max_tokens in admission (vLLM, SGLang and TGI also refuse
+// prompt + max_tokens over the window; the fake looks at the prompt only).
+//
+// The output rule: the completion is the tail of the processed prompt — its
+// last min(max_tokens, n) fake tokens, exactly as they appear in the prompt
+// text, after one space (with `echo` false: `max_tokens` filler words). So a
+// greedy golden prompt always gets the same answer, and an echo prompt that
+// ends with a nonce gets the nonce back unless the prompt was cut.
+#ifndef KVCANARY_TESTS_AUDITOR_FAKE_TARGET_H_
+#define KVCANARY_TESTS_AUDITOR_FAKE_TARGET_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/string_view.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kvcanary::auditor::testing {
+
+enum class Flavor { kVllm, kSglang, kLlamaCpp, kTgi, kOllama };
+
+// "vllm", "sglang", "llama.cpp", "tgi", "ollama".
+absl::string_view FlavorName(Flavor flavor);
+
+enum class OverLimit {
+  // The flavor's own 4xx and error body, streamed or not. Exception, as the
+  // real server: TGI validates inside the stream, so a streamed over-long
+  // request gets HTTP 200 and the error in the stream (see kErrorInStream).
+  kReject,
+  // Silently keep the last `limit_tokens` tokens (BOS dropped): HTTP 200,
+  // usage.prompt_tokens == limit_tokens. (llama.cpp with --context-shift
+  // and Ollama really keep a few head tokens too; see docs/targets.md.)
+  kKeepTail,
+  // Silently keep the first `limit_tokens` tokens (BOS kept): SGLang's
+  // --allow-auto-truncate.
+  kKeepHead,
+  // Non-streamed: the flavor's 4xx. Streamed: HTTP 200, then the error the
+  // flavor's way — `data: {"error": {...}}` (vLLM, SGLang, Ollama), an
+  // `error: {...}` SSE line (llama.cpp builds before 2025-09), a
+  // `data: {"error": "...", "error_type": ...}` event (TGI /v1/completions;
+  // TGI /v1/chat/completions drops the error and sends only [DONE]) — then
+  // `data: [DONE]`.
+  kErrorInStream,
+};
+
+struct FakeTargetOptions {
+  Flavor flavor = Flavor::kVllm;
+  std::string model = "fake-model";
+  // The most prompt tokens (by FakeTokenCount, BOS included) it processes.
+  // The number advertised is AdvertisedContext(): vLLM, SGLang and llama.cpp
+  // advertise a window one larger, since they refuse a prompt that fills it.
+  int limit_tokens = 512;
+  bool advertise_limit = true;  // where this flavor does (false: nowhere)
+  OverLimit over_limit = OverLimit::kReject;
+  // Bearer key -> tenant; empty: accept any key, or none.
+  std::map<std::string, std::string> api_keys;
+  // /v1/models answers without a key when false (as llama.cpp, TGI and
+  // Ollama do; vLLM and SGLang guard it). The flavor's info endpoints follow
+  // the real server regardless: SGLang's and llama.cpp's need the key, TGI's
+  // /info does not.
+  bool models_needs_key = false;
+  double base_ms = 1.0;               // time to first token, plus...
+  double prefill_us_per_token = 100;  // ...this per uncached prompt token
+  // A prefix cache across ALL keys: a prompt's leading full blocks seen
+  // before (cache_block_tokens each, BOS included) cost nothing. As vLLM, a
+  // fully cached prompt still computes its last block.
+  bool shared_prompt_cache = false;
+  int cache_block_tokens = 16;
+  // Report cache hits where the flavor can: vLLM
+  // --enable-prompt-tokens-details (always, 0 included), SGLang
+  // --enable-cache-report (only when > 0). llama.cpp always reports
+  // (usage.prompt_tokens_details.cached_tokens and timings.cache_n); TGI and
+  // Ollama never do. Off by default, as on the real servers.
+  bool report_cached_tokens = false;
+  // llama.cpp /slots shows each slot's last prompt and output (builds before
+  // LLAMA_SERVER_SLOTS_DEBUG gated it); otherwise only counts.
+  bool slots_expose_prompts = false;
+  // > 0: the server stops listening when that many completion requests have
+  // arrived (the last one is still answered); connections are refused after.
+  int die_after_completions = 0;
+  bool echo = true;  // false: fixed filler words instead of the prompt's tail
+};
+
+// The fake's tokenizer: 1 (BOS) + each maximal run of ASCII letters/digits
+// + each other byte that is not ASCII whitespace.
+int FakeTokenCount(absl::string_view text);
+
+// The context number the flavor advertises for `options.limit_tokens`:
+// limit + 1 for vLLM (max_model_len), SGLang (context_length,
+// max_model_len) and llama.cpp (n_ctx); limit for TGI (max_input_tokens;
+// max_total_tokens is one more) and Ollama (num_ctx).
+int AdvertisedContext(const FakeTargetOptions& options);
+
+// Thread-safe. Serves from its own threads until Stop() or destruction.
+class FakeTarget {
+ public:
+  explicit FakeTarget(FakeTargetOptions options);
+  ~FakeTarget();
+  FakeTarget(const FakeTarget&) = delete;
+  FakeTarget& operator=(const FakeTarget&) = delete;
+
+  std::string url() const;  // http://127.0.0.1:<port>
+  int port() const { return port_; }
+  const FakeTargetOptions& options() const { return options_; }
+  int completions() const;           // completion requests received so far
+  int cached_tokens_served() const;  // prompt tokens served from the cache
+  void Stop();                       // stop listening now; idempotent
+
+ private:
+  void Route();
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res,
+                        bool chat);
+  bool Authorized(const httplib::Request& req) const;
+  bool Guard(const httplib::Request& req, httplib::Response& res) const;
+  std::string SlotsJson() const;  // llama.cpp GET /slots
+  // Looks the processed tokens up in the shared cache and adds them;
+  // returns how many were served from it.
+  int CacheLookupAndInsert(const std::vector<std::string>& tokens);
+
+  const FakeTargetOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<int> completions_{0};
+  std::atomic<bool> stopped_{false};
+
+  mutable std::mutex mu_;
+  absl::flat_hash_set<size_t> cached_blocks_ ABSL_GUARDED_BY(mu_);
+  int cached_tokens_served_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_prompt_ ABSL_GUARDED_BY(mu_);  // for llama.cpp /slots
+  std::string last_output_ ABSL_GUARDED_BY(mu_);
+  int last_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace kvcanary::auditor::testing
+
+#endif  // KVCANARY_TESTS_AUDITOR_FAKE_TARGET_H_

@@ -11,51 +11,148 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "auditor/campaign.h"
 #include "auditor/findings.h"
+#include "auditor/incidents.h"
 #include "auditor/metrics.h"
-#include "common/cli_args.h"
+#include "auditor/report.h"
+#include "auditor/test_break.h"
+#include "common/cli.h"
 #include "httplib.h"
 #include "storage/evidence_store.h"
 
-ABSL_FLAG(std::string, target, "", "probe/sidecar: base URL of the endpoint");
+ABSL_FLAG(std::string, target, "",
+          "Base URL of the OpenAI-compatible endpoint to audit (http or "
+          "https).");
 ABSL_FLAG(
     std::string, tenants, "",
-    "probe/sidecar: tenants file ({\"tenants\": [{\"id\", \"api_key\"}]})");
+    "Tenants file, {\"tenants\": [{\"id\", \"api_key\"}]}, whose keys the "
+    "probes use; at least two.");
 ABSL_FLAG(std::vector<std::string>, trace, {},
-          "probe/sidecar: engine node base URLs whose /v1/trace to follow");
-ABSL_FLAG(std::string, db, "", "evidence database (SQLite)");
-ABSL_FLAG(double, duration, 30, "probe/sidecar: seconds per campaign");
-ABSL_FLAG(int, max_probes, 0, "probe/sidecar: probes per campaign (0: no cap)");
-ABSL_FLAG(int, concurrency, 8, "probe/sidecar: probes in flight");
-ABSL_FLAG(double, rate, 200, "probe/sidecar: probes per second at most");
+          "Base URLs of engine nodes whose /v1/trace (kvt1/kvt2) to follow, "
+          "comma-separated; without it the trace detector is disabled.");
+ABSL_FLAG(std::string, db, "", "Evidence database, a SQLite file.");
+ABSL_FLAG(double, duration, 30, "Seconds a campaign probes at most.");
+ABSL_FLAG(int, max_probes, 0, "Probes per campaign at most (0: no cap).");
+ABSL_FLAG(int, concurrency, 8, "Probes in flight at once.");
+ABSL_FLAG(double, rate, 200, "Probes started per second at most.");
 ABSL_FLAG(std::string, key_file, "",
-          "probe/sidecar: file holding the secret marker key (default: a "
-          "random key per campaign)");
-ABSL_FLAG(std::string, model, "", "the request's model (default: /v1/models)");
+          "File holding the secret marker key, at least 16 bytes (default: a "
+          "random key per campaign).");
+ABSL_FLAG(std::string, model, "",
+          "Model name to put in requests (default: the first of the target's "
+          "/v1/models).");
 ABSL_FLAG(int, max_prompt_tokens, 0,
-          "the target's advertised input limit (default: from /v1/models)");
-ABSL_FLAG(double, timeout, 30, "seconds per request");
-ABSL_FLAG(double, interval, 300, "sidecar: seconds between campaign starts");
-ABSL_FLAG(int, metrics_port, 9464, "sidecar: /metrics port (0: any free)");
-ABSL_FLAG(std::string, host, "127.0.0.1", "sidecar: address for /metrics");
-ABSL_FLAG(std::string, campaign, "", "findings: only this campaign");
-ABSL_FLAG(std::string, format, "table", "findings: table or json");
-ABSL_FLAG(bool, quiet, false, "no progress lines on stderr");
+          "The target's input limit in prompt tokens (default: read where the "
+          "target advertises it, else measured).");
+ABSL_FLAG(double, timeout, 30, "Seconds each request may take.");
+ABSL_FLAG(std::string, floor, "20",
+          "Coverage each detector must reach for every tenant before the "
+          "verdict can be clean: a count for all, then detector=count "
+          "overrides, e.g. 20,trace=5.");
+ABSL_FLAG(std::string, require, "",
+          "Detectors that must reach their floor for a clean verdict, "
+          "comma-separated (default: every detector that applies).");
+ABSL_FLAG(int, max_consecutive_failures, 20,
+          "Requests in a row without an HTTP answer before the campaign stops "
+          "with 'target down' (exit 2).");
+ABSL_FLAG(int, max_ladder_tokens, 16384,
+          "How many prompt tokens the limit ladder tries at most when the "
+          "target advertises no limit.");
+ABSL_FLAG(std::string, json, "",
+          "Write the campaign-result document (docs/reports.md) to this file.");
+ABSL_FLAG(std::string, junit, "",
+          "Write JUnit XML (one test case per detector and tenant) to this "
+          "file.");
+ABSL_FLAG(std::string, html, "",
+          "Write a self-contained HTML report to this file.");
+ABSL_FLAG(int, max_incident_lines, 50, "Incident lines printed at most.");
+ABSL_FLAG(double, interval, 300, "sidecar: seconds between campaign starts.");
+ABSL_FLAG(int, metrics_port, 9464,
+          "sidecar: port for /metrics and /health (0: any free port, printed "
+          "first).");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "sidecar: address to serve /metrics and /health on.");
+ABSL_FLAG(std::string, campaign, "",
+          "Only this campaign (default: every campaign in the database).");
+ABSL_FLAG(std::string, format, "table", "Output format: table or json.");
+ABSL_FLAG(bool, rows, false,
+          "findings: the raw finding rows instead of incidents.");
+ABSL_FLAG(bool, quiet, false, "Print no progress lines on stderr.");
+ABSL_FLAG(std::string, test_break, "",
+          "Testing only: break these detectors (comma-separated) to show their "
+          "positive controls fail.");
 
 namespace kvcanary::auditor {
 namespace {
 
-constexpr int kExitClean = 0, kExitFindings = 1, kExitError = 2;
+constexpr int kExitOk = 0, kExitFindings = 1, kExitError = 2;
 
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "kvcanary-auditor: %s\n",
                std::string(s.message()).c_str());
   return kExitError;
+}
+
+CliSpec Cli() {
+  const std::vector<std::string> campaign = {"target",
+                                             "tenants",
+                                             "trace",
+                                             "db",
+                                             "duration",
+                                             "max_probes",
+                                             "concurrency",
+                                             "rate",
+                                             "key_file",
+                                             "model",
+                                             "max_prompt_tokens",
+                                             "timeout",
+                                             "floor",
+                                             "require",
+                                             "max_consecutive_failures",
+                                             "max_ladder_tokens",
+                                             "json",
+                                             "junit",
+                                             "html",
+                                             "max_incident_lines",
+                                             "quiet"};
+  std::vector<std::string> sidecar = campaign;
+  sidecar.insert(sidecar.end(), {"interval", "metrics_port", "host"});
+  CliSpec spec;
+  spec.program = "kvcanary-auditor";
+  spec.summary =
+      "Acts as several tenants against an OpenAI-compatible endpoint, hunts "
+      "cross-tenant contamination, and keeps the evidence in a hash-chained "
+      "SQLite file (docs/auditor.md). Exit: 0 clean, 1 findings, 2 error, 3 "
+      "inconclusive.";
+  spec.subcommands = {
+      {"probe",
+       "Runs one campaign against --target and prints its verdict, coverage "
+       "and incidents.",
+       campaign,
+       {},
+       {"test_break"}},
+      {"sidecar",
+       "Runs a campaign every --interval seconds and serves /metrics and "
+       "/health until SIGINT or SIGTERM.",
+       sidecar,
+       {},
+       {"test_break"}},
+      {"verify",
+       "Checks the evidence database's hash chain and names the first bad "
+       "row.",
+       {"db"},
+       {}},
+      {"findings",
+       "Lists the incidents (or, with --rows, the finding rows) recorded in "
+       "the evidence database.",
+       {"db", "campaign", "format", "rows", "max_incident_lines"},
+       {}},
+  };
+  return spec;
 }
 
 absl::StatusOr<CampaignOptions> OptionsFromFlags() {
@@ -88,6 +185,30 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
   o.max_rate = absl::GetFlag(FLAGS_rate);
   o.model = absl::GetFlag(FLAGS_model);
   o.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o.max_consecutive_failures = absl::GetFlag(FLAGS_max_consecutive_failures);
+  o.max_ladder_tokens = absl::GetFlag(FLAGS_max_ladder_tokens);
+  if (o.max_probes < 0 || o.max_prompt_tokens < 0 ||
+      o.max_consecutive_failures < 1 || o.max_ladder_tokens < 16) {
+    return absl::InvalidArgumentError(
+        "--max-probes and --max-prompt-tokens must be >= 0, "
+        "--max-consecutive-failures >= 1, --max-ladder-tokens >= 16");
+  }
+  auto floors = ParseFloors(absl::GetFlag(FLAGS_floor));
+  if (!floors.ok()) return floors.status();
+  o.floors = *std::move(floors);
+  if (!o.floors.count("")) o.floors[""] = kDefaultFloor;
+  auto required = ParseDetectorList(absl::GetFlag(FLAGS_require));
+  if (!required.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--require: ", required.status().message()));
+  }
+  o.required = *std::move(required);
+  auto broken = ParseDetectorList(absl::GetFlag(FLAGS_test_break));
+  if (!broken.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--test-break: ", broken.status().message()));
+  }
+  SetTestBreak(*broken);
   o.progress = !absl::GetFlag(FLAGS_quiet);
   if (!absl::GetFlag(FLAGS_key_file).empty()) {
     std::ifstream in(absl::GetFlag(FLAGS_key_file));
@@ -106,35 +227,111 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
   return o;
 }
 
+// The detector table: state, floor and coverage side by side.
+std::string DetectorTable(const std::vector<DetectorCoverage>& detectors) {
+  std::string out = absl::StrFormat("%-12s %-13s %-5s %-8s %s\n", "DETECTOR",
+                                    "STATE", "FLOOR", "REQUIRED", "COVERAGE");
+  for (const DetectorCoverage& d : detectors) {
+    absl::StrAppendFormat(
+        &out, "%-12s %-13s %-5d %-8s %s\n", d.name, DetectorStateName(d.state),
+        d.floor, d.required ? "yes" : "no",
+        d.coverage.empty() ? std::string("-")
+                           : absl::StrCat(d.CoverageText(), " (", d.unit, ")"));
+    if (!d.reason.empty())
+      absl::StrAppend(&out, "             ", d.reason, "\n");
+    for (const std::string& n : d.notes) {
+      absl::StrAppend(&out, "             note: ", n, "\n");
+    }
+  }
+  return out;
+}
+
 void PrintSummary(const CampaignResult& r) {
   std::printf(
-      "campaign %s: %lld probes (%lld without a usable answer), %zu "
-      "findings, %.1f s\n",
-      r.campaign_id.c_str(), static_cast<long long>(r.probes),
-      static_cast<long long>(r.probe_errors), r.findings.size(),
-      absl::ToDoubleSeconds(r.elapsed));
-  std::printf("positive controls:");
-  for (const auto& [d, fired] : r.positive_controls)
-    std::printf(" %s=%s", d.c_str(), fired ? "passed" : "FAILED");
-  std::printf("\ndetectors:\n");
-  for (const auto& [d, s] : r.detectors)
-    std::printf("  %-12s %s\n", d.c_str(), s.c_str());
-  if (r.trace_events > 0 || r.trace_dropped > 0) {
-    std::printf("trace events: %llu consumed, %llu dropped\n",
-                static_cast<unsigned long long>(r.trace_events),
-                static_cast<unsigned long long>(r.trace_dropped));
+      "campaign %s: %s (exit %d): %lld probes (%lld usable), %zu finding rows "
+      "in %zu incidents, %.1f s\n",
+      r.campaign_id.c_str(), VerdictName(r.verdict), r.exit_code(),
+      static_cast<long long>(r.probes), static_cast<long long>(r.usable),
+      r.findings.size(), r.incidents.size(), absl::ToDoubleSeconds(r.elapsed));
+  if (!r.detectors.empty()) {
+    std::printf("limit: %d prompt tokens (%s: %s)\n", r.limit.prompt_tokens,
+                r.limit.source.c_str(), r.limit.where.c_str());
+    std::printf(
+        "plants: %s form, %d markers each, %d prompt tokens (%.0f%% of the "
+        "limit); %lld of %lld accepted whole\n",
+        r.plants.form.empty() ? "none" : r.plants.form.c_str(),
+        r.plants.markers_per_plant, r.plants.prompt_tokens, r.plants.fill * 100,
+        static_cast<long long>(r.plants.accepted_whole),
+        static_cast<long long>(r.plants.sent));
+    std::printf("positive controls:");
+    for (const auto& [d, passed] : r.positive_controls)
+      std::printf(" %s=%s", d.c_str(), passed ? "passed" : "FAILED");
+    std::printf("\n%s", DetectorTable(r.detectors).c_str());
   }
-  if (!r.findings.empty()) std::printf("%s", FindingsTable(r.findings).c_str());
+  for (const TraceNodeStats& n : r.trace_nodes) {
+    std::printf(
+        "trace %s: %llu events, %llu dropped, %llu reads checked, %llu "
+        "unchecked\n",
+        n.url.c_str(), static_cast<unsigned long long>(n.events),
+        static_cast<unsigned long long>(n.dropped),
+        static_cast<unsigned long long>(n.reads_checked),
+        static_cast<unsigned long long>(n.reads_unchecked));
+  }
+  if (!r.incidents.empty()) {
+    std::printf("%s", IncidentTable(r.incidents,
+                                    absl::GetFlag(FLAGS_max_incident_lines))
+                          .c_str());
+  }
+  if (!r.reasons.empty() && r.verdict != Verdict::kClean) {
+    std::printf("%s because:\n", VerdictName(r.verdict));
+    for (const std::string& why : r.reasons) {
+      std::printf("  - %s\n", why.c_str());
+    }
+  }
+  if (!r.db_path.empty() && r.verdict != Verdict::kError) {
+    std::printf("details: kvcanary-auditor findings --db %s --campaign %s\n",
+                r.db_path.c_str(), r.campaign_id.c_str());
+  }
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+  out.close();
+  if (!out) {
+    return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+// The --json/--junit/--html reports of `r`. An unwritable report is an
+// error: a CI gate reading a stale file would be worse.
+absl::Status WriteReports(const CampaignResult& r) {
+  const nlohmann::json doc = r.ToJson();
+  if (const std::string p = absl::GetFlag(FLAGS_json); !p.empty()) {
+    if (absl::Status s = WriteFile(p, doc.dump(2) + "\n"); !s.ok()) return s;
+  }
+  if (const std::string p = absl::GetFlag(FLAGS_junit); !p.empty()) {
+    if (absl::Status s = WriteFile(p, JunitXml(doc)); !s.ok()) return s;
+  }
+  if (const std::string p = absl::GetFlag(FLAGS_html); !p.empty()) {
+    if (absl::Status s = WriteFile(p, HtmlReport(doc)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 int Probe() {
   auto o = OptionsFromFlags();
   if (!o.ok()) return Fail(o.status());
   AuditorMetrics metrics;
-  auto r = RunCampaign(*o, &metrics);
-  if (!r.ok()) return Fail(r.status());
-  PrintSummary(*r);
-  return r->findings.empty() ? kExitClean : kExitFindings;
+  const CampaignResult r = RunCampaign(*o, &metrics);
+  PrintSummary(r);
+  if (absl::Status s = WriteReports(r); !s.ok()) return Fail(s);
+  if (r.verdict == Verdict::kError) {
+    std::fprintf(stderr, "kvcanary-auditor: %s\n",
+                 r.reasons.empty() ? "error" : r.reasons[0].c_str());
+  }
+  return r.exit_code();
 }
 
 std::atomic<bool> g_stop{false};
@@ -168,18 +365,14 @@ int Sidecar() {
   std::fflush(stdout);
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  int worst = kExitClean;
   while (!g_stop.load()) {
     const absl::Time next =
         absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_interval));
-    auto r = RunCampaign(*o, &metrics);
-    if (!r.ok()) {
-      std::fprintf(stderr, "kvcanary-auditor: campaign failed: %s\n",
-                   std::string(r.status().message()).c_str());
-      worst = kExitError;
-    } else {
-      PrintSummary(*r);
-      if (!r->findings.empty() && worst == kExitClean) worst = kExitFindings;
+    const CampaignResult r = RunCampaign(*o, &metrics);
+    PrintSummary(r);
+    if (absl::Status s = WriteReports(r); !s.ok()) {
+      std::fprintf(stderr, "kvcanary-auditor: %s\n",
+                   std::string(s.message()).c_str());
     }
     std::fflush(stdout);
     while (!g_stop.load() && absl::Now() < next) {
@@ -188,8 +381,7 @@ int Sidecar() {
   }
   server.stop();
   http.join();
-  (void)worst;
-  return kExitClean;  // a sidecar asked to stop stopped cleanly
+  return kExitOk;  // a sidecar asked to stop stopped cleanly
 }
 
 int Verify() {
@@ -200,12 +392,34 @@ int Verify() {
   if (report->ok) {
     std::printf("%s: hash chain intact, %lld rows verified\n", db.c_str(),
                 static_cast<long long>(report->rows_checked));
-    return kExitClean;
+    return kExitOk;
   }
   std::printf("%s: TAMPERED: first bad row %lld: %s\n", db.c_str(),
               static_cast<long long>(report->first_bad_seq),
               report->problem.c_str());
   return kExitFindings;
+}
+
+// Raw finding rows, one line each, never cut mid-field.
+void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
+  std::printf("%-6s %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n", "SEQ",
+              "CAMPAIGN", "KIND", "SEVERITY", "DETECTOR", "WRITER", "READER",
+              "PROBE", "ENGINE_REQUEST/PAGE");
+  for (const storage::EvidenceRow& r : rows) {
+    const nlohmann::json& b = r.record.body;
+    const nlohmann::json d = b.value("detail", nlohmann::json::object());
+    std::string where = absl::StrCat(b.value("engine_request", uint64_t{0}));
+    if (d.contains("page")) absl::StrAppend(&where, "/", d["page"].dump());
+    auto dash = [](const std::string& s) { return s.empty() ? "-" : s; };
+    std::printf(
+        "%-6lld %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n",
+        static_cast<long long>(r.seq), r.record.campaign.c_str(),
+        b.value("kind", "").c_str(), b.value("severity", "").c_str(),
+        b.value("detector", "").c_str(), dash(b.value("writer", "")).c_str(),
+        dash(b.value("reader", "")).c_str(),
+        b.contains("probe") ? b["probe"].dump().c_str() : "-", where.c_str());
+  }
+  std::printf("%zu finding rows\n", rows.size());
 }
 
 int Findings() {
@@ -221,8 +435,8 @@ int Findings() {
   auto store = storage::EvidenceStore::Open(db);
   if (!store.ok()) return Fail(store.status());
   storage::EvidenceFilter filter;
-  filter.kind = "finding";
   filter.campaign = absl::GetFlag(FLAGS_campaign);
+  filter.kind = absl::GetFlag(FLAGS_rows) ? "finding" : "incident";
   auto rows = (*store)->Query(filter);
   if (!rows.ok()) return Fail(rows.status());
   if (format == "json") {
@@ -235,64 +449,56 @@ int Findings() {
       out.push_back(std::move(j));
     }
     std::printf("%s\n", out.dump(2).c_str());
-    return kExitClean;
+    return kExitOk;
   }
-  std::printf("%-6s %-26s %-30s %-9s %-12s %s\n", "SEQ", "CAMPAIGN", "KIND",
-              "SEVERITY", "DETECTOR", "DETAIL");
+  if (absl::GetFlag(FLAGS_rows)) {
+    PrintRows(*rows);
+    return kExitOk;
+  }
+  // Incidents, per campaign with its verdict.
+  filter.kind = "campaign_end";
+  auto ends = (*store)->Query(filter);
+  if (!ends.ok()) return Fail(ends.status());
+  std::map<std::string, std::vector<Incident>> by_campaign;
   for (const storage::EvidenceRow& r : *rows) {
-    const nlohmann::json& b = r.record.body;
-    std::string detail = b.value("detail", nlohmann::json::object()).dump();
-    if (detail.size() > 120) detail = detail.substr(0, 117) + "...";
-    std::printf("%-6lld %-26s %-30s %-9s %-12s %s\n",
-                static_cast<long long>(r.seq), r.record.campaign.c_str(),
-                b.value("kind", "").c_str(), b.value("severity", "").c_str(),
-                b.value("detector", "").c_str(), detail.c_str());
+    by_campaign[r.record.campaign].push_back(Incident::FromJson(r.record.body));
   }
-  // And a summary, worst first.
-  std::map<std::pair<std::string, std::string>, int> by_kind;
-  for (const storage::EvidenceRow& r : *rows) {
-    const nlohmann::json& b = r.record.body;
-    ++by_kind[{b.value("severity", ""), b.value("kind", "")}];
-  }
-  std::printf("%zu findings", rows->size());
-  if (!by_kind.empty()) std::printf(", by kind:");
-  std::printf("\n");
-  for (const char* sev : {"critical", "high", "medium", "low"}) {
-    for (const auto& [key, n] : by_kind) {
-      if (key.first == sev) {
-        std::printf("  %-9s %-30s %d\n", sev, key.second.c_str(), n);
-      }
+  for (const storage::EvidenceRow& e : *ends) {
+    const nlohmann::json& b = e.record.body;
+    const auto& incidents = by_campaign[e.record.campaign];
+    std::printf("campaign %s: %s, %lld finding rows in %zu incidents\n",
+                e.record.campaign.c_str(),
+                b.value("verdict", b.value("result", "?")).c_str(),
+                static_cast<long long>(b.value("findings", int64_t{0})),
+                incidents.size());
+    if (!incidents.empty()) {
+      std::printf("%s", IncidentTable(incidents,
+                                      absl::GetFlag(FLAGS_max_incident_lines))
+                            .c_str());
     }
   }
-  return kExitClean;
+  return kExitOk;
 }
 
 }  // namespace
 }  // namespace kvcanary::auditor
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kvcanary-auditor probe|sidecar|verify|findings [flags]; see "
-      "docs/auditor.md");
-  // Accept --max-probes as well as --max_probes.
-  std::vector<std::string> normalized =
-      kvcanary::UnderscoreFlagNames(argc, argv);
-  std::vector<char*> argv2 = kvcanary::ArgvOf(normalized);
-  std::vector<char*> args =
-      absl::ParseCommandLine(static_cast<int>(argv2.size()), argv2.data());
-  if (args.size() != 2) {
-    std::fprintf(stderr,
-                 "usage: kvcanary-auditor probe|sidecar|verify|findings "
-                 "[flags] (--help for flags)\n");
-    return 2;
-  }
-  const std::string command = args[1];
   using namespace kvcanary::auditor;
+  const kvcanary::CliSpec spec = Cli();
+  if (argc < 2) {
+    std::fputs(kvcanary::CliHelp(spec, "").c_str(), stderr);
+    return kExitError;
+  }
+  absl::StatusOr<kvcanary::CliParse> cli = kvcanary::ParseCli(spec, argc, argv);
+  if (!cli.ok()) return Fail(cli.status());
+  if (cli->help) {
+    std::fputs(kvcanary::CliHelp(spec, cli->subcommand).c_str(), stdout);
+    return kExitOk;
+  }
+  const std::string& command = cli->subcommand;
   if (command == "probe") return Probe();
   if (command == "sidecar") return Sidecar();
   if (command == "verify") return Verify();
-  if (command == "findings") return Findings();
-  std::fprintf(stderr, "kvcanary-auditor: unknown command '%s'\n",
-               command.c_str());
-  return 2;
+  return Findings();  // ParseCli admits only the four subcommands
 }

@@ -1,19 +1,22 @@
 #include "auditor/campaign.h"
 
-#include <openssl/sha.h>
-
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <random>
-#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "auditor/campaign_coverage.h"
 #include "auditor/completion.h"
 #include "auditor/detectors.h"
 #include "auditor/http_client.h"
 #include "auditor/multi_client.h"
-#include "auditor/trace_follower.h"
+#include "auditor/positive_controls.h"
+#include "auditor/probe_mix.h"
+#include "auditor/trace_join.h"
 #include "canaries/marker.h"
 #include "canaries/scanner.h"
 #include "canaries/templates.h"
@@ -26,18 +29,8 @@ namespace {
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kMarkersPerTenant = 32;
-constexpr int kMarkersPerPlant = 3;
-constexpr int kGoldenVariants = 3;
-constexpr int kPlantMaxTokens = 4;
 constexpr int kSniffMaxTokens = 48;
-constexpr int kGoldenMaxTokens = 32;
-constexpr int kEchoMaxTokens = 24;
-constexpr int kBoundaryMaxTokens = 16;
-constexpr int kNonceCandidates = 4;
-// The boundary probes' unit of prompt text: plain words, so tokenizers
-// count it the same way every time it is repeated.
-constexpr absl::string_view kBoundaryUnit = " Tom had a red ball.";
+constexpr int kQuietProbes = 3;
 
 std::string RandomHex(int bytes) {
   std::random_device rd;
@@ -53,11 +46,17 @@ std::string RandomHex(int bytes) {
 
 int64_t NowUs() { return absl::ToUnixMicros(absl::Now()); }
 
-std::string BoundaryPrompt(int units) {
-  std::string p = "Once upon a time.";
-  for (int i = 0; i < units; ++i) absl::StrAppend(&p, kBoundaryUnit);
-  return p;
-}
+// What each probe in flight was, for judging its answer.
+struct InFlight {
+  ProbeKind kind = ProbeKind::kSniff;
+  int tenant = 0;
+  bool stream = false;
+  int golden_variant = -1;
+  bool baseline = false;  // sent in the same-tenant baseline phase
+  int predicted = 0;      // prompt tokens: measured (plants) or calibrated
+  std::vector<std::string> marker_ids;
+  std::string prompt_sha;
+};
 
 class Campaign {
  public:
@@ -67,307 +66,473 @@ class Campaign {
         key_(options.secret_key.empty() ? RandomHex(32) : options.secret_key),
         scanner_(canaries::kDefaultMinPartialWords) {}
 
-  absl::StatusOr<CampaignResult> Run();
+  CampaignResult Run();
 
  private:
+  absl::Status Steps();
+  absl::Status Discover();
+  absl::Status StartTrace();
+  void BuildScanner();
+  void Controls();
+  absl::Status MainLoop();
+  absl::Status QuietProbes();
+  absl::Status CollectTrace();
+  CoverageInputs Tallies() const;
+  void Finish(const absl::Status& run);
+
   std::vector<std::string> Headers(const AuditTenant& t) const {
     return {"Authorization: Bearer " + t.api_key};
   }
   std::string Body(const std::string& prompt, int max_tokens,
-                   bool stream) const {
-    json j = {{"model", model_},
-              {"prompt", prompt},
-              {"max_tokens", max_tokens},
-              {"temperature", 0}};
-    if (stream) j["stream"] = true;
-    return j.dump();
+                   bool stream) const;
+  int Floor(const std::string& detector) const {
+    auto it = o_.floors.find(detector);
+    if (it != o_.floors.end()) return it->second;
+    it = o_.floors.find("");
+    return it != o_.floors.end() ? it->second : kDefaultFloor;
   }
-  // One request, alone (calibration).
-  Completion CompleteAlone(const AuditTenant& t, const std::string& prompt,
-                           int max_tokens, bool stream) {
-    Completion result;
-    MultiClient one(1);
-    bool sent = false;
-    one.Run(
-        [&]() -> std::optional<ProbeRequest> {
-          if (sent) return std::nullopt;
-          sent = true;
-          ProbeRequest r;
-          r.url = o_.target + "/v1/completions";
-          r.body = Body(prompt, max_tokens, stream);
-          r.headers = Headers(t);
-          r.timeout = o_.request_timeout;
-          return r;
-        },
-        [&](ProbeResponse r) { result = ParseCompletion(r, stream); },
-        [&] { return sent; });
-    return result;
-  }
-
-  absl::Status Record(const std::string& kind, json body, bool flush = false) {
-    storage::EvidenceRecord r;
-    r.kind = kind;
-    r.campaign = id_;
-    r.ts_us = NowUs();
-    r.body = std::move(body);
-    pending_.push_back(std::move(r));
-    if (flush || pending_.size() >= 64) return Flush();
-    return absl::OkStatus();
-  }
-  absl::Status Flush() {
-    if (pending_.empty()) return absl::OkStatus();
-    auto seqs = store_->Append(pending_);
-    if (seqs.ok()) pending_.clear();  // on failure kept, for a retry
-    return seqs.status();
-  }
-  absl::Status AddFinding(Finding f) {
-    metrics_->CountFinding(f.kind, SeverityName(f.severity));
-    json body = {{"kind", f.kind},
-                 {"severity", SeverityName(f.severity)},
-                 {"detector", f.detector},
-                 {"detail", f.detail}};
-    result_.findings.push_back(std::move(f));
-    return Record("finding", std::move(body), /*flush=*/true);
-  }
-  void Progress(const char* what) {
-    if (!o_.progress) return;
-    std::fprintf(stderr, "[kvcanary-auditor] %s: %lld probes, %zu findings\n",
-                 what, static_cast<long long>(result_.probes),
-                 result_.findings.size());
-  }
-
-  absl::Status Discover();
-  absl::Status Calibrate();
-  absl::Status MainLoop();
-  // Whether probe number `probe` falls in the same-tenant baseline phase.
-  bool InBaseline(uint64_t probe, Clock::time_point start) const;
-  // Past-limit probes alone, after the load: under load first-token times
-  // only grow, so the latency check is judged on quiet probes.
-  absl::Status QuietProbes();
+  // One request, alone: calibration and quiet probes.
+  Completion SendAlone(const AuditTenant& t, const std::string& prompt,
+                       int max_tokens, bool stream);
+  // Counts consecutive requests without an HTTP answer: "target down".
+  void NoteTransport(const Completion& c);
+  // The probe's request for `f` (its prompt, kind fields filled in).
+  ProbeRequest MakeProbe(uint64_t id, InFlight* f);
+  // Judges one answer: evidence, coverage, findings.
+  absl::Status Judge(int64_t id, const InFlight& f, const Completion& c);
+  absl::Status Record(const std::string& kind, json body, bool flush = false);
+  absl::Status Flush();
+  absl::Status AddFinding(Finding f, bool flush);
+  void Progress(const char* what);
 
   const CampaignOptions& o_;
   AuditorMetrics* metrics_;
   const std::string key_;
-  std::string id_;
-  std::string model_;
-  int limit_ = 0;          // advertised max prompt tokens (0: unknown)
-  int max_model_len_ = 0;  // advertised context (0: unknown)
   std::unique_ptr<storage::EvidenceStore> store_;
   std::vector<storage::EvidenceRecord> pending_;
   canaries::MarkerScanner scanner_;
-  std::vector<std::vector<canaries::Marker>> markers_;  // per tenant
-  std::vector<canaries::Marker> nonces_;                // per tenant
-  std::vector<bool> echo_ok_;  // per tenant: its nonce echoes alone
+  std::vector<canaries::Marker> control_markers_;  // one per tenant
   std::vector<std::unique_ptr<TraceFollower>> followers_;
-  // Calibration.
-  std::map<int, std::string> golden_;  // variant -> answer alone
-  // Variants whose answers differ even alone: judged by rate (the first
-  // answer alone is the reference). Then the first quarter of the probes
-  // all come from tenant 0 (same-tenant load, the baseline).
-  std::set<int> golden_by_rate_;
+  Calibration cal_;
+  CacheBuster buster_;
+  TargetLimit advertised_;
+  std::string model_;
+  std::vector<TenantTally> tallies_;
+  std::map<uint64_t, int> engine_requests_;  // engine request -> tenant
   int base_n_ = 0, base_div_ = 0, cross_n_ = 0, cross_div_ = 0;
-  bool echo_ = false;
-  int unit_base_ = 0, unit_tokens_ = 0;  // prompt tokens = base + units*tok
-  int at_limit_units_ = 0, past_limit_units_ = 0;
-  LatencyModel latency_;
-  CampaignResult result_;
+  int64_t next_probe_ = 0;
+  int consecutive_failures_ = 0;
+  absl::Status down_;  // set once the target is down
+  std::string last_transport_error_;
+  TraceTally trace_;
+  std::vector<int64_t> probe_times_, error_times_;  // Unix µs
+  CampaignResult r_;
 };
+
+std::string Campaign::Body(const std::string& prompt, int max_tokens,
+                           bool stream) const {
+  json j = {{"model", model_},
+            {"prompt", prompt},
+            {"max_tokens", max_tokens},
+            {"temperature", 0}};
+  if (stream) {
+    j["stream"] = true;
+    // Usage in a stream's last chunk (vLLM and others send it only then).
+    j["stream_options"] = {{"include_usage", true}};
+  }
+  return j.dump();
+}
+
+void Campaign::NoteTransport(const Completion& c) {
+  if (Outcome(c) != "transport_error") {
+    consecutive_failures_ = 0;
+    return;
+  }
+  last_transport_error_ = std::string(c.error.message());
+  if (++consecutive_failures_ >= o_.max_consecutive_failures && down_.ok()) {
+    down_ = absl::UnavailableError(absl::StrCat(
+        "target down at ", Rfc3339Utc(NowUs()), ": ", consecutive_failures_,
+        " consecutive requests to ", o_.target,
+        " got no HTTP answer (last: ", last_transport_error_, ")"));
+  }
+}
+
+Completion Campaign::SendAlone(const AuditTenant& t, const std::string& prompt,
+                               int max_tokens, bool stream) {
+  Completion result;
+  if (!down_.ok()) {
+    result.error = down_;
+    return result;
+  }
+  MultiClient one(1);
+  bool sent = false;
+  one.Run(
+      [&]() -> std::optional<ProbeRequest> {
+        if (sent) return std::nullopt;
+        sent = true;
+        ProbeRequest r;
+        r.url = o_.target + "/v1/completions";
+        r.body = Body(prompt, max_tokens, stream);
+        r.headers = Headers(t);
+        r.timeout = o_.request_timeout;
+        return r;
+      },
+      [&](ProbeResponse r) { result = ParseCompletion(r, stream); },
+      [&] { return sent; });
+  NoteTransport(result);
+  return result;
+}
+
+absl::Status Campaign::Record(const std::string& kind, json body, bool flush) {
+  storage::EvidenceRecord r;
+  r.kind = kind;
+  r.campaign = r_.campaign_id;
+  r.ts_us = NowUs();
+  r.body = std::move(body);
+  pending_.push_back(std::move(r));
+  if (flush || pending_.size() >= 64) return Flush();
+  return absl::OkStatus();
+}
+
+absl::Status Campaign::Flush() {
+  if (pending_.empty() || store_ == nullptr) return absl::OkStatus();
+  auto seqs = store_->Append(pending_);
+  if (!seqs.ok()) return seqs.status();  // kept, for a retry
+  pending_.clear();
+  if (!seqs->empty()) {
+    if (r_.first_seq == 0) r_.first_seq = seqs->front();
+    r_.last_seq = seqs->back();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Campaign::AddFinding(Finding f, bool flush) {
+  if (f.ts_us == 0) f.ts_us = NowUs();
+  metrics_->CountFinding(f.kind, SeverityName(f.severity));
+  json body = {{"kind", f.kind},
+               {"severity", SeverityName(f.severity)},
+               {"detector", f.detector},
+               {"probe", f.probe},
+               {"engine_request", f.engine_request},
+               {"reader", f.reader},
+               {"writer", f.writer},
+               {"group", f.group},
+               {"ts_us", f.ts_us},
+               {"detail", f.detail}};
+  r_.findings.push_back(std::move(f));
+  return Record("finding", std::move(body), flush);
+}
+
+void Campaign::Progress(const char* what) {
+  if (!o_.progress) return;
+  std::fprintf(stderr, "[kvcanary-auditor] %s: %lld probes, %zu findings\n",
+               what, static_cast<long long>(r_.probes), r_.findings.size());
+}
 
 absl::Status Campaign::Discover() {
   HttpClient http;
-  auto res = http.Get(o_.target + "/v1/models", Headers(o_.tenants[0]),
-                      absl::Seconds(10));
+  const AuditTenant& first = o_.tenants[0];
+  auto res =
+      http.Get(o_.target + "/v1/models", Headers(first), absl::Seconds(10));
   if (!res.ok()) {
     return absl::UnavailableError(absl::StrCat(
         "target ", o_.target, " unreachable: ", res.status().message()));
   }
   if (res->status == 401 || res->status == 403) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "target ", o_.target, " refused tenant '", o_.tenants[0].name,
-        "' key (HTTP ", res->status, "): check the tenants file"));
+        "target ", o_.target, " refused tenant '", first.name, "' key (HTTP ",
+        res->status, " on /v1/models): check the tenants file"));
   }
   const json j = json::parse(res->body, nullptr, false);
   if (res->status != 200 || !j.is_object() || !j.contains("data") ||
-      !j["data"].is_array() || j["data"].empty() ||
+      !j["data"].is_array() || j["data"].empty() || !j["data"][0].is_object() ||
       !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "target ", o_.target, "/v1/models answered HTTP ", res->status,
         " without a model list: not an OpenAI-compatible API"));
   }
-  // Every tenant's key must work: a tenant whose probes all get 401 would
-  // be counted as checked when nothing was.
-  for (size_t i = 1; i < o_.tenants.size(); ++i) {
-    auto other = http.Get(o_.target + "/v1/models", Headers(o_.tenants[i]),
-                          absl::Seconds(10));
-    if (!other.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "target ", o_.target, " unreachable: ", other.status().message()));
+  json entry = j["data"][0];
+  if (!o_.model.empty()) {
+    for (const json& m : j["data"]) {
+      if (m.is_object() && m.value("id", "") == o_.model) entry = m;
     }
-    if (other->status != 200) {
+  }
+  model_ = o_.model.empty() ? entry["id"].get<std::string>() : o_.model;
+  r_.model = model_;
+  advertised_ = AdvertisedLimit(http, o_.target, Headers(first), entry, model_,
+                                absl::Seconds(10));
+  // Every tenant's key must work where it matters — a completion, not
+  // /v1/models, which many servers answer without any key.
+  for (const AuditTenant& t : o_.tenants) {
+    const Completion c = SendAlone(t, "Once upon a time.", 1, false);
+    if (c.status == 401 || c.status == 403) {
       return absl::PermissionDeniedError(absl::StrCat(
-          "target ", o_.target, " refused tenant '", o_.tenants[i].name,
-          "' key (HTTP ", other->status, "): check the tenants file"));
+          "target ", o_.target, " refused tenant '", t.name, "' key (HTTP ",
+          c.status, " on /v1/completions): check the tenants file"));
     }
-  }
-  const json& m = j["data"][0];
-  model_ = o_.model.empty() ? m["id"].get<std::string>() : o_.model;
-  limit_ = o_.max_prompt_tokens;
-  if (limit_ == 0 && m.contains("max_prompt_tokens") &&
-      m["max_prompt_tokens"].is_number_integer()) {
-    limit_ = m["max_prompt_tokens"].get<int>();
-  }
-  if (m.contains("max_model_len") && m["max_model_len"].is_number_integer()) {
-    max_model_len_ = m["max_model_len"].get<int>();
-    if (limit_ == 0) limit_ = max_model_len_;
+    if (c.status == 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "target ", o_.target, " unreachable: ", c.error.message()));
+    }
+    if (!c.usable) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "target ", o_.target, " did not complete a short prompt for tenant '",
+          t.name, "' (HTTP ", c.status, "): ", c.error.message()));
+    }
   }
   return absl::OkStatus();
 }
 
-absl::Status Campaign::Calibrate() {
-  const AuditTenant& t = o_.tenants[0];
-  // Golden answers, alone, twice each: compared exactly if the target
-  // repeats itself when nothing else runs, else judged by rate.
-  for (int v = 0; v < kGoldenVariants; ++v) {
-    const std::string prompt = canaries::GoldenPrompt(v);
-    Completion a = CompleteAlone(t, prompt, kGoldenMaxTokens, false);
-    Completion b = CompleteAlone(t, prompt, kGoldenMaxTokens, false);
-    if (!a.usable) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "target ", o_.target, " did not answer a golden probe alone (HTTP ",
-          a.status, "): ", a.error.message()));
-    }
-    golden_[v] = a.text;
-    if (!b.usable || a.text != b.text) golden_by_rate_.insert(v);
+absl::Status Campaign::StartTrace() {
+  for (const std::string& url : o_.trace_urls) {
+    followers_.push_back(std::make_unique<TraceFollower>(url));
+    RETURN_IF_ERROR(followers_.back()->Start());
   }
-  const int exact = kGoldenVariants - static_cast<int>(golden_by_rate_.size());
-  result_.detectors["golden"] = absl::StrCat(
-      "active (", exact, " variants exact",
-      golden_by_rate_.empty()
-          ? ""
-          : absl::StrCat(", ", golden_by_rate_.size(),
-                         " by divergence rate: cross-tenant vs same-tenant "
-                         "load"),
-      ")");
-  // Echo: per tenant, the first of a few nonces the model repeats when
-  // alone (a small model copies some words and not others); a tenant with
-  // none gets no echo probes.
-  {
-    int echoing = 0;
-    for (size_t i = 0; i < o_.tenants.size(); ++i) {
-      for (int k = 0; k < kNonceCandidates && !echo_ok_[i]; ++k) {
-        const canaries::Marker nonce =
-            canaries::DeriveNonce(key_, o_.tenants[i].name, id_, k);
-        Completion c = CompleteAlone(o_.tenants[i], canaries::EchoPrompt(nonce),
-                                     kEchoMaxTokens, false);
-        if (c.usable &&
-            !CheckEcho(nonce, c.text, o_.tenants[i].name).has_value()) {
-          nonces_[i] = nonce;
-          echo_ok_[i] = true;
-        }
+  return absl::OkStatus();
+}
+
+void Campaign::BuildScanner() {
+  // Every marker a plant carries, and the next one of each tenant for the
+  // positive control.
+  for (size_t t = 0; t < o_.tenants.size(); ++t) {
+    std::set<std::string> planted;
+    for (const Plant& p : cal_.plants[t]) {
+      planted.insert(p.marker_ids.begin(), p.marker_ids.end());
+    }
+    // Plants take counters from 0 up (calibration.h).
+    const int used = static_cast<int>(planted.size());
+    for (int k = 0; k <= used; ++k) {
+      const canaries::Marker m =
+          PlantMarker(key_, o_.tenants[t].name, r_.campaign_id, k);
+      scanner_.Add(m, o_.tenants[t].name);
+      if (k == used) control_markers_.push_back(m);
+    }
+  }
+}
+
+void Campaign::Controls() {
+  ControlInputs in;
+  in.scanner = &scanner_;
+  for (const AuditTenant& t : o_.tenants) in.tenants.push_back(t.name);
+  in.markers = control_markers_;
+  in.calibration = &cal_;
+  r_.positive_controls = RunPositiveControls(in);
+  for (const auto& [d, passed] : r_.positive_controls) {
+    metrics_->SetPositiveControl(d, passed);
+  }
+}
+
+ProbeRequest Campaign::MakeProbe(uint64_t id, InFlight* f) {
+  TenantTally& n = tallies_[f->tenant];
+  std::string prompt;
+  int max_tokens = kSniffMaxTokens;
+  switch (f->kind) {
+    case ProbeKind::kPlant: {
+      const auto& plants = cal_.plants[f->tenant];
+      const Plant& p = plants[n.plant_cursor++ % plants.size()];
+      prompt = p.text;
+      f->marker_ids = p.marker_ids;
+      f->predicted = p.prompt_tokens;
+      max_tokens = kPlantMaxTokens;
+      break;
+    }
+    case ProbeKind::kSniff:
+      prompt = canaries::SniffPrompt(id);
+      break;
+    case ProbeKind::kGolden: {
+      // Every tenant goes through every variant in turn.
+      auto it = cal_.golden.begin();
+      std::advance(it, n.golden_cursor++ % cal_.golden.size());
+      f->golden_variant = it->first;
+      prompt = absl::StrCat(cal_.golden_prefix, " ",
+                            canaries::GoldenPrompt(it->first));
+      max_tokens = kGoldenMaxTokens;
+      break;
+    }
+    case ProbeKind::kEcho:
+      prompt = canaries::EchoPrompt(*cal_.nonces[f->tenant]);
+      f->marker_ids.push_back(cal_.nonces[f->tenant]->id);
+      max_tokens = kEchoMaxTokens;
+      break;
+    case ProbeKind::kAtLimit:
+    case ProbeKind::kPastLimit: {
+      const bool past = f->kind == ProbeKind::kPastLimit;
+      const int units = past ? cal_.past_limit_units : cal_.at_limit_units;
+      f->predicted = cal_.base_tokens + units * cal_.unit_tokens;
+      // At the limit always streamed (its first token is timed); past it
+      // alternately, so both ways of refusing are seen.
+      f->stream = !past || id % 2 == 0;
+      prompt = BoundaryPrompt(buster_.Next(), units);
+      max_tokens = kBoundaryMaxTokens;
+      break;
+    }
+  }
+  f->prompt_sha = Sha256Hex(prompt);
+  ProbeRequest r;
+  r.id = id;
+  r.url = o_.target + "/v1/completions";
+  r.body = Body(prompt, max_tokens, f->stream);
+  r.headers = Headers(o_.tenants[f->tenant]);
+  r.timeout = o_.request_timeout;
+  return r;
+}
+
+absl::Status Campaign::Judge(int64_t id, const InFlight& f,
+                             const Completion& c) {
+  const AuditTenant& t = o_.tenants[f.tenant];
+  TenantTally& n = tallies_[f.tenant];
+  const std::string outcome = Outcome(c);
+  const char* kind = ProbeKindName(f.kind);
+  ++r_.probes;
+  ++r_.by_kind[kind];
+  ++r_.by_outcome[outcome];
+  metrics_->CountProbe(kind, outcome);
+  probe_times_.push_back(NowUs());
+  const bool past = f.kind == ProbeKind::kPastLimit;
+  const bool refusal = c.status == 400 || c.status == 413 || c.status == 422;
+  if (c.usable) {
+    ++r_.usable;
+  } else if (!(past && refusal)) {
+    error_times_.push_back(probe_times_.back());
+  }
+  if (c.status == 401 || c.status == 403) ++n.refused;
+  if (c.engine_request != 0) engine_requests_[c.engine_request] = f.tenant;
+  json probe = {{"probe", id},
+                {"kind", kind},
+                {"tenant", t.name},
+                {"outcome", outcome},
+                {"http_status", c.status},
+                {"error_in_200", c.http_ok_error},
+                {"ms", c.total_ms},
+                {"prompt_sha256", f.prompt_sha},
+                {"markers", f.marker_ids},
+                {"response_id", c.response_id},
+                {"engine_request", c.engine_request}};
+  if (c.usable) {
+    probe["output_sha256"] = Sha256Hex(c.text);
+    probe["prompt_tokens"] = c.prompt_tokens;
+    if (f.stream) probe["ttft_ms"] = c.ttft_ms;
+  }
+  RETURN_IF_ERROR(Record("probe", std::move(probe)));
+  std::vector<Finding> found;
+  if (c.usable) {
+    ++n.scanned;
+    found = ScanOutput(scanner_, c.text, t.name, kind);
+  }
+  switch (f.kind) {
+    case ProbeKind::kPlant: {
+      ++n.plants_sent;
+      // Whole: the count measured for this very text alone.
+      if (c.usable && c.prompt_tokens == f.predicted) ++n.plants_whole;
+      if (c.usable && c.prompt_tokens >= 0 &&
+          c.prompt_tokens < f.predicted - cal_.tolerance) {
+        // Whole alone, cut under load: part of the prompt was not processed.
+        BoundaryObservation o{f.predicted,    0,      200,    c.prompt_tokens,
+                              cal_.tolerance, t.name, "plant"};
+        for (Finding& b : JudgeBoundary(o)) found.push_back(std::move(b));
       }
-      echoing += echo_ok_[i];
+      break;
     }
-    echo_ = echoing > 0;
-    result_.detectors["echo"] =
-        echo_ ? absl::StrCat("active (", echoing, " of ", o_.tenants.size(),
-                             " tenants)")
-              : "disabled: the model does not echo a nonce alone";
-  }
-  // Prompt tokens per boundary unit: must be exactly linear.
-  {
-    int tokens[3];
-    bool ok = true;
-    for (int i = 0; i < 3; ++i) {
-      Completion c = CompleteAlone(t, BoundaryPrompt(i + 1), 1, false);
-      ok = ok && c.usable && c.prompt_tokens > 0;
-      tokens[i] = c.prompt_tokens;
-    }
-    if (ok && tokens[1] - tokens[0] == tokens[2] - tokens[1] &&
-        tokens[1] > tokens[0] && limit_ > 0) {
-      unit_tokens_ = tokens[1] - tokens[0];
-      unit_base_ = tokens[0] - unit_tokens_;
-      at_limit_units_ = (limit_ - unit_base_) / unit_tokens_;
-      past_limit_units_ = at_limit_units_ + 2;
-      const int past = unit_base_ + past_limit_units_ * unit_tokens_;
-      if (max_model_len_ > 0 && past + 1 > max_model_len_) {
-        past_limit_units_ = 0;  // past the context too: not the input limit
+    case ProbeKind::kGolden: {
+      if (!c.usable) break;
+      ++n.golden;
+      n.golden_variants.insert(f.golden_variant);
+      auto g = CompareGolden(f.golden_variant, cal_.golden[f.golden_variant],
+                             c.text, t.name);
+      if (cal_.golden_by_rate.count(f.golden_variant)) {
+        // Judged by rate at the end; only a divergence holding a foreign
+        // marker is a finding by itself.
+        (f.baseline ? base_n_ : cross_n_)++;
+        if (g.has_value()) (f.baseline ? base_div_ : cross_div_)++;
+        if (found.empty()) g.reset();
       }
-      result_.detectors["boundary"] =
-          absl::StrCat("active (limit ", limit_, " tokens, ", unit_tokens_,
-                       " tokens per unit)");
-    } else {
-      result_.detectors["boundary"] =
-          limit_ > 0
-              ? "disabled: prompt_tokens not linear in the prompt"
-              : "disabled: no advertised input limit (--max-prompt-tokens)";
+      if (g.has_value()) {
+        if (!found.empty()) g->severity = Severity::kCritical;
+        found.push_back(*std::move(g));
+      }
+      break;
     }
+    case ProbeKind::kEcho: {
+      if (!c.usable) break;
+      ++n.echo;
+      auto e = CheckEcho(*cal_.nonces[f.tenant], c.text, t.name);
+      if (e.has_value()) found.push_back(*std::move(e));
+      break;
+    }
+    case ProbeKind::kAtLimit:
+    case ProbeKind::kPastLimit: {
+      const std::string tmpl = past ? "past_limit" : "at_limit";
+      // Judged: a whole answer, or (past the limit) a refusal.
+      if (c.usable || (past && refusal)) ++n.boundary;
+      BoundaryObservation o{f.predicted,
+                            cal_.limit.refuse_above,
+                            c.status,
+                            c.usable ? c.prompt_tokens : -1,
+                            cal_.tolerance,
+                            t.name,
+                            tmpl};
+      for (Finding& b : JudgeBoundary(o)) found.push_back(std::move(b));
+      if (f.stream && c.usable) {
+        bool judged = false;
+        auto l = JudgeLatency(
+            cal_.latency, c.prompt_tokens > 0 ? c.prompt_tokens : f.predicted,
+            c.ttft_ms, t.name, tmpl, &judged);
+        if (judged) ++n.latency;
+        if (l.has_value()) found.push_back(*std::move(l));
+      }
+      break;
+    }
+    case ProbeKind::kSniff:
+      break;
   }
-  // Latency: first token alone for a short and a long prompt.
-  if (unit_tokens_ > 0 && at_limit_units_ > 1) {
-    std::vector<double> short_ms, long_ms;
-    for (int i = 0; i < 5; ++i) {
-      Completion s = CompleteAlone(t, BoundaryPrompt(1), 1, true);
-      Completion l = CompleteAlone(t, BoundaryPrompt(at_limit_units_), 1, true);
-      if (s.usable) short_ms.push_back(s.ttft_ms);
-      if (l.usable) long_ms.push_back(l.ttft_ms);
-    }
-    if (short_ms.size() >= 3 && long_ms.size() >= 3) {
-      std::sort(short_ms.begin(), short_ms.end());
-      std::sort(long_ms.begin(), long_ms.end());
-      const double med_s = short_ms[short_ms.size() / 2];
-      const double med_l = long_ms[long_ms.size() / 2];
-      latency_.base_ms = short_ms[0];
-      latency_.per_token_ms = std::max(
-          0.0, (med_l - med_s) / ((at_limit_units_ - 1) * unit_tokens_));
-      latency_.calibrated = true;
-    }
+  for (Finding& x : found) {
+    x.probe = id;
+    x.engine_request = c.engine_request;
+    x.detail["probe"] = id;
+    RETURN_IF_ERROR(AddFinding(std::move(x), /*flush=*/true));
   }
-  result_.detectors["latency"] =
-      latency_.calibrated
-          ? absl::StrCat("active (", latency_.per_token_ms * 1000,
-                         " us per prompt token)")
-          : "disabled: not calibrated";
-  result_.detectors["output_scan"] =
-      absl::StrCat("active (", scanner_.size(), " markers)");
-  result_.detectors["trace"] =
-      followers_.empty()
-          ? "disabled: no --trace node"
-          : absl::StrCat("active (", followers_.size(), " nodes)");
-  json body = json::object();
-  for (const auto& [d, s] : result_.detectors) body[d] = s;
-  return Record("calibration", body, true);
+  return absl::OkStatus();
 }
 
 absl::Status Campaign::MainLoop() {
-  // The probe pattern: plants and sniffs interleaved across tenants so one
-  // tenant's freed pages go to the next, with golden, echo and boundary
-  // probes mixed in.
-  static const char* kPattern[] = {"plant",  "sniff", "plant", "sniff",
-                                   "golden", "echo",  "plant", "sniff",
-                                   "sniff",  "plant", "sniff", "boundary"};
-  constexpr int kPatternSize = sizeof(kPattern) / sizeof(kPattern[0]);
-  struct InFlight {
-    std::string kind;
-    int tenant = 0;
-    bool stream = false;
-    int golden_variant = -1;
-    bool baseline = false;  // sent in the same-tenant baseline phase
-    int predicted_tokens = 0;
-    std::vector<std::string> marker_ids;
-    std::string prompt_sha;
+  const int tenants = static_cast<int>(o_.tenants.size());
+  auto mix_floor = [this](const std::string& d) {
+    const int f = Floor(d);
+    return f + std::max(1, f / 10);  // a margin for answers that fail
   };
+  const bool rate_mode = !cal_.golden_by_rate.empty();
+  ProbeMix mix(tenants,
+               {mix_floor("output_scan"), mix_floor("output_scan") / 2,
+                mix_floor("golden"), mix_floor("echo"), mix_floor("latency"),
+                mix_floor("boundary") / 2},
+               {3, 3, rate_mode ? 4 : 2, 1, 1, 1});
+  for (int t = 0; t < tenants; ++t) {
+    if (cal_.plants[t].empty()) mix.Disable(t, ProbeKind::kPlant);
+    if (cal_.golden.empty()) mix.Disable(t, ProbeKind::kGolden);
+    if (!cal_.nonces[t]) mix.Disable(t, ProbeKind::kEcho);
+    if (cal_.unit_tokens == 0 || cal_.at_limit_units == 0) {
+      mix.Disable(t, ProbeKind::kAtLimit);
+    }
+    if (cal_.unit_tokens == 0 || cal_.past_limit_units == 0) {
+      mix.Disable(t, ProbeKind::kPastLimit);
+    }
+  }
   std::map<uint64_t, InFlight> in_flight;
   const auto start = Clock::now();
   const auto deadline = start + absl::ToChronoMilliseconds(o_.duration);
-  uint64_t next_id = 0;
-  int boundary_turn = 0;
-  std::vector<int> plant_counter(o_.tenants.size(), 0);
+  uint64_t sent = 0;
   auto last_progress = start;
   absl::Status error;
+  auto in_baseline = [&] {
+    if (!rate_mode) return false;
+    if (o_.max_probes > 0) {
+      return sent < static_cast<uint64_t>(o_.max_probes) / 4;
+    }
+    return Clock::now() - start < absl::ToChronoMilliseconds(o_.duration) / 4;
+  };
   auto done = [&] {
-    return !error.ok() || Clock::now() >= deadline ||
-           (o_.max_probes > 0 &&
-            next_id >= static_cast<uint64_t>(o_.max_probes));
+    return !error.ok() || !down_.ok() || Clock::now() >= deadline ||
+           (o_.max_probes > 0 && sent >= static_cast<uint64_t>(o_.max_probes));
   };
   MultiClient client(o_.concurrency);
   client.Run(
@@ -375,136 +540,29 @@ absl::Status Campaign::MainLoop() {
         if (done()) return std::nullopt;
         const double elapsed_s =
             std::chrono::duration<double>(Clock::now() - start).count();
-        if (next_id >= o_.max_rate * elapsed_s + 1) return std::nullopt;
+        if (sent >= o_.max_rate * elapsed_s + 1) return std::nullopt;
         InFlight f;
-        // Shifted every round of the pattern, so every tenant gets every
-        // kind of probe whatever the number of tenants.
-        f.tenant = static_cast<int>((next_id + next_id / kPatternSize) %
-                                    o_.tenants.size());
-        // The same-tenant baseline for golden rates: the first quarter.
-        f.baseline = !golden_by_rate_.empty() && InBaseline(next_id, start);
+        // Tenants take turns, so pages one frees are reused by the next.
+        f.tenant = static_cast<int>(sent % tenants);
+        // The same-tenant baseline for golden rates: the first quarter,
+        // every probe from tenant 0, every other one golden.
+        f.baseline = in_baseline();
         if (f.baseline) f.tenant = 0;
-        std::string kind = kPattern[next_id % kPatternSize];
-        if (kind == "golden" && golden_.empty()) kind = "sniff";
-        // Rates need samples: half the sniffs become golden probes (they
-        // are scanned for markers all the same).
-        if (kind == "sniff" && !golden_by_rate_.empty() && next_id % 2 == 0) {
-          kind = "golden";
-        }
-        if (kind == "echo" && !echo_ok_[f.tenant]) kind = "plant";
-        if (kind == "boundary" && unit_tokens_ == 0) kind = "sniff";
-        f.kind = kind;
-        const AuditTenant& t = o_.tenants[f.tenant];
-        std::string prompt;
-        int max_tokens = kSniffMaxTokens;
-        if (kind == "plant") {
-          std::vector<canaries::Marker> ms;
-          for (int k = 0; k < kMarkersPerPlant; ++k) {
-            const auto& pool = markers_[f.tenant];
-            ms.push_back(pool[plant_counter[f.tenant]++ % pool.size()]);
-            f.marker_ids.push_back(ms.back().id);
-          }
-          prompt = canaries::PlantPrompt(ms);
-          max_tokens = kPlantMaxTokens;
-        } else if (kind == "sniff") {
-          prompt = canaries::SniffPrompt(next_id);
-        } else if (kind == "golden") {
-          auto it = golden_.begin();
-          std::advance(it, next_id % golden_.size());
-          f.golden_variant = it->first;
-          prompt = canaries::GoldenPrompt(it->first);
-          max_tokens = kGoldenMaxTokens;
-        } else if (kind == "echo") {
-          prompt = canaries::EchoPrompt(nonces_[f.tenant]);
-          f.marker_ids.push_back(nonces_[f.tenant].id);
-          max_tokens = kEchoMaxTokens;
-        } else {  // boundary: at the limit, past it, past it streamed
-          const int turn = boundary_turn++ % 3;
-          const int units = turn == 0 || past_limit_units_ == 0
-                                ? at_limit_units_
-                                : past_limit_units_;
-          f.predicted_tokens = unit_base_ + units * unit_tokens_;
-          f.stream = turn == 2;
-          prompt = BoundaryPrompt(units);
-          // A few decode steps: a prompt whose pages were never filled is
-          // read by decode, not just prefilled.
-          max_tokens = kBoundaryMaxTokens;
-        }
-        f.prompt_sha = Sha256Hex(prompt);
-        ProbeRequest r;
-        r.id = next_id++;
-        r.url = o_.target + "/v1/completions";
-        r.body = Body(prompt, max_tokens, f.stream);
-        r.headers = Headers(t);
-        r.timeout = o_.request_timeout;
-        in_flight[r.id] = std::move(f);
+        f.kind = f.baseline && sent % 2 == 0 && !cal_.golden.empty()
+                     ? ProbeKind::kGolden
+                     : mix.Next(f.tenant);
+        const uint64_t id = static_cast<uint64_t>(next_probe_++);
+        ++sent;
+        ProbeRequest r = MakeProbe(id, &f);
+        in_flight[id] = std::move(f);
         return r;
       },
-      [&](ProbeResponse r) {
-        InFlight f = std::move(in_flight[r.id]);
-        in_flight.erase(r.id);
-        const AuditTenant& t = o_.tenants[f.tenant];
-        const Completion c = ParseCompletion(r, f.stream);
-        const std::string outcome = Outcome(c);
-        ++result_.probes;
-        metrics_->CountProbe(f.kind, outcome);
-        const bool expected_refusal = f.kind == "boundary" &&
-                                      f.predicted_tokens > limit_ &&
-                                      c.status == 400;
-        if (!c.usable && !expected_refusal && outcome != "http_4xx") {
-          ++result_.probe_errors;
-        }
-        json probe = {{"probe", r.id},
-                      {"kind", f.kind},
-                      {"tenant", t.name},
-                      {"outcome", outcome},
-                      {"http_status", c.status},
-                      {"ms", c.total_ms},
-                      {"prompt_sha256", f.prompt_sha},
-                      {"markers", f.marker_ids}};
-        if (c.usable) {
-          probe["output_sha256"] = Sha256Hex(c.text);
-          probe["prompt_tokens"] = c.prompt_tokens;
-          if (f.stream) probe["ttft_ms"] = c.ttft_ms;
-        }
-        absl::Status s = Record("probe", std::move(probe));
-        std::vector<Finding> found;
-        if (c.usable) {
-          found = ScanOutput(scanner_, c.text, t.name, f.kind);
-          if (f.kind == "golden") {
-            auto g = CompareGolden(f.golden_variant, golden_[f.golden_variant],
-                                   c.text, t.name);
-            if (golden_by_rate_.count(f.golden_variant)) {
-              // Judged by rate at the end; only a divergence holding a
-              // foreign marker is a finding by itself.
-              (f.baseline ? base_n_ : cross_n_)++;
-              if (g.has_value()) (f.baseline ? base_div_ : cross_div_)++;
-              if (found.empty()) g.reset();
-            }
-            if (g.has_value()) {
-              // A divergence holding a foreign marker is the leak itself.
-              if (!found.empty()) g->severity = Severity::kCritical;
-              found.push_back(*std::move(g));
-            }
-          } else if (f.kind == "echo") {
-            auto e = CheckEcho(nonces_[f.tenant], c.text, t.name);
-            if (e.has_value()) found.push_back(*std::move(e));
-          }
-        }
-        if (f.kind == "boundary") {
-          BoundaryObservation o{f.predicted_tokens, limit_, c.status,
-                                c.usable ? c.prompt_tokens : -1, t.name};
-          for (Finding& b : JudgeBoundary(o)) found.push_back(std::move(b));
-          if (f.stream && c.usable) {
-            auto l =
-                JudgeLatency(latency_, f.predicted_tokens, c.ttft_ms, t.name);
-            if (l.has_value()) found.push_back(*std::move(l));
-          }
-        }
-        for (Finding& x : found) {
-          x.detail["probe"] = r.id;
-          if (s.ok()) s = AddFinding(std::move(x));
-        }
+      [&](ProbeResponse resp) {
+        InFlight f = std::move(in_flight[resp.id]);
+        in_flight.erase(resp.id);
+        const Completion c = ParseCompletion(resp, f.stream);
+        NoteTransport(c);
+        absl::Status s = Judge(static_cast<int64_t>(resp.id), f, c);
         if (!s.ok() && error.ok()) error = s;
         if (Clock::now() - last_progress > std::chrono::seconds(2)) {
           last_progress = Clock::now();
@@ -513,64 +571,74 @@ absl::Status Campaign::MainLoop() {
       },
       done);
   RETURN_IF_ERROR(error);
-  if (!golden_by_rate_.empty()) {
+  RETURN_IF_ERROR(down_);
+  if (rate_mode) {
     auto g = JudgeGoldenRates(base_div_, base_n_, cross_div_, cross_n_);
-    if (g.has_value()) RETURN_IF_ERROR(AddFinding(*std::move(g)));
+    if (g.has_value()) RETURN_IF_ERROR(AddFinding(*std::move(g), true));
   }
   return Flush();
 }
 
-bool Campaign::InBaseline(uint64_t probe, Clock::time_point start) const {
-  if (o_.max_probes > 0) {
-    return probe < static_cast<uint64_t>(o_.max_probes) / 4;
-  }
-  return Clock::now() - start < absl::ToChronoMilliseconds(o_.duration) / 4;
-}
-
+// Past-limit probes alone, after the load: under load first-token times
+// only grow, so a first token too fast for its prompt is clearest here.
 absl::Status Campaign::QuietProbes() {
-  if (unit_tokens_ == 0 || past_limit_units_ == 0) return absl::OkStatus();
-  const int predicted = unit_base_ + past_limit_units_ * unit_tokens_;
-  for (int i = 0; i < 3; ++i) {
-    const AuditTenant& t = o_.tenants[i % o_.tenants.size()];
-    const std::string prompt = BoundaryPrompt(past_limit_units_);
-    const Completion c = CompleteAlone(t, prompt, kBoundaryMaxTokens, true);
-    ++result_.probes;
-    const std::string outcome = Outcome(c);
-    metrics_->CountProbe("quiet_boundary", outcome);
-    if (!c.usable && c.status != 400 && outcome != "http_4xx") {
-      ++result_.probe_errors;
-    }
-    json probe = {{"probe", "quiet-" + std::to_string(i)},
-                  {"kind", "quiet_boundary"},
-                  {"tenant", t.name},
-                  {"outcome", outcome},
-                  {"http_status", c.status},
-                  {"ms", c.total_ms},
-                  {"prompt_sha256", Sha256Hex(prompt)}};
-    if (c.usable) {
-      probe["ttft_ms"] = c.ttft_ms;
-      probe["prompt_tokens"] = c.prompt_tokens;
-      probe["output_sha256"] = Sha256Hex(c.text);
-    }
-    RETURN_IF_ERROR(Record("probe", std::move(probe)));
-    std::vector<Finding> found;
-    BoundaryObservation o{predicted, limit_, c.status,
-                          c.usable ? c.prompt_tokens : -1, t.name};
-    for (Finding& b : JudgeBoundary(o)) found.push_back(std::move(b));
-    if (c.usable) {
-      auto l = JudgeLatency(latency_, predicted, c.ttft_ms, t.name);
-      if (l.has_value()) found.push_back(*std::move(l));
-    }
-    for (Finding& f : found) {
-      f.detail["probe"] = "quiet-" + std::to_string(i);
-      RETURN_IF_ERROR(AddFinding(std::move(f)));
-    }
+  if (cal_.unit_tokens == 0 || cal_.past_limit_units == 0) {
+    return absl::OkStatus();
+  }
+  for (int i = 0; i < kQuietProbes; ++i) {
+    InFlight f;
+    f.kind = ProbeKind::kPastLimit;
+    f.tenant = i % static_cast<int>(o_.tenants.size());
+    f.predicted = cal_.base_tokens + cal_.past_limit_units * cal_.unit_tokens;
+    f.stream = true;
+    const std::string prompt =
+        BoundaryPrompt(buster_.Next(), cal_.past_limit_units);
+    f.prompt_sha = Sha256Hex(prompt);
+    const Completion c =
+        SendAlone(o_.tenants[f.tenant], prompt, kBoundaryMaxTokens, true);
+    RETURN_IF_ERROR(down_);
+    RETURN_IF_ERROR(Judge(next_probe_++, f, c));
   }
   return Flush();
 }
 
-absl::StatusOr<CampaignResult> Campaign::Run() {
-  const auto start = Clock::now();
+absl::Status Campaign::CollectTrace() {
+  std::map<uint64_t, std::string> requests;
+  for (const auto& [request, tenant] : engine_requests_) {
+    requests[request] = o_.tenants[tenant].name;
+  }
+  TraceCollection tc = CollectTraces(followers_, requests);
+  trace_ = std::move(tc.tally);
+  r_.trace_nodes = std::move(tc.nodes);
+  for (const TraceNodeStats& n : r_.trace_nodes) {
+    metrics_->CountTraceEvents(static_cast<double>(n.events),
+                               static_cast<double>(n.dropped));
+  }
+  for (Finding& f : tc.findings) {
+    RETURN_IF_ERROR(AddFinding(std::move(f), /*flush=*/false));
+  }
+  return Flush();
+}
+
+CoverageInputs Campaign::Tallies() const {
+  CoverageInputs in;
+  for (const AuditTenant& t : o_.tenants) in.tenants.push_back(t.name);
+  in.floors = o_.floors;
+  in.required = o_.required;
+  in.calibration = &cal_;
+  in.tallies = tallies_;
+  in.controls = r_.positive_controls;
+  for (const Finding& f : r_.findings) ++in.findings[f.detector];
+  in.markers_registered = scanner_.size();
+  in.golden_baseline_n = base_n_;
+  in.golden_baseline_diverged = base_div_;
+  in.golden_cross_n = cross_n_;
+  in.golden_cross_diverged = cross_div_;
+  in.trace = trace_;
+  return in;
+}
+
+absl::Status Campaign::Steps() {
   if (o_.tenants.size() < 2) {
     return absl::InvalidArgumentError("a campaign needs at least two tenants");
   }
@@ -578,120 +646,134 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
     return absl::InvalidArgumentError(
         "--concurrency must be >= 1 and --rate > 0");
   }
-  id_ = absl::StrCat(
-      "c", absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::UTCTimeZone()),
-      "-", RandomHex(4));
-  result_.campaign_id = id_;
   ASSIGN_OR_RETURN(store_, storage::EvidenceStore::Open(o_.db_path));
-  // Positive controls first: a detector that cannot fire proves nothing.
-  result_.positive_controls = RunPositiveControls();
-  bool controls_ok = true;
-  for (const auto& [d, fired] : result_.positive_controls) {
-    metrics_->SetPositiveControl(d, fired);
-    controls_ok = controls_ok && fired;
-  }
+  json floors = json::object();
+  for (const char* d : kDetectorNames) floors[d] = Floor(d);
   RETURN_IF_ERROR(Record("campaign_start",
                          {{"target", o_.target},
-                          {"tenants",
-                           [&] {
-                             json a = json::array();
-                             for (const AuditTenant& t : o_.tenants)
-                               a.push_back(t.name);
-                             return a;
-                           }()},
+                          {"tenants", r_.tenants},
                           {"trace_nodes", o_.trace_urls},
                           {"duration_s", absl::ToDoubleSeconds(o_.duration)},
                           {"max_probes", o_.max_probes},
                           {"concurrency", o_.concurrency},
                           {"rate", o_.max_rate},
-                          {"key_sha256", Sha256Hex(key_)}}));
+                          {"floors", floors},
+                          {"required", o_.required},
+                          {"key_sha256", Sha256Hex(key_)}},
+                         true));
+  RETURN_IF_ERROR(Discover());
+  // Followed before calibration, so the ledgers see every page the
+  // campaign touches.
+  RETURN_IF_ERROR(StartTrace());
+  CalibrationOptions co;
+  co.tenants = o_.tenants;
+  co.secret_key = key_;
+  co.campaign_id = r_.campaign_id;
+  co.flag_limit = o_.max_prompt_tokens;
+  co.advertised = advertised_;
+  co.max_ladder_tokens = o_.max_ladder_tokens;
+  cal_ = Calibrate(co, [this](const AuditTenant& t, const std::string& prompt,
+                              int max_tokens, bool stream) {
+    return SendAlone(t, prompt, max_tokens, stream);
+  });
+  RETURN_IF_ERROR(down_);
+  r_.limit = cal_.limit;
+  RETURN_IF_ERROR(Record("calibration", cal_.ToEvidence(), true));
+  for (Finding f : cal_.findings)
+    RETURN_IF_ERROR(AddFinding(std::move(f), true));
+  BuildScanner();
+  RETURN_IF_ERROR(scanner_.Compile());
+  Controls();
   {
     json pc = json::object();
-    for (const auto& [d, fired] : result_.positive_controls) pc[d] = fired;
+    for (const auto& [d, passed] : r_.positive_controls) pc[d] = passed;
     RETURN_IF_ERROR(Record("positive_control", pc, true));
   }
-  if (!controls_ok) {
-    return absl::InternalError(
-        "a positive control failed: a detector did not fire on input it "
-        "must flag; nothing this campaign could say would be trustworthy");
-  }
-  RETURN_IF_ERROR(Discover());
-  // The registry of active markers: a pool per tenant, and a nonce each.
-  for (size_t i = 0; i < o_.tenants.size(); ++i) {
-    markers_.emplace_back();
-    for (int k = 0; k < kMarkersPerTenant; ++k) {
-      markers_[i].push_back(
-          canaries::DeriveMarker(key_, o_.tenants[i].name, id_, k));
-      scanner_.Add(markers_[i].back(), o_.tenants[i].name);
-    }
-    nonces_.push_back(canaries::DeriveNonce(key_, o_.tenants[i].name, id_, 0));
-    echo_ok_.push_back(false);
-  }
-  RETURN_IF_ERROR(scanner_.Compile());
-  for (const std::string& url : o_.trace_urls) {
-    followers_.push_back(std::make_unique<TraceFollower>(url));
-    RETURN_IF_ERROR(followers_.back()->Start());
-  }
-  RETURN_IF_ERROR(Calibrate());
   Progress("calibrated");
   RETURN_IF_ERROR(MainLoop());
   RETURN_IF_ERROR(QuietProbes());
-  // The trace detector: what each node's shadow ledger found.
-  for (auto& follower : followers_) {
-    absl::Status s = follower->Stop();
-    const LedgerStats st = follower->stats();
-    result_.trace_events += st.events;
-    result_.trace_dropped += st.dropped;
-    metrics_->CountTraceEvents(static_cast<double>(st.events),
-                               static_cast<double>(st.dropped));
-    for (const LedgerFinding& lf : follower->findings()) {
-      Finding f = FromLedger(lf);
-      f.detail["trace_url"] = follower->url();
-      RETURN_IF_ERROR(AddFinding(std::move(f)));
+  return CollectTrace();
+}
+
+void Campaign::Finish(const absl::Status& run) {
+  r_.ended_us = NowUs();
+  r_.elapsed = absl::Microseconds(r_.ended_us - r_.started_us);
+  const CoverageInputs in = Tallies();
+  if (run.ok()) r_.detectors = BuildCoverage(in);
+  const std::vector<std::string> problems =
+      run.ok() ? TenantProblems(in) : std::vector<std::string>{};
+  const VerdictDecision v =
+      DecideVerdict(run, r_.findings.size(), r_.detectors, problems);
+  r_.verdict = v.verdict;
+  r_.reasons = v.reasons;
+  JoinWriters(&r_.findings);
+  r_.incidents = GroupIncidents(r_.campaign_id, r_.findings);
+  const PlantSizing& sizing = cal_.sizing;
+  r_.plants.form = sizing.form;
+  r_.plants.markers_per_plant = sizing.markers_per_plant;
+  r_.plants.prompt_tokens = sizing.median_tokens;
+  r_.plants.fill = sizing.fill;
+  for (const TenantTally& t : tallies_) {
+    r_.plants.sent += t.plants_sent;
+    r_.plants.accepted_whole += t.plants_whole;
+  }
+  r_.timeline = MakeTimeline(r_.started_us, r_.ended_us, probe_times_,
+                             error_times_, r_.findings);
+  if (store_ != nullptr) {
+    for (const Incident& i : r_.incidents) {
+      (void)Record("incident", i.ToJson());
     }
-    if (!s.ok()) {
-      return absl::UnavailableError(absl::StrCat(
-          "trace stream of ", follower->url(), " broke: ", s.message()));
+    json detectors = json::array();
+    for (const DetectorCoverage& d : r_.detectors)
+      detectors.push_back(d.ToJson());
+    absl::Status s =
+        Record("campaign_end",
+               {{"verdict", VerdictName(r_.verdict)},
+                {"exit_code", r_.exit_code()},
+                {"reasons", r_.reasons},
+                {"detectors", detectors},
+                {"probes", r_.probes},
+                {"usable", r_.usable},
+                {"findings", r_.findings.size()},
+                {"incidents", r_.incidents.size()},
+                {"trace_events", trace_.events},
+                {"trace_dropped", trace_.dropped},
+                {"elapsed_ms", absl::ToDoubleMilliseconds(r_.elapsed)},
+                {"result", VerdictName(r_.verdict)}},
+               true);
+    if (!s.ok() && r_.verdict != Verdict::kError) {
+      r_.verdict = Verdict::kError;
+      r_.reasons = {absl::StrCat("the evidence store could not be written: ",
+                                 s.message())};
     }
   }
-  result_.elapsed = absl::FromChrono(Clock::now() - start);
-  json by_kind = json::object();
-  for (const Finding& f : result_.findings) {
-    by_kind[f.kind] = by_kind.value(f.kind, 0) + 1;
-  }
-  const bool usable =
-      result_.probes > 0 && result_.probe_errors * 2 <= result_.probes;
-  RETURN_IF_ERROR(
-      Record("campaign_end",
-             {{"probes", result_.probes},
-              {"probe_errors", result_.probe_errors},
-              {"findings", result_.findings.size()},
-              {"findings_by_kind", by_kind},
-              {"trace_events", result_.trace_events},
-              {"trace_dropped", result_.trace_dropped},
-              {"elapsed_ms", absl::ToDoubleMilliseconds(result_.elapsed)},
-              {"result", usable ? "completed" : "error"}},
-             true));
-  Progress("done");
-  if (!usable) {
-    return absl::UnavailableError(
-        absl::StrCat(result_.probe_errors, " of ", result_.probes,
-                     " probes got no usable answer from ", o_.target,
-                     ": the campaign cannot vouch for the target"));
-  }
-  return result_;
+  metrics_->CampaignEnded(r_.verdict, r_.detectors,
+                          absl::ToDoubleSeconds(r_.elapsed),
+                          static_cast<double>(r_.ended_us) / 1e6);
+  Progress(VerdictName(r_.verdict));
+}
+
+CampaignResult Campaign::Run() {
+  r_.started_us = NowUs();
+  r_.campaign_id = absl::StrCat(
+      "c", absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::UTCTimeZone()),
+      "-", RandomHex(4));
+  r_.target = o_.target;
+  r_.db_path = o_.db_path;
+  for (const AuditTenant& t : o_.tenants) r_.tenants.push_back(t.name);
+  tallies_.assign(o_.tenants.size(), TenantTally{});
+  absl::Status s = Steps();
+  for (auto& follower : followers_) (void)follower->Stop(absl::ZeroDuration());
+  if (s.ok()) s = Flush();
+  Finish(s);
+  return std::move(r_);
 }
 
 }  // namespace
 
-absl::StatusOr<CampaignResult> RunCampaign(const CampaignOptions& options,
-                                           AuditorMetrics* metrics) {
-  Campaign c(options, metrics);
-  auto result = c.Run();
-  metrics->CampaignEnded(
-      result.ok() ? absl::ToDoubleSeconds(result->elapsed) : 0, result.ok(),
-      absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
-  return result;
+CampaignResult RunCampaign(const CampaignOptions& options,
+                           AuditorMetrics* metrics) {
+  return Campaign(options, metrics).Run();
 }
 
 }  // namespace kvcanary::auditor

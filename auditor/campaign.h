@@ -1,21 +1,29 @@
 // One audit campaign against an OpenAI-compatible endpoint: act as several
 // tenants at once, plant canary markers and hunt for them, probe golden
-// answers, echoes, the advertised input limit and first-token latency,
-// follow engine trace streams into shadow ledgers, and record everything
-// (ids, hashes, timings; never text the auditor did not write) in the
-// hash-chained evidence store. See docs/auditor.md.
+// answers, echoes, the input limit and first-token latency, follow engine
+// trace streams into shadow ledgers, and record everything (ids, hashes,
+// timings; never text the auditor did not write) in the hash-chained
+// evidence store. It ends in one verdict with the coverage that earned it
+// (auditor/coverage.h), findings grouped into incidents. docs/auditor.md.
 #ifndef KVCANARY_AUDITOR_CAMPAIGN_H_
 #define KVCANARY_AUDITOR_CAMPAIGN_H_
 
+#include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "auditor/audit_tenants.h"
+#include "auditor/calibration.h"
+#include "auditor/coverage.h"
 #include "auditor/findings.h"
+#include "auditor/incidents.h"
 #include "auditor/metrics.h"
+#include "auditor/target_limits.h"
+#include "auditor/trace_join.h"
+#include "nlohmann/json.hpp"
 
 namespace kvcanary::auditor {
 
@@ -30,29 +38,74 @@ struct CampaignOptions {
   double max_rate = 200;      // probes per second
   std::string secret_key;     // HMAC key for markers; empty: random
   std::string model;          // the request's "model"; empty: from /v1/models
-  int max_prompt_tokens = 0;  // advertised input limit; 0: from /v1/models
+  int max_prompt_tokens = 0;  // the input limit; 0: advertised or measured
   absl::Duration request_timeout = absl::Seconds(30);
-  bool progress = true;  // progress lines on stderr
+  // Coverage floors per tenant: "" key is the default for every detector.
+  std::map<std::string, int> floors = {{"", kDefaultFloor}};
+  // Detectors that must reach their floor for `clean`; empty: the default
+  // (every detector but echo on a model that never echoes alone and trace
+  // without trace_urls).
+  std::set<std::string> required;
+  // Consecutive requests without an HTTP answer before the campaign stops:
+  // "target down".
+  int max_consecutive_failures = 20;
+  int max_ladder_tokens = 16384;  // how far the limit ladder climbs
+  bool progress = true;           // progress lines on stderr
+};
+
+struct PlantStats {
+  std::string form;
+  int markers_per_plant = 0;
+  int prompt_tokens = 0;  // median measured alone
+  double fill = 0;        // prompt_tokens / limit
+  int64_t sent = 0, accepted_whole = 0;
+};
+
+// Probes, errors and findings per time bucket, for the report's chart.
+struct Timeline {
+  double bucket_s = 1;
+  std::vector<int64_t> probes, errors, findings;
 };
 
 struct CampaignResult {
   std::string campaign_id;
-  int64_t probes = 0;
-  int64_t probe_errors = 0;  // no usable answer (transport, bad JSON, 5xx)
-  std::vector<Finding> findings;
-  std::map<std::string, bool> positive_controls;
-  // detector -> "active" or "disabled: <why>" (e.g. not calibrated).
-  std::map<std::string, std::string> detectors;
-  uint64_t trace_events = 0, trace_dropped = 0;
+  std::string target, model;
+  std::vector<std::string> tenants;
+  int64_t started_us = 0, ended_us = 0;
   absl::Duration elapsed;
+  Verdict verdict = Verdict::kError;
+  std::vector<std::string> reasons;  // why not clean
+  TargetLimit limit;
+  PlantStats plants;
+  int64_t probes = 0, usable = 0;
+  std::map<std::string, int64_t> by_kind, by_outcome;
+  std::map<std::string, bool> positive_controls;
+  std::vector<DetectorCoverage> detectors;
+  std::vector<Finding> findings;  // raw rows, as recorded
+  std::vector<Incident> incidents;
+  std::vector<TraceNodeStats> trace_nodes;
+  Timeline timeline;
+  std::string db_path;
+  int64_t first_seq = 0, last_seq = 0;  // this campaign's evidence rows
+
+  int exit_code() const { return static_cast<int>(verdict); }
+  // The campaign-result document (docs/campaign-result.schema.json).
+  nlohmann::json ToJson() const;
 };
 
-// Runs one campaign. An error (exit code 2) when the campaign cannot vouch
-// for anything: a positive control failed, the target or a trace node is
-// unreachable or answers garbage, the evidence store cannot be written, or
-// most probes got no usable answer. Findings are results, not errors.
-absl::StatusOr<CampaignResult> RunCampaign(const CampaignOptions& options,
-                                           AuditorMetrics* metrics);
+// Probes, errors and findings (by their ts_us) in buckets over
+// [started_us, ended_us]: at least 1 s each, at most 120 buckets.
+Timeline MakeTimeline(int64_t started_us, int64_t ended_us,
+                      const std::vector<int64_t>& probe_us,
+                      const std::vector<int64_t>& error_us,
+                      const std::vector<Finding>& findings);
+
+// Runs one campaign. Never fails silently: a campaign that could not run
+// (the target or a trace node unreachable, a key refused at the start, the
+// evidence store unwritable, the target down mid-run) is verdict `error`
+// with the reason; everything else is judged by DecideVerdict.
+CampaignResult RunCampaign(const CampaignOptions& options,
+                           AuditorMetrics* metrics);
 
 }  // namespace kvcanary::auditor
 

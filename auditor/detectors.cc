@@ -2,11 +2,15 @@
 
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "auditor/shadow_ledger.h"
+#include "auditor/test_break.h"
 #include "common/check.h"
 
 namespace kvcanary::auditor {
@@ -46,6 +50,7 @@ std::vector<Finding> ScanOutput(const canaries::MarkerScanner& scanner,
                                 const std::string& probe_tenant,
                                 const std::string& probe_kind) {
   std::vector<Finding> out;
+  if (TestBroken("output_scan")) return out;
   for (const canaries::MarkerHit& hit : scanner.Scan(output)) {
     if (!hit.marker_id.empty() && hit.owner == probe_tenant) continue;
     Finding f;
@@ -59,6 +64,8 @@ std::vector<Finding> ScanOutput(const canaries::MarkerScanner& scanner,
                 {"words_matched", hit.words_matched},
                 {"exact", hit.exact},
                 {"output_sha256", Sha256Hex(output)}};
+    f.reader = probe_tenant;
+    f.writer = hit.owner;
     out.push_back(std::move(f));
   }
   return out;
@@ -67,7 +74,7 @@ std::vector<Finding> ScanOutput(const canaries::MarkerScanner& scanner,
 std::optional<Finding> CompareGolden(int variant, absl::string_view expected,
                                      absl::string_view got,
                                      const std::string& tenant) {
-  if (expected == got) return std::nullopt;
+  if (expected == got || TestBroken("golden")) return std::nullopt;
   Finding f;
   f.detector = "golden";
   f.kind = "golden_mismatch";
@@ -76,12 +83,16 @@ std::optional<Finding> CompareGolden(int variant, absl::string_view expected,
               {"variant", variant},
               {"expected_sha256", Sha256Hex(expected)},
               {"got_sha256", Sha256Hex(got)}};
+  f.reader = tenant;
+  f.group = {{"variant", variant}};
   return f;
 }
 
 std::optional<Finding> JudgeGoldenRates(int baseline_diverged, int baseline_n,
                                         int cross_diverged, int cross_n) {
-  if (baseline_n < 10 || cross_n < 10) return std::nullopt;
+  if (baseline_n < 10 || cross_n < 10 || TestBroken("golden")) {
+    return std::nullopt;
+  }
   const double p1 = static_cast<double>(baseline_diverged) / baseline_n;
   const double p2 = static_cast<double>(cross_diverged) / cross_n;
   const double pooled =
@@ -105,6 +116,7 @@ std::optional<Finding> JudgeGoldenRates(int baseline_diverged, int baseline_n,
 std::optional<Finding> CheckEcho(const canaries::Marker& nonce,
                                  absl::string_view output,
                                  const std::string& tenant) {
+  if (TestBroken("echo")) return std::nullopt;
   const std::vector<std::string> nonce_words = Words(nonce.text);
   for (const std::string& w : Words(output)) {
     for (const std::string& n : nonce_words) {
@@ -118,128 +130,128 @@ std::optional<Finding> CheckEcho(const canaries::Marker& nonce,
   f.detail = {{"tenant", tenant},
               {"nonce", nonce.id},
               {"output_sha256", Sha256Hex(output)}};
+  f.reader = tenant;
   return f;
 }
 
 std::vector<Finding> JudgeBoundary(const BoundaryObservation& o) {
   std::vector<Finding> out;
-  if (o.http_status != 200) return out;
-  nlohmann::json detail = {
-      {"tenant", o.tenant},
-      {"predicted_prompt_tokens", o.predicted_prompt_tokens},
-      {"advertised_limit", o.advertised_limit},
-      {"reported_prompt_tokens", o.reported_prompt_tokens},
-      {"http_status", o.http_status}};
-  if (o.advertised_limit > 0 &&
-      o.predicted_prompt_tokens > o.advertised_limit) {
+  if (o.http_status != 200 || TestBroken("boundary")) return out;
+  auto make = [&o](const char* kind) {
     Finding f;
     f.detector = "boundary";
-    f.kind = "boundary_accepted";
+    f.kind = kind;
     f.severity = Severity::kHigh;
-    f.detail = detail;
-    out.push_back(std::move(f));
+    f.reader = o.tenant;
+    f.group = {{"template", o.template_name}};
+    f.detail = {{"tenant", o.tenant},
+                {"template", o.template_name},
+                {"predicted_prompt_tokens", o.predicted_prompt_tokens},
+                {"limit", o.limit},
+                {"reported_prompt_tokens", o.reported_prompt_tokens},
+                {"http_status", o.http_status}};
+    return f;
+  };
+  if (o.limit > 0 && o.predicted_prompt_tokens - o.tolerance > o.limit) {
+    out.push_back(make("boundary_accepted"));
   }
-  if (o.reported_prompt_tokens >= 0 &&
-      o.reported_prompt_tokens != o.predicted_prompt_tokens) {
-    Finding f;
-    f.detector = "boundary";
-    f.kind = "prompt_tokens_mismatch";
-    f.severity = Severity::kHigh;
-    f.detail = detail;
-    out.push_back(std::move(f));
+  if (o.reported_prompt_tokens >= 0) {
+    const int diff = o.reported_prompt_tokens - o.predicted_prompt_tokens;
+    if (diff < -o.tolerance) {
+      out.push_back(make("prompt_truncated"));
+    } else if (diff > o.tolerance) {
+      out.push_back(make("prompt_tokens_mismatch"));
+    }
   }
   return out;
 }
 
+LatencyModel FitLatency(const std::vector<std::pair<int, double>>& samples) {
+  LatencyModel m;
+  std::map<int, std::vector<double>> by_length;
+  for (const auto& [tokens, ms] : samples) by_length[tokens].push_back(ms);
+  std::vector<std::pair<double, double>> points;  // (tokens, median ms)
+  for (auto& [tokens, v] : by_length) {
+    std::sort(v.begin(), v.end());
+    points.push_back({static_cast<double>(tokens), v[v.size() / 2]});
+  }
+  m.lengths = static_cast<int>(points.size());
+  if (!by_length.empty()) m.base_ms = by_length.begin()->second.front();
+  if (points.size() < 3) {
+    m.failure = absl::StrCat("latency calibrated at ", points.size(),
+                             " prompt lengths; at least 3 are needed");
+    return m;
+  }
+  double sx = 0, sy = 0;
+  for (const auto& [x, y] : points) {
+    sx += x;
+    sy += y;
+  }
+  const double n = static_cast<double>(points.size());
+  const double mx = sx / n, my = sy / n;
+  double sxx = 0, sxy = 0, syy = 0;
+  for (const auto& [x, y] : points) {
+    sxx += (x - mx) * (x - mx);
+    sxy += (x - mx) * (y - my);
+    syy += (y - my) * (y - my);
+  }
+  if (sxx <= 0) {
+    m.failure = "latency calibration prompts all had the same length";
+    return m;
+  }
+  m.per_token_ms = sxy / sxx;
+  m.intercept_ms = my - m.per_token_ms * mx;
+  double ss_res = 0;
+  for (const auto& [x, y] : points) {
+    const double e = y - (m.intercept_ms + m.per_token_ms * x);
+    ss_res += e * e;
+  }
+  m.r2 = syy > 0 ? 1 - ss_res / syy : 0;
+  const double longest = points.back().first;
+  if (m.per_token_ms <= 0) {
+    m.failure = absl::StrFormat(
+        "first-token time does not grow with prompt length (slope %.4g ms per "
+        "token): a cache or a fixed delay, not a measurable prefill",
+        m.per_token_ms);
+  } else if (m.r2 < 0.8) {
+    m.failure = absl::StrFormat(
+        "first-token time fits prompt length poorly (R² %.2f < 0.8)", m.r2);
+  } else if (m.per_token_ms * longest < 1.0) {
+    m.failure = absl::StrFormat(
+        "the prefill of %d tokens costs %.3f ms: too little to judge against "
+        "timing noise",
+        static_cast<int>(longest), m.per_token_ms * longest);
+  } else {
+    m.calibrated = true;
+  }
+  return m;
+}
+
 std::optional<Finding> JudgeLatency(const LatencyModel& m, int prompt_tokens,
-                                    double ttft_ms, const std::string& tenant) {
+                                    double ttft_ms, const std::string& tenant,
+                                    const std::string& template_name,
+                                    bool* judged) {
+  if (judged != nullptr) *judged = false;
   if (!m.calibrated) return std::nullopt;
   const double prefill_ms = m.per_token_ms * prompt_tokens;
   if (prefill_ms < 1.0) return std::nullopt;  // too small to judge
+  if (judged != nullptr) *judged = true;
   const double floor_ms = m.base_ms + 0.3 * prefill_ms;
-  if (ttft_ms >= floor_ms) return std::nullopt;
+  if (ttft_ms >= floor_ms || TestBroken("latency")) return std::nullopt;
   Finding f;
   f.detector = "latency";
   f.kind = "latency_implausible";
   f.severity = Severity::kMedium;
+  f.reader = tenant;
+  f.group = {{"template", template_name}};
   f.detail = {{"tenant", tenant},
+              {"template", template_name},
               {"prompt_tokens", prompt_tokens},
               {"ttft_ms", ttft_ms},
               {"floor_ms", floor_ms},
               {"calibrated_base_ms", m.base_ms},
               {"calibrated_per_token_ms", m.per_token_ms}};
   return f;
-}
-
-std::map<std::string, bool> RunPositiveControls() {
-  std::map<std::string, bool> fired;
-  const std::string key = "positive-control-key";
-  // output_scan: tenant b's output holds tenant a's marker.
-  {
-    canaries::MarkerScanner scanner(canaries::kDefaultMinPartialWords);
-    const canaries::Marker a = canaries::DeriveMarker(key, "pc-a", "pc", 1);
-    scanner.Add(a, "pc-a");
-    fired["output_scan"] =
-        scanner.Compile().ok() &&
-        !ScanOutput(scanner, "and then " + a.text + " the end", "pc-b", "sniff")
-             .empty() &&
-        ScanOutput(scanner, "and then " + a.text, "pc-a", "sniff").empty();
-  }
-  fired["golden"] =
-      CompareGolden(0, "the cat sat", "the cat ran", "pc-a").has_value() &&
-      !CompareGolden(0, "same", "same", "pc-a").has_value() &&
-      JudgeGoldenRates(2, 40, 20, 40).has_value() &&
-      !JudgeGoldenRates(4, 40, 5, 40).has_value();
-  {
-    const canaries::Marker nonce = canaries::DeriveNonce(key, "pc-a", "pc", 1);
-    fired["echo"] = CheckEcho(nonce, "zzz qqq", "pc-a").has_value() &&
-                    !CheckEcho(nonce, nonce.text, "pc-a").has_value();
-  }
-  {
-    BoundaryObservation over{300, 256, 200, 300, "pc-a"};
-    BoundaryObservation truncated{200, 256, 200, 120, "pc-a"};
-    BoundaryObservation fine{200, 256, 200, 200, "pc-a"};
-    fired["boundary"] = !JudgeBoundary(over).empty() &&
-                        !JudgeBoundary(truncated).empty() &&
-                        JudgeBoundary(fine).empty();
-  }
-  {
-    LatencyModel m{true, 2.0, 0.05};
-    fired["latency"] = JudgeLatency(m, 400, 2.1, "pc-a").has_value() &&
-                       !JudgeLatency(m, 400, 30.0, "pc-a").has_value();
-  }
-  {
-    // The incident in miniature: tenant 2 writes page 1, frees it
-    // unscrubbed; tenant 1 gets it and reads it without writing.
-    ShadowLedger ledger;
-    TraceEvent e;
-    e.node = TraceNode::kDecode;
-    e.page = PageId(1);
-    e.type = TraceEventType::kPageAlloc;
-    e.gen = PageGeneration(1);
-    e.tenant = TenantId(2);
-    e.request = RequestId(7);
-    ledger.Apply(e);
-    e.type = TraceEventType::kPageWrite;
-    e.first_slot = 0;
-    e.last_slot_exclusive = 16;
-    e.writer_gen = e.gen;
-    ledger.Apply(e);
-    e.type = TraceEventType::kPageFree;
-    ledger.Apply(e);
-    e.type = TraceEventType::kPageAlloc;
-    e.gen = PageGeneration(2);
-    e.tenant = TenantId(1);
-    e.request = RequestId(8);
-    ledger.Apply(e);
-    e.type = TraceEventType::kPageRead;
-    e.slots = 16;
-    const auto found = ledger.Apply(e);
-    fired["trace"] = found.size() == 1 &&
-                     found[0].kind == LedgerFindingKind::kForeignTenantRead &&
-                     found[0].writer.tenant == TenantId(2);
-  }
-  return fired;
 }
 
 }  // namespace kvcanary::auditor

@@ -1,11 +1,12 @@
 // The black-box detectors, as pure functions of what a probe sent and got
-// back, so the campaign and the positive controls run the same code.
+// back, so the campaign and its positive controls run the same code on the
+// same objects (auditor/positive_controls.h).
 #ifndef KVCANARY_AUDITOR_DETECTORS_H_
 #define KVCANARY_AUDITOR_DETECTORS_H_
 
-#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/string_view.h"
@@ -49,34 +50,46 @@ std::optional<Finding> CheckEcho(const canaries::Marker& nonce,
                                  const std::string& tenant);
 
 // Boundary: what the probe sent (in calibrated units of prompt tokens), the
-// advertised limit, and what came back.
+// input limit, and what came back.
 struct BoundaryObservation {
   int predicted_prompt_tokens = 0;  // from the calibration
-  int advertised_limit = 0;         // max prompt tokens the target states
-  int http_status = 0;
+  int limit = 0;  // a longer prompt must be refused (TargetLimit::refuse_above)
+  int http_status = 0;              // for an error in a 200 stream: its status
   int reported_prompt_tokens = -1;  // usage.prompt_tokens; -1: none
+  int tolerance = 0;  // tokens a unique prefix may vary by (calibrated)
   std::string tenant;
+  std::string template_name;  // at_limit, past_limit, quiet, ladder
 };
-// A 200 past the advertised limit (boundary_accepted), and a 200 whose
-// usage.prompt_tokens disagrees with what was sent (prompt_tokens_mismatch:
-// a silently truncated or dropped prompt reports a different count).
+// A 200 past the limit (boundary_accepted), a 200 whose usage.prompt_tokens
+// is below what was sent (prompt_truncated: the target processed part of
+// the prompt) or otherwise disagrees with it (prompt_tokens_mismatch).
 std::vector<Finding> JudgeBoundary(const BoundaryObservation& o);
 
-// Latency plausibility: time to first token against a prefill rate
-// calibrated alone. ttft below base + 0.3 × per_token × prompt_tokens, where
-// the prefill share is at least 1 ms, means the prompt was not prefilled.
+// Latency plausibility: time to first token against a prefill cost
+// calibrated alone on cache-busted prompts.
 struct LatencyModel {
   bool calibrated = false;
-  double base_ms = 0;       // fastest first token for a one-unit prompt
-  double per_token_ms = 0;  // prefill cost per prompt token
+  double base_ms = 0;       // fastest first token at the shortest length
+  double per_token_ms = 0;  // prefill cost per prompt token (the fit's slope)
+  double intercept_ms = 0;  // the fit's intercept
+  double r2 = 0;            // goodness of the fit on per-length medians
+  int lengths = 0;          // distinct prompt lengths fitted
+  std::string failure;      // why the calibration failed ("" if it did not)
 };
+// Fits ttft = intercept + per_token × prompt_tokens to `samples` (prompt
+// tokens, ttft ms) on the median of each length. Calibrated only with at
+// least three lengths, a positive slope, R² >= 0.8 and a prefill share of
+// at least 1 ms at the longest length; otherwise `failure` says which (a
+// flat or zero cost is a failed calibration, not a fast server).
+LatencyModel FitLatency(const std::vector<std::pair<int, double>>& samples);
+// A first token faster than base + 0.3 × per_token × prompt_tokens means
+// the prompt was not prefilled. Judged only where the prefill share is at
+// least 1 ms (returns nullopt and sets *judged false otherwise).
 std::optional<Finding> JudgeLatency(const LatencyModel& model,
                                     int prompt_tokens, double ttft_ms,
-                                    const std::string& tenant);
-
-// Runs every detector (and the shadow ledger) on an input it must flag.
-// detector -> fired. A detector that does not fire cannot be trusted.
-std::map<std::string, bool> RunPositiveControls();
+                                    const std::string& tenant,
+                                    const std::string& template_name,
+                                    bool* judged = nullptr);
 
 }  // namespace kvcanary::auditor
 

@@ -1,7 +1,7 @@
 #include "auditor/findings.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 
 namespace kvcanary::auditor {
 
@@ -17,6 +17,11 @@ const char* SeverityName(Severity s) {
       return "critical";
   }
   return "unknown";
+}
+
+std::string Rfc3339Utc(int64_t unix_us) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixMicros(unix_us),
+                          absl::UTCTimeZone());
 }
 
 namespace {
@@ -38,7 +43,16 @@ nlohmann::json Identity(const StampIdentity& id) {
 }
 }  // namespace
 
-Finding FromLedger(const LedgerFinding& f) {
+std::string EngineTenantName(uint32_t engine_tenant,
+                             const std::map<uint32_t, std::string>& names) {
+  if (engine_tenant == 0) return "";
+  auto it = names.find(engine_tenant);
+  if (it != names.end()) return it->second;
+  return absl::StrCat("engine-tenant-", engine_tenant);
+}
+
+Finding FromLedger(const LedgerFinding& f,
+                   const std::map<uint32_t, std::string>& tenant_name) {
   Finding out;
   out.detector = "trace";
   out.kind = absl::StrCat("trace_", LedgerFindingKindName(f.kind));
@@ -56,29 +70,27 @@ Finding FromLedger(const LedgerFinding& f) {
       out.severity = Severity::kMedium;
       break;
   }
+  out.ts_us = f.seen_unix_us;
+  out.engine_request = f.reader.request.value();
+  out.reader = EngineTenantName(f.reader.tenant.value(), tenant_name);
+  out.writer = EngineTenantName(f.writer.tenant.value(), tenant_name);
+  out.group = {{"node", NodeName(f.node)}};
   out.detail = {{"node", NodeName(f.node)},
-                {"page", f.page.value()},
                 {"reader", Identity(f.reader)},
                 {"writer", Identity(f.writer)},
-                {"slots", f.slots}};
+                {"reader_tenant", out.reader},
+                {"writer_tenant", out.writer},
+                {"writer_shared", f.writer_shared},
+                {"slots", f.slots},
+                {"event_seq", f.event_seq}};
   if (f.kind == LedgerFindingKind::kTransferMismatch) {
     out.detail["pages_sent"] = f.pages_sent;
     out.detail["pages_expected"] = f.pages_expected;
+  } else {
+    out.detail["page"] = f.page.value();
   }
   if (f.kind == LedgerFindingKind::kEngineViolation) {
     out.detail["engine_kind"] = ViolationKindName(f.engine_kind);
-  }
-  return out;
-}
-
-std::string FindingsTable(const std::vector<Finding>& findings) {
-  std::string out = absl::StrFormat("%-30s %-9s %-12s %s\n", "KIND", "SEVERITY",
-                                    "DETECTOR", "DETAIL");
-  for (const Finding& f : findings) {
-    std::string detail = f.detail.dump();
-    if (detail.size() > 160) detail = detail.substr(0, 157) + "...";
-    absl::StrAppendFormat(&out, "%-30s %-9s %-12s %s\n", f.kind,
-                          SeverityName(f.severity), f.detector, detail);
   }
   return out;
 }

@@ -4,6 +4,8 @@
 #ifndef KVCANARY_AUDITOR_FINDINGS_H_
 #define KVCANARY_AUDITOR_FINDINGS_H_
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -15,19 +17,35 @@ namespace kvcanary::auditor {
 enum class Severity { kLow = 1, kMedium = 2, kHigh = 3, kCritical = 4 };
 const char* SeverityName(Severity s);
 
+// "2026-12-03T10:15:00.123Z": how reports and evidence write a time.
+std::string Rfc3339Utc(int64_t unix_us);
+
 struct Finding {
   std::string kind;  // e.g. "foreign_marker", "trace_foreign_tenant_read"
   Severity severity = Severity::kMedium;
   std::string detector;  // output_scan, golden, echo, boundary, latency, trace
   nlohmann::json detail = nlohmann::json::object();
+
+  // What joins findings into incidents (auditor/incidents.h).
+  int64_t ts_us = 0;   // when it was made, Unix microseconds
+  int64_t probe = -1;  // the auditor's probe number; -1: none (trace, rates)
+  uint64_t engine_request = 0;  // the reader's engine request id; 0: unknown
+  std::string reader;          // the tenant who got the answer or read the page
+  std::string writer;          // whose data it was ("" unknown)
+  bool writer_joined = false;  // `writer` came from the trace (JoinWriters)
+  // Grouping fields beyond detector, kind, reader and writer, e.g.
+  // {"node": "decode"} or {"template": "past_limit"}.
+  nlohmann::json group = nlohmann::json::object();
 };
 
 // A shadow-ledger finding as an auditor finding ("trace_<kind>"), with the
-// node, page, reader and writer (engine tenant and request ids).
-Finding FromLedger(const LedgerFinding& f);
-
-// Findings as a fixed-width text table (kind, severity, detector, detail).
-std::string FindingsTable(const std::vector<Finding>& findings);
+// node, page, reader and writer (engine tenant and request ids), named by
+// `tenant_name` (engine tenant id -> the auditor's tenant name; an id it
+// does not know is named "engine-tenant-<id>").
+Finding FromLedger(const LedgerFinding& f,
+                   const std::map<uint32_t, std::string>& tenant_name);
+std::string EngineTenantName(uint32_t engine_tenant,
+                             const std::map<uint32_t, std::string>& names);
 
 }  // namespace kvcanary::auditor
 

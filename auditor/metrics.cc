@@ -1,8 +1,38 @@
 #include "auditor/metrics.h"
 
+#include <algorithm>
+#include <climits>
+
 #include "prometheus/text_serializer.h"
 
 namespace kvcanary::auditor {
+
+const std::vector<std::pair<const char*, const char*>> kFindingKindSeverities =
+    {{"foreign_marker", "critical"},
+     {"foreign_marker", "high"},
+     {"foreign_marker_shape", "high"},
+     {"golden_mismatch", "medium"},
+     {"golden_mismatch", "critical"},
+     {"golden_divergence_rate", "high"},
+     {"echo_failure", "high"},
+     {"boundary_accepted", "high"},
+     {"prompt_truncated", "high"},
+     {"prompt_tokens_mismatch", "high"},
+     {"latency_implausible", "medium"},
+     {"trace_foreign_tenant_read", "critical"},
+     {"trace_late_write", "critical"},
+     {"trace_stale_request_read", "high"},
+     {"trace_transfer_mismatch", "high"},
+     {"trace_engine_violation", "high"},
+     {"trace_unwritten_read", "medium"}};
+
+namespace {
+constexpr Verdict kVerdicts[] = {Verdict::kClean, Verdict::kFindings,
+                                 Verdict::kError, Verdict::kInconclusive};
+constexpr DetectorState kStates[] = {DetectorState::kActive,
+                                     DetectorState::kInconclusive,
+                                     DetectorState::kDisabled};
+}  // namespace
 
 AuditorMetrics::AuditorMetrics()
     : registry_(std::make_shared<prometheus::Registry>()) {
@@ -12,15 +42,51 @@ AuditorMetrics::AuditorMetrics()
                  .Register(*registry_);
   findings_ = &prometheus::BuildCounter()
                    .Name("kvcanary_auditor_findings_total")
-                   .Help("Findings, by kind and severity")
+                   .Help("Finding rows, by kind and severity")
                    .Register(*registry_);
+  for (const auto& [kind, severity] : kFindingKindSeverities) {
+    findings_->Add({{"kind", kind}, {"severity", severity}});
+  }
   positive_control_ =
       &prometheus::BuildGauge()
            .Name("kvcanary_auditor_positive_control")
            .Help(
-               "1 if the detector fired on its known-bad input at the start "
-               "of the last campaign, 0 if it did not")
+               "1 if the detector fired on its known-bad input in the last "
+               "campaign, 0 if it did not")
            .Register(*registry_);
+  detector_state_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_auditor_detector_state")
+           .Help(
+               "1 for each detector's state in the last campaign (active, "
+               "inconclusive, disabled), 0 for the others")
+           .Register(*registry_);
+  detector_coverage_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_auditor_detector_coverage")
+           .Help(
+               "The weakest tenant's coverage of each detector in the last "
+               "campaign (its unit: docs/auditor.md)")
+           .Register(*registry_);
+  detector_floor_ = &prometheus::BuildGauge()
+                         .Name("kvcanary_auditor_detector_floor")
+                         .Help("Each detector's coverage floor per tenant")
+                         .Register(*registry_);
+  last_verdict_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_auditor_last_verdict")
+           .Help(
+               "1 for the last campaign's verdict (clean, findings, error, "
+               "inconclusive), 0 for the others")
+           .Register(*registry_);
+  campaigns_ = &prometheus::BuildCounter()
+                    .Name("kvcanary_auditor_campaigns_total")
+                    .Help("Campaigns run, by verdict")
+                    .Register(*registry_);
+  for (Verdict v : kVerdicts) {
+    last_verdict_->Add({{"verdict", VerdictName(v)}});
+    campaigns_->Add({{"result", VerdictName(v)}});
+  }
   auto& trace =
       prometheus::BuildCounter()
           .Name("kvcanary_auditor_trace_events_total")
@@ -28,22 +94,17 @@ AuditorMetrics::AuditorMetrics()
           .Register(*registry_);
   trace_consumed_ = &trace.Add({{"state", "consumed"}});
   trace_dropped_ = &trace.Add({{"state", "dropped"}});
-  last_success_ = &prometheus::BuildGauge()
-                       .Name("kvcanary_auditor_last_success_timestamp_seconds")
-                       .Help("Unix time the last campaign completed")
-                       .Register(*registry_)
-                       .Add({});
+  last_success_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_auditor_last_success_timestamp_seconds")
+           .Help("Unix time the last campaign that ran to a verdict ended")
+           .Register(*registry_)
+           .Add({});
   duration_ = &prometheus::BuildGauge()
                    .Name("kvcanary_auditor_campaign_duration_seconds")
                    .Help("How long the last campaign took")
                    .Register(*registry_)
                    .Add({});
-  auto& campaigns = prometheus::BuildCounter()
-                        .Name("kvcanary_auditor_campaigns_total")
-                        .Help("Campaigns run, by result")
-                        .Register(*registry_);
-  campaigns_ok_ = &campaigns.Add({{"result", "completed"}});
-  campaigns_failed_ = &campaigns.Add({{"result", "error"}});
 }
 
 void AuditorMetrics::CountProbe(const std::string& kind,
@@ -70,15 +131,26 @@ void AuditorMetrics::CountTraceEvents(double consumed, double dropped) {
   trace_dropped_->Increment(dropped);
 }
 
-void AuditorMetrics::CampaignEnded(double seconds, bool completed,
-                                   double unix_time) {
+void AuditorMetrics::CampaignEnded(
+    Verdict verdict, const std::vector<DetectorCoverage>& detectors,
+    double seconds, double unix_time) {
   std::lock_guard<std::mutex> lock(mu_);
   duration_->Set(seconds);
-  if (completed) {
-    last_success_->Set(unix_time);
-    campaigns_ok_->Increment();
-  } else {
-    campaigns_failed_->Increment();
+  for (Verdict v : kVerdicts) {
+    last_verdict_->Add({{"verdict", VerdictName(v)}}).Set(v == verdict ? 1 : 0);
+  }
+  campaigns_->Add({{"result", VerdictName(verdict)}}).Increment();
+  if (verdict != Verdict::kError) last_success_->Set(unix_time);
+  for (const DetectorCoverage& d : detectors) {
+    for (DetectorState s : kStates) {
+      detector_state_
+          ->Add({{"detector", d.name}, {"state", DetectorStateName(s)}})
+          .Set(s == d.state ? 1 : 0);
+    }
+    int weakest = d.coverage.empty() ? 0 : INT_MAX;
+    for (const auto& [tenant, n] : d.coverage) weakest = std::min(weakest, n);
+    detector_coverage_->Add({{"detector", d.name}}).Set(weakest);
+    detector_floor_->Add({{"detector", d.name}}).Set(d.floor);
   }
 }
 

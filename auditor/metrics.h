@@ -1,19 +1,27 @@
 // The auditor's Prometheus metrics (prometheus-cpp). Counters are updated
 // as probes complete and findings are made; /metrics only serializes them.
-// Tenants and markers are never labels: kinds, outcomes and severities only.
+// Every finding kind and verdict is exported from 0 at start-up, so
+// increase() sees the first one. Tenants and markers are never labels:
+// kinds, outcomes, severities, detectors, states and verdicts only.
 #ifndef KVCANARY_AUDITOR_METRICS_H_
 #define KVCANARY_AUDITOR_METRICS_H_
 
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "auditor/coverage.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 
 namespace kvcanary::auditor {
+
+// Every (kind, severity) a finding can have (docs/auditor.md).
+extern const std::vector<std::pair<const char*, const char*>>
+    kFindingKindSeverities;
 
 class AuditorMetrics {
  public:
@@ -23,8 +31,12 @@ class AuditorMetrics {
   void CountFinding(const std::string& kind, const std::string& severity);
   void SetPositiveControl(const std::string& detector, bool passed);
   void CountTraceEvents(double consumed, double dropped);
-  // A campaign ended: its duration, and if it completed, the time.
-  void CampaignEnded(double seconds, bool completed, double unix_time);
+  // A campaign ended: its verdict, each detector's state and weakest
+  // tenant's coverage, its duration; unless the verdict is error, the time
+  // it completed.
+  void CampaignEnded(Verdict verdict,
+                     const std::vector<DetectorCoverage>& detectors,
+                     double seconds, double unix_time);
   std::string Serialize() const;
 
  private:
@@ -32,12 +44,15 @@ class AuditorMetrics {
   prometheus::Family<prometheus::Counter>* probes_;
   prometheus::Family<prometheus::Counter>* findings_;
   prometheus::Family<prometheus::Gauge>* positive_control_;
+  prometheus::Family<prometheus::Gauge>* detector_state_;
+  prometheus::Family<prometheus::Gauge>* detector_coverage_;
+  prometheus::Family<prometheus::Gauge>* detector_floor_;
+  prometheus::Family<prometheus::Gauge>* last_verdict_;
+  prometheus::Family<prometheus::Counter>* campaigns_;
   prometheus::Counter* trace_consumed_;
   prometheus::Counter* trace_dropped_;
   prometheus::Gauge* last_success_;
   prometheus::Gauge* duration_;
-  prometheus::Counter* campaigns_ok_;
-  prometheus::Counter* campaigns_failed_;
   mutable std::mutex mu_;
 };
 

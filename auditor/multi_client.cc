@@ -6,7 +6,10 @@
 #include <memory>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "auditor/http_client.h"
 #include "common/check.h"
 
@@ -38,6 +41,20 @@ size_t OnData(char* data, size_t size, size_t n, void* p) {
     return 0;
   }
   t->response.body.append(data, size * n);
+  return size * n;
+}
+
+size_t OnHeader(char* data, size_t size, size_t n, void* p) {
+  auto* t = static_cast<Transfer*>(p);
+  absl::string_view line(data, size * n);
+  if (absl::StartsWith(line, "HTTP/")) {
+    t->response.headers.clear();  // a new response (after a 100 Continue)
+    return size * n;
+  }
+  const size_t colon = line.find(':');
+  if (colon == absl::string_view::npos || colon == 0) return size * n;
+  t->response.headers[absl::AsciiStrToLower(line.substr(0, colon))] =
+      std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
   return size * n;
 }
 
@@ -86,6 +103,8 @@ void MultiClient::Run(const std::function<std::optional<ProbeRequest>()>& next,
       curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
       curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnData);
       curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+      curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &OnHeader);
+      curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
       curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
       t->start = Clock::now();
       CHECK_EQ(curl_multi_add_handle(multi, e), CURLM_OK);

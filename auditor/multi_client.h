@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ struct ProbeResponse {
   absl::Status transport;  // OK if a complete HTTP response arrived
   int status = 0;
   std::string body;
+  // Response headers, names lower-cased (the last value of a repeated one).
+  std::map<std::string, std::string> headers;
   absl::Duration first_byte;  // request start to the first body byte
   absl::Duration total;
 };

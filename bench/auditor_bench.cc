@@ -152,7 +152,7 @@ void Ledger() {
   }
   std::printf("| shadow ledger replay | %.2f M events/s (%zu findings) |\n",
               best / 1e6, found);
-  // The same events as a node streams them: kvt1 text, parsed and applied.
+  // The same events as a node streams them: kvt2 text, parsed and applied.
   std::string text;
   for (const TraceEvent& e : events) EncodeTo(e, &text);
   best = 0;
@@ -170,7 +170,7 @@ void Ledger() {
     }
     best = std::max(best, n / Seconds(t0));
   }
-  std::printf("| kvt1 text parsed and replayed | %.2f M events/s (%.0f MB) |\n",
+  std::printf("| kvt2 text parsed and replayed | %.2f M events/s (%.0f MB) |\n",
               best / 1e6, text.size() / 1e6);
 }
 

@@ -51,6 +51,16 @@ std::string PlantPrompt(const std::vector<Marker>& markers) {
   return prompt;
 }
 
+std::string CompactPlantPrompt(const std::vector<Marker>& markers) {
+  CHECK(!markers.empty());
+  std::string prompt;
+  for (const Marker& marker : markers) {
+    absl::StrAppend(&prompt, prompt.empty() ? "" : " ",
+                    "The song: ", marker.text, ".");
+  }
+  return prompt;
+}
+
 std::string SniffPrompt(uint64_t variant) {
   return kSniffPrompts[variant % kSniffPromptVariants];
 }

@@ -25,6 +25,12 @@ inline constexpr int kGoldenPromptVariants = 8;
 // REQUIRES: markers non-empty (CHECKed).
 std::string PlantPrompt(const std::vector<Marker>& markers);
 
+// The same markers in as few words as possible, one sentence each ("The
+// song: <marker>."), for targets whose input limit is too small for even
+// one paragraph of PlantPrompt: more, shorter plants rather than none.
+// REQUIRES: markers non-empty (CHECKed).
+std::string CompactPlantPrompt(const std::vector<Marker>& markers);
+
 // Prompts that invite continuation or repetition, e.g. "Then the"; a leak
 // puts foreign KV in the context they continue. variant % kSniffPromptVariants
 // picks the text.

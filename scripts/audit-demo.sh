@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The auditor's half of the README demo: the engine up (router, prefill and
 # decode as processes) with the incident's fault, an auditor campaign of four
-# tenants against it, the findings table and `verify`; then the same with the
-# fault off and a clean result. Expects a build in build/ (scripts/demo.sh).
+# tenants against it (verdict, coverage per detector, incidents naming
+# whose data was read by whom), the raw rows and `verify`; then the same with
+# the fault off and a clean verdict earned by coverage. Expects a build in
+# build/ (scripts/demo.sh). KVCANARY_DEMO_REPORTS=DIR keeps the HTML reports.
 # Extra arguments go to `kvcanary-engine up` (e.g. --model/--tokenizer).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +20,10 @@ JSON
 up_pid=""
 cleanup() {
   [ -n "$up_pid" ] && kill "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null
+  if [ -n "${KVCANARY_DEMO_REPORTS:-}" ]; then
+    mkdir -p "$KVCANARY_DEMO_REPORTS"
+    cp "$work"/*.html "$KVCANARY_DEMO_REPORTS"/ 2>/dev/null
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -45,32 +51,35 @@ stop_up() {
   wait "$up_pid" 2>/dev/null
   up_pid=""
 }
-audit() {  # $1: db
+audit() {  # $1: db, then extra auditor flags
+  local db="$1"
+  shift
   "$bin/kvcanary-auditor" probe --target="$router" \
-    --tenants="$work/tenants.json" --trace="$prefill,$decode" --db="$1" \
-    --max-probes=300 --duration=30 --concurrency=8 --quiet
+    --tenants="$work/tenants.json" --trace="$prefill,$decode" --db="$db" \
+    --max-probes=600 --duration=60 --concurrency=8 --quiet "$@"
 }
 
 echo "== auditor: the incident (admission-abort-lost), watermarks off =="
 echo "   (the engine checks nothing; the auditor sees from outside and from"
 echo "    the engine's trace stream)"
 start_up --fault=admission-abort-lost --watermark=off --num-pages=64 "$@"
-audit "$work/evidence.db"
+audit "$work/evidence.db" --html="$work/incident.html"
 rc=$?
-echo "auditor exit code: $rc (0 clean, 1 findings, 2 error)"
+echo "auditor exit code: $rc (0 clean, 1 findings, 2 error, 3 inconclusive)"
 stop_up
 [ "$rc" -eq 1 ] || { echo "expected findings (exit 1)" >&2; exit 1; }
 echo
-echo "== the evidence: findings table and hash-chain verification =="
-"$bin/kvcanary-auditor" findings --db="$work/evidence.db" >"$work/findings.txt"
-head -n 6 "$work/findings.txt"
+echo "== the evidence: raw rows behind the incidents, and the hash chain =="
+"$bin/kvcanary-auditor" findings --db="$work/evidence.db" --rows \
+  >"$work/rows.txt"
+head -n 4 "$work/rows.txt"
 echo "   ..."
-sed -n '/ findings/,$p' "$work/findings.txt"
+tail -n 1 "$work/rows.txt"
 "$bin/kvcanary-auditor" verify --db="$work/evidence.db" || exit 1
 echo
 echo "== auditor: the same campaign, fault off (watermarks enforce) =="
 start_up "$@"
-audit "$work/evidence.db"
+audit "$work/evidence.db" --html="$work/clean.html"
 rc=$?
 echo "auditor exit code: $rc"
 stop_up

@@ -34,6 +34,16 @@ TEST(PlantPromptTest, ScansAsExactHitsOfItsMarkers) {
   for (const MarkerHit& hit : hits) EXPECT_TRUE(hit.exact);
 }
 
+TEST(PlantPromptTest, CompactFormHoldsEveryMarkerInFewerBytes) {
+  const std::vector<Marker> markers = {DeriveMarker("k", "acme", "c", 0),
+                                       DeriveMarker("k", "acme", "c", 1)};
+  const std::string compact = CompactPlantPrompt(markers);
+  for (const Marker& m : markers) {
+    EXPECT_NE(compact.find(m.text), std::string::npos) << compact;
+  }
+  EXPECT_LT(compact.size(), PlantPrompt(markers).size());
+}
+
 TEST(PlantPromptDeathTest, NeedsAMarker) {
   EXPECT_DEATH(PlantPrompt({}), "markers.empty");
 }

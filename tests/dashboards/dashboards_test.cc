@@ -56,6 +56,11 @@ TEST(DashboardsTest, GrafanaDashboardQueriesOnlyExportedMetrics) {
       "kvcanary_auditor_last_success_timestamp_seconds",
       "kvcanary_auditor_campaign_duration_seconds",
       "kvcanary_auditor_trace_events_total",
+      "kvcanary_auditor_last_verdict",
+      "kvcanary_auditor_detector_state",
+      "kvcanary_auditor_detector_coverage",
+      "kvcanary_auditor_detector_floor",
+      "kvcanary_auditor_campaigns_total",
       "kvcanary_node_watermark_violations_total",
       "kvcanary_node_kv_pages",
       "kvcanary_node_prefix_cache_hit_pages_total"};

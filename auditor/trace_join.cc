@@ -1,0 +1,67 @@
+#include "auditor/trace_join.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvcanary::auditor {
+
+TraceCollection CollectTraces(
+    const std::vector<std::unique_ptr<TraceFollower>>& followers,
+    const std::map<uint64_t, std::string>& probe_requests) {
+  TraceCollection out;
+  TraceTally& tally = out.tally;
+  tally.enabled = !followers.empty();
+  // Engine tenant -> the tenant names its requests' probes had.
+  std::map<uint32_t, std::map<std::string, int>> votes;
+  for (const auto& follower : followers) {
+    absl::Status s = follower->Stop();
+    if (!s.ok()) {
+      tally.failures.push_back(absl::StrCat(
+          "the trace stream of ", follower->url(), " broke: ", s.message()));
+    }
+    for (const auto& [request, tenant] : follower->request_tenants()) {
+      auto it = probe_requests.find(request);
+      if (it != probe_requests.end()) ++votes[tenant][it->second];
+    }
+  }
+  std::map<uint32_t, std::string> names;
+  for (const auto& [tenant, by_name] : votes) {
+    names[tenant] = std::max_element(by_name.begin(), by_name.end(),
+                                     [](const auto& a, const auto& b) {
+                                       return a.second < b.second;
+                                     })
+                        ->first;
+  }
+  tally.tenants_named = !names.empty();
+  for (const auto& follower : followers) {
+    const LedgerStats st = follower->stats();
+    out.nodes.push_back({follower->url(), st.events, st.dropped,
+                         st.reads_checked, st.reads_unchecked});
+    tally.events += st.events;
+    tally.dropped += st.dropped;
+    tally.reads_checked += st.reads_checked;
+    tally.reads_unchecked += st.reads_unchecked;
+    if (st.dropped > 0) {
+      tally.failures.push_back(
+          absl::StrCat(st.dropped, " trace events dropped by ", follower->url(),
+                       ": the shadow ledger has holes"));
+    }
+    for (const auto& [tenant, n] : st.requests_checked_by_tenant) {
+      auto it = names.find(tenant);
+      if (it == names.end()) continue;
+      // A request is read on more than one node: the node that checked
+      // most gives a floor on the distinct requests checked.
+      int& count = tally.requests_checked[it->second];
+      count = std::max(count, static_cast<int>(n));
+    }
+    for (const LedgerFinding& lf : follower->findings()) {
+      Finding f = FromLedger(lf, names);
+      f.detail["trace_url"] = follower->url();
+      out.findings.push_back(std::move(f));
+    }
+  }
+  return out;
+}
+
+}  // namespace kvcanary::auditor

@@ -41,6 +41,19 @@ absl::StatusOr<std::vector<AuditTenant>> LoadAuditTenants(
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": tenant '", a.name, "' has no \"api_key\""));
     }
+    // Two entries of one name would share markers and coverage, and two of
+    // one key would be one tenant: a leak between them could never show.
+    for (const AuditTenant& other : out) {
+      if (other.name == a.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": tenant '", a.name, "' is listed twice"));
+      }
+      if (other.api_key == a.api_key) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": tenants '", other.name, "' and '", a.name,
+                         "' have the same api_key"));
+      }
+    }
     out.push_back(std::move(a));
   }
   if (out.size() < 2) {

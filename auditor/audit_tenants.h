@@ -16,7 +16,8 @@ struct AuditTenant {
 // A tenants file: {"tenants": [{"id": "acme", "api_key": "sk-..."}]}; the
 // engine's format ("api_keys": [...], the first key is used) is accepted
 // too, so one file serves both. Errors name the file and the problem; at
-// least two tenants are required (a leak needs a victim and a reader).
+// least two tenants are required (a leak needs a victim and a reader), and
+// no two may share a name or a key.
 absl::StatusOr<std::vector<AuditTenant>> LoadAuditTenants(
     const std::string& path);
 

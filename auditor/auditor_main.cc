@@ -2,6 +2,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -176,8 +177,19 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
   }
   o.db_path = absl::GetFlag(FLAGS_db);
   if (o.db_path.empty()) return absl::InvalidArgumentError("--db is required");
-  if (absl::GetFlag(FLAGS_duration) <= 0 || absl::GetFlag(FLAGS_timeout) <= 0)
-    return absl::InvalidArgumentError("--duration and --timeout must be > 0");
+  // Seconds: finite, and at least a millisecond (curl reads a timeout of 0
+  // as none at all); a day at most.
+  for (const auto& [name, value] :
+       {std::pair<const char*, double>{"--duration",
+                                       absl::GetFlag(FLAGS_duration)},
+        {"--timeout", absl::GetFlag(FLAGS_timeout)},
+        {"--interval", absl::GetFlag(FLAGS_interval)},
+        {"--rate", absl::GetFlag(FLAGS_rate)}}) {
+    if (!std::isfinite(value) || value < 0.001 || value > 86400) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, "=", value, ": want a number from 0.001 to 86400"));
+    }
+  }
   o.duration = absl::Seconds(absl::GetFlag(FLAGS_duration));
   o.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout));
   o.max_probes = absl::GetFlag(FLAGS_max_probes);
@@ -422,6 +434,15 @@ void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
   std::printf("%zu finding rows\n", rows.size());
 }
 
+// The rows of `kind` (of --campaign, if given).
+absl::StatusOr<std::vector<storage::EvidenceRow>> Rows(
+    const storage::EvidenceStore& store, const std::string& kind) {
+  storage::EvidenceFilter filter;
+  filter.campaign = absl::GetFlag(FLAGS_campaign);
+  filter.kind = kind;
+  return store.Query(filter);
+}
+
 int Findings() {
   const std::string db = absl::GetFlag(FLAGS_db);
   if (db.empty()) return Fail(absl::InvalidArgumentError("--db is required"));
@@ -434,49 +455,75 @@ int Findings() {
     return Fail(absl::NotFoundError(absl::StrCat(db, ": no such file")));
   auto store = storage::EvidenceStore::Open(db);
   if (!store.ok()) return Fail(store.status());
-  storage::EvidenceFilter filter;
-  filter.campaign = absl::GetFlag(FLAGS_campaign);
-  filter.kind = absl::GetFlag(FLAGS_rows) ? "finding" : "incident";
-  auto rows = (*store)->Query(filter);
-  if (!rows.ok()) return Fail(rows.status());
-  if (format == "json") {
+  auto findings = Rows(**store, "finding");
+  if (!findings.ok()) return Fail(findings.status());
+  if (absl::GetFlag(FLAGS_rows)) {
+    if (format == "table") {
+      PrintRows(*findings);
+      return kExitOk;
+    }
     nlohmann::json out = nlohmann::json::array();
-    for (const storage::EvidenceRow& r : *rows) {
+    for (const storage::EvidenceRow& r : *findings) {
       nlohmann::json j = r.record.body;
       j["seq"] = r.seq;
       j["campaign"] = r.record.campaign;
-      j["ts_us"] = r.record.ts_us;
       out.push_back(std::move(j));
     }
     std::printf("%s\n", out.dump(2).c_str());
     return kExitOk;
   }
-  if (absl::GetFlag(FLAGS_rows)) {
-    PrintRows(*rows);
-    return kExitOk;
+  auto starts = Rows(**store, "campaign_start");
+  auto ends = Rows(**store, "campaign_end");
+  auto incident_rows = Rows(**store, "incident");
+  if (!starts.ok() || !ends.ok() || !incident_rows.ok()) {
+    return Fail(!starts.ok() ? starts.status()
+                : !ends.ok() ? ends.status()
+                             : incident_rows.status());
   }
-  // Incidents, per campaign with its verdict.
-  filter.kind = "campaign_end";
-  auto ends = (*store)->Query(filter);
-  if (!ends.ok()) return Fail(ends.status());
-  std::map<std::string, std::vector<Incident>> by_campaign;
-  for (const storage::EvidenceRow& r : *rows) {
-    by_campaign[r.record.campaign].push_back(Incident::FromJson(r.record.body));
+  std::map<std::string, std::vector<Incident>> incidents;
+  for (const storage::EvidenceRow& r : *incident_rows) {
+    incidents[r.record.campaign].push_back(Incident::FromJson(r.record.body));
   }
-  for (const storage::EvidenceRow& e : *ends) {
-    const nlohmann::json& b = e.record.body;
-    const auto& incidents = by_campaign[e.record.campaign];
-    std::printf("campaign %s: %s, %lld finding rows in %zu incidents\n",
-                e.record.campaign.c_str(),
-                b.value("verdict", b.value("result", "?")).c_str(),
-                static_cast<long long>(b.value("findings", int64_t{0})),
-                incidents.size());
-    if (!incidents.empty()) {
-      std::printf("%s", IncidentTable(incidents,
-                                      absl::GetFlag(FLAGS_max_incident_lines))
-                            .c_str());
+  // A campaign that ended before grouping (killed, or an error) still has
+  // its finding rows: grouped here.
+  std::map<std::string, std::vector<Finding>> ungrouped;
+  for (const storage::EvidenceRow& r : *findings) {
+    if (!incidents.count(r.record.campaign)) {
+      ungrouped[r.record.campaign].push_back(Finding::FromJson(r.record.body));
     }
   }
+  for (auto& [campaign, rows] : ungrouped) {
+    JoinWriters(&rows);
+    incidents[campaign] = GroupIncidents(campaign, rows);
+  }
+  std::map<std::string, nlohmann::json> end_of;
+  for (const storage::EvidenceRow& e : *ends) {
+    end_of[e.record.campaign] = e.record.body;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const storage::EvidenceRow& start : *starts) {
+    const std::string& c = start.record.campaign;
+    const auto& list = incidents[c];
+    const auto end = end_of.find(c);
+    const std::string verdict =
+        end == end_of.end()
+            ? "no end recorded (interrupted)"
+            : end->second.value("verdict", end->second.value("result", "?"));
+    if (format == "json") {
+      nlohmann::json is = nlohmann::json::array();
+      for (const Incident& i : list) is.push_back(i.ToJson());
+      out.push_back({{"campaign", c}, {"verdict", verdict}, {"incidents", is}});
+      continue;
+    }
+    std::printf("campaign %s: %s, %zu incidents\n", c.c_str(), verdict.c_str(),
+                list.size());
+    if (!list.empty()) {
+      std::printf(
+          "%s",
+          IncidentTable(list, absl::GetFlag(FLAGS_max_incident_lines)).c_str());
+    }
+  }
+  if (format == "json") std::printf("%s\n", out.dump(2).c_str());
   return kExitOk;
 }
 

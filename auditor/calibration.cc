@@ -47,10 +47,13 @@ class Calibrator {
                        counter);
   }
 
-  // Prompt tokens per boundary unit: must be linear in the units.
+  // Prompt tokens per boundary unit: must be linear in the units. Five
+  // prefixes of one unit show how much a unique prefix's count varies; the
+  // tolerance is twice what was seen.
   void Units() {
-    int one[3];
-    for (int i = 0; i < 3; ++i) {
+    constexpr int kSamples = 5;
+    int one[kSamples];
+    for (int i = 0; i < kSamples; ++i) {
       const Completion c =
           Send(first(), BoundaryPrompt(buster_.Next(), 1), 1, false);
       one[i] = c.usable ? c.prompt_tokens : -1;
@@ -59,25 +62,26 @@ class Calibrator {
         Send(first(), BoundaryPrompt(buster_.Next(), 2), 1, false);
     const Completion three =
         Send(first(), BoundaryPrompt(buster_.Next(), 3), 1, false);
-    std::sort(one, one + 3);
+    std::sort(one, one + kSamples);
     if (one[0] <= 0 || !two.usable || !three.usable || two.prompt_tokens <= 0 ||
         three.prompt_tokens <= 0) {
       c_.boundary_failure =
           "the target reported no usage.prompt_tokens for short prompts";
       return;
     }
-    c_.tolerance = one[2] - one[0];
+    c_.tolerance = 2 * (one[kSamples - 1] - one[0]);
+    const int median = one[kSamples / 2];
     const int unit = three.prompt_tokens - two.prompt_tokens;
     if (unit <= 0 ||
-        std::abs(two.prompt_tokens - one[1] - unit) > c_.tolerance) {
+        std::abs(two.prompt_tokens - median - unit) > c_.tolerance) {
       c_.boundary_failure = absl::StrFormat(
           "usage.prompt_tokens is not linear in the prompt (%d, %d, %d for 1, "
           "2, 3 units)",
-          one[1], two.prompt_tokens, three.prompt_tokens);
+          median, two.prompt_tokens, three.prompt_tokens);
       return;
     }
     c_.unit_tokens = unit;
-    c_.base_tokens = one[1] - unit;
+    c_.base_tokens = median - unit;
   }
 
   void Limit() {
@@ -105,7 +109,9 @@ class Calibrator {
                          " (state it with --max-prompt-tokens)");
       }
     }
-    c_.at_limit_units = std::max(0, (limit - c_.base_tokens) / c_.unit_tokens);
+    // Within the limit even if this prefix counts `tolerance` more.
+    c_.at_limit_units =
+        std::max(0, (limit - c_.tolerance - c_.base_tokens) / c_.unit_tokens);
     if (c_.limit.refuse_above > 0) {
       // Two units past: clear of any tolerance in the counts.
       c_.past_limit_units =
@@ -157,19 +163,42 @@ class Calibrator {
         c_.golden.clear();
         return;
       }
+      // One failed second answer is not proof of nondeterminism: retried.
+      Completion second =
+          b.usable ? b : Send(first(), prompt, kGoldenMaxTokens, false);
+      if (!second.usable) {
+        c_.golden_failure = absl::StrCat(
+            "golden variant ", v,
+            " got one usable answer alone of three (HTTP ", second.status, ")");
+        c_.golden.clear();
+        c_.golden_by_rate.clear();
+        return;
+      }
       c_.golden[v] = a.text;
-      if (!b.usable || a.text != b.text) c_.golden_by_rate.insert(v);
+      if (a.text != second.text) c_.golden_by_rate.insert(v);
+    }
+    bool any_text = false;
+    for (const auto& [v, text] : c_.golden)
+      any_text = any_text || !text.empty();
+    if (!any_text) {
+      // Identical empty answers compare equal under any load.
+      c_.golden_failure =
+          "the target answered every golden prompt alone with no text";
+      c_.golden.clear();
+      c_.golden_by_rate.clear();
     }
   }
 
   void Echo() {
     int echoing = 0;
+    bool any_text = false;
     for (size_t i = 0; i < o_.tenants.size(); ++i) {
       for (int k = 0; k < o_.nonce_candidates && !c_.nonces[i]; ++k) {
         const canaries::Marker nonce = canaries::DeriveNonce(
             o_.secret_key, o_.tenants[i].name, o_.campaign_id, k);
         const Completion c = Send(o_.tenants[i], canaries::EchoPrompt(nonce),
                                   kEchoMaxTokens, false);
+        any_text = any_text || (c.usable && !c.text.empty());
         if (c.usable &&
             !CheckEcho(nonce, c.text, o_.tenants[i].name).has_value()) {
           c_.nonces[i] = nonce;
@@ -177,10 +206,14 @@ class Calibrator {
       }
       echoing += c_.nonces[i].has_value();
     }
-    if (echoing == 0) {
+    // Disabled only for a model that writes text without the nonce; one
+    // that writes nothing at all has not shown what it does.
+    if (echoing == 0 && any_text) {
       c_.echo_disabled =
           absl::StrCat("the model does not echo a nonce alone (",
                        o_.nonce_candidates, " tried per tenant)");
+    } else if (echoing == 0) {
+      c_.echo_failure = "the target answered every echo prompt with no text";
     }
   }
 
@@ -225,11 +258,14 @@ class Calibrator {
     const int compact1 = Measure(first(), PlantText({two[0]}, 0));
     const int compact2 = Measure(first(), PlantText(two, 0));
     s.measured += 4;
-    const int per_story = std::max(1, story2 - story1);
-    const int per_compact = std::max(1, compact2 - compact1);
+    // A second marker's cost is known only if both plants were measured;
+    // otherwise a form holds one marker of that kind at most.
+    const int per_story = story2 > story1 && story1 > 0 ? story2 - story1 : 0;
+    const int per_compact =
+        compact2 > compact1 && compact1 > 0 ? compact2 - compact1 : 0;
     int story = 0, compact = 0, used = 0;
     if (story1 > 0 && story1 <= s.budget_tokens) {
-      story = std::max(1, (s.budget_tokens - (story1 - per_story)) / per_story);
+      story = per_story == 0 ? 1 : (s.budget_tokens - story1) / per_story + 1;
       used = story1 + (story - 1) * per_story;
     } else if (compact1 > 0 && compact1 <= s.budget_tokens) {
       compact = 1;
@@ -241,34 +277,47 @@ class Calibrator {
                        limit, " tokens even in the compact form");
       return;
     }
-    if (compact2 > 0) compact += (s.budget_tokens - used) / per_compact;
+    if (per_compact > 0) compact += (s.budget_tokens - used) / per_compact;
     s.form = story == 0 ? "compact" : compact == 0 ? "story" : "story+compact";
     s.markers_per_plant = story + compact;
+    // Fewer markers per plant, more plants: about as many markers in all.
+    const int plants_per_tenant =
+        std::max(o_.plants_per_tenant,
+                 std::min(2 * o_.plants_per_tenant,
+                          2 * o_.plants_per_tenant / s.markers_per_plant));
+    const int smallest_per = std::max(
+        1, per_compact > 0 ? std::min(per_compact, std::max(per_story, 1))
+                           : per_story);
     std::vector<int> sizes;
     for (size_t t = 0; t < o_.tenants.size(); ++t) {
       int counter = 0;
-      for (int p = 0; p < o_.plants_per_tenant; ++p) {
-        // A plant over the limit is rebuilt with one marker fewer.
-        for (int total = story + compact; total >= 1; --total) {
-          const int in_story = std::min(story, total);
+      for (int p = 0; p < plants_per_tenant; ++p) {
+        // A plant that does not come back whole and under the limit is
+        // rebuilt smaller, by about its overshoot; a few tries at most.
+        int total = story + compact;
+        for (int attempt = 0; attempt < 4 && total >= 1; ++attempt) {
           std::vector<canaries::Marker> markers;
           for (int k = 0; k < total; ++k) {
             markers.push_back(Marker(static_cast<int>(t), counter + k));
           }
           Plant plant;
-          plant.text = PlantText(markers, in_story);
+          plant.text = PlantText(markers, std::min(story, total));
           plant.prompt_tokens = Measure(o_.tenants[t], plant.text);
           ++s.measured;
-          if (plant.prompt_tokens <= 0 || plant.prompt_tokens > limit) {
-            continue;
+          // At the limit itself a silently cut plant would look whole.
+          if (plant.prompt_tokens > 0 && plant.prompt_tokens < limit) {
+            for (const canaries::Marker& mk : markers) {
+              plant.marker_ids.push_back(mk.id);
+            }
+            counter += total;
+            sizes.push_back(plant.prompt_tokens);
+            c_.plants[t].push_back(std::move(plant));
+            break;
           }
-          for (const canaries::Marker& mk : markers) {
-            plant.marker_ids.push_back(mk.id);
-          }
-          counter += total;
-          sizes.push_back(plant.prompt_tokens);
-          c_.plants[t].push_back(std::move(plant));
-          break;
+          const int over = plant.prompt_tokens - (limit - 1);
+          total -= plant.prompt_tokens > 0
+                       ? std::max(1, (over + smallest_per - 1) / smallest_per)
+                       : 1;
         }
         if (c_.plants[t].size() != static_cast<size_t>(p + 1)) ++s.dropped;
       }
@@ -291,18 +340,30 @@ class Calibrator {
       return;
     }
     const int at = c_.at_limit_units;
+    int cached = 0;
     std::vector<int> lengths = {1, at / 3, 2 * at / 3, at};
     lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
     for (int round = 0; round < o_.latency_rounds; ++round) {
       for (int units : lengths) {
         const Completion c =
             Send(first(), BoundaryPrompt(buster_.Next(), units), 1, true);
-        if (c.usable && c.prompt_tokens > 0) {
-          c_.latency_samples.push_back({c.prompt_tokens, c.ttft_ms});
+        if (!c.usable || c.prompt_tokens <= 0) continue;
+        // A unique prefix should leave nothing to a cache; a target that
+        // says otherwise did not prefill what is being timed.
+        if (c.cached_tokens > 0) {
+          ++cached;
+          continue;
         }
+        c_.latency_samples.push_back({c.prompt_tokens, c.ttft_ms});
       }
     }
     c_.latency = FitLatency(c_.latency_samples);
+    if (cached * 2 > o_.latency_rounds * static_cast<int>(lengths.size())) {
+      c_.latency.calibrated = false;
+      c_.latency.failure =
+          absl::StrCat("calibration served from a cache: ", cached,
+                       " cache-busted prompts reported cached tokens");
+    }
   }
 
   const CalibrationOptions& o_;
@@ -316,8 +377,7 @@ class Calibrator {
 CacheBuster::CacheBuster() : rng_(std::random_device{}()) {}
 
 std::string CacheBuster::Next() {
-  return absl::StrFormat("Ticket %010u.",
-                         static_cast<unsigned>(rng_() % 10000000000ull));
+  return absl::StrFormat("Ticket %010u.", rng_() % 10000000000ull);
 }
 
 std::string BoundaryPrompt(const std::string& prefix, int units) {
@@ -365,6 +425,7 @@ json Calibration::ToEvidence() const {
               {"golden_failure", golden_failure},
               {"nonces", nonce_ids},
               {"echo_disabled", echo_disabled},
+              {"echo_failure", echo_failure},
               {"plants",
                {{"form", sizing.form},
                 {"markers_per_plant", sizing.markers_per_plant},

@@ -66,6 +66,7 @@ struct Calibration {
 
   std::vector<std::optional<canaries::Marker>> nonces;  // per tenant
   std::string echo_disabled;  // no tenant's nonce echoes alone
+  std::string echo_failure;   // no echo answer had any text
 
   std::vector<std::vector<Plant>> plants;  // per tenant
   PlantSizing sizing;
@@ -97,8 +98,11 @@ struct CalibrationOptions {
   int latency_rounds = 5;
 };
 
-// A unique prefix per call ("Ticket 8306422791."): ten random digits, which
-// every common tokenizer counts the same way each time.
+// A unique prefix per call ("Ticket 8306422791."): ten random digits.
+// Tokenizers that split digits (SentencePiece models, Llama 3's groups of
+// three) count it the same way each time; BPEs that merge digit runs (GPT-2,
+// GPT-NeoX) vary by a token or two, which the calibration measures as its
+// tolerance.
 class CacheBuster {
  public:
   CacheBuster();

@@ -34,17 +34,18 @@ constexpr int kQuietProbes = 3;
 
 std::string RandomHex(int bytes) {
   std::random_device rd;
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < bytes; ++i) {
-    const unsigned v = rd() & 0xff;
-    out.push_back(kHex[v >> 4]);
-    out.push_back(kHex[v & 15]);
-  }
-  return out;
+  std::string raw;
+  for (int i = 0; i < bytes; ++i) raw.push_back(static_cast<char>(rd() & 0xff));
+  return LowerHex(raw);
 }
 
 int64_t NowUs() { return absl::ToUnixMicros(absl::Now()); }
+
+// A target's way of saying a prompt is too long: 400, 413 or 422 (also
+// when it came inside a 200 stream).
+bool IsRefusal(const Completion& c) {
+  return c.status == 400 || c.status == 413 || c.status == 422;
+}
 
 // What each probe in flight was, for judging its answer.
 struct InFlight {
@@ -86,20 +87,30 @@ class Campaign {
   std::string Body(const std::string& prompt, int max_tokens,
                    bool stream) const;
   int Floor(const std::string& detector) const {
-    auto it = o_.floors.find(detector);
-    if (it != o_.floors.end()) return it->second;
-    it = o_.floors.find("");
-    return it != o_.floors.end() ? it->second : kDefaultFloor;
+    return FloorOf(o_.floors, detector);
   }
   // One request, alone: calibration and quiet probes.
   Completion SendAlone(const AuditTenant& t, const std::string& prompt,
                        int max_tokens, bool stream);
   // Counts consecutive requests without an HTTP answer: "target down".
   void NoteTransport(const Completion& c);
-  // The probe's request for `f` (its prompt, kind fields filled in).
+  // The prompt of probe `id` of kind f->kind and the tokens it generates;
+  // fills in f's fields.
+  std::string ProbePrompt(uint64_t id, InFlight* f, int* max_tokens);
+  // The request of probe `id`.
   ProbeRequest MakeProbe(uint64_t id, InFlight* f);
   // Judges one answer: evidence, coverage, findings.
   absl::Status Judge(int64_t id, const InFlight& f, const Completion& c);
+  // The probe's evidence row and counts.
+  absl::Status RecordProbe(int64_t id, const InFlight& f, const Completion& c);
+  // Per kind: coverage and findings (appended to *found, which holds the
+  // output scan's).
+  void JudgePlant(const InFlight& f, const Completion& c,
+                  std::vector<Finding>* found);
+  void JudgeGoldenProbe(const InFlight& f, const Completion& c,
+                        std::vector<Finding>* found);
+  void JudgeLimitProbe(const InFlight& f, const Completion& c,
+                       std::vector<Finding>* found);
   absl::Status Record(const std::string& kind, json body, bool flush = false);
   absl::Status Flush();
   absl::Status AddFinding(Finding f, bool flush);
@@ -209,16 +220,7 @@ absl::Status Campaign::Flush() {
 absl::Status Campaign::AddFinding(Finding f, bool flush) {
   if (f.ts_us == 0) f.ts_us = NowUs();
   metrics_->CountFinding(f.kind, SeverityName(f.severity));
-  json body = {{"kind", f.kind},
-               {"severity", SeverityName(f.severity)},
-               {"detector", f.detector},
-               {"probe", f.probe},
-               {"engine_request", f.engine_request},
-               {"reader", f.reader},
-               {"writer", f.writer},
-               {"group", f.group},
-               {"ts_us", f.ts_us},
-               {"detail", f.detail}};
+  json body = f.ToJson();
   r_.findings.push_back(std::move(f));
   return Record("finding", std::move(body), flush);
 }
@@ -232,35 +234,12 @@ void Campaign::Progress(const char* what) {
 absl::Status Campaign::Discover() {
   HttpClient http;
   const AuditTenant& first = o_.tenants[0];
-  auto res =
-      http.Get(o_.target + "/v1/models", Headers(first), absl::Seconds(10));
-  if (!res.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "target ", o_.target, " unreachable: ", res.status().message()));
-  }
-  if (res->status == 401 || res->status == 403) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "target ", o_.target, " refused tenant '", first.name, "' key (HTTP ",
-        res->status, " on /v1/models): check the tenants file"));
-  }
-  const json j = json::parse(res->body, nullptr, false);
-  if (res->status != 200 || !j.is_object() || !j.contains("data") ||
-      !j["data"].is_array() || j["data"].empty() || !j["data"][0].is_object() ||
-      !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "target ", o_.target, "/v1/models answered HTTP ", res->status,
-        " without a model list: not an OpenAI-compatible API"));
-  }
-  json entry = j["data"][0];
-  if (!o_.model.empty()) {
-    for (const json& m : j["data"]) {
-      if (m.is_object() && m.value("id", "") == o_.model) entry = m;
-    }
-  }
-  model_ = o_.model.empty() ? entry["id"].get<std::string>() : o_.model;
-  r_.model = model_;
-  advertised_ = AdvertisedLimit(http, o_.target, Headers(first), entry, model_,
-                                absl::Seconds(10));
+  ASSIGN_OR_RETURN(const ModelEntry entry,
+                   DiscoverModel(http, o_.target, Headers(first), first.name,
+                                 o_.model, absl::Seconds(10)));
+  model_ = r_.model = entry.id;
+  advertised_ = AdvertisedLimit(http, o_.target, Headers(first), entry.entry,
+                                model_, absl::Seconds(10));
   // Every tenant's key must work where it matters — a completion, not
   // /v1/models, which many servers answer without any key.
   for (const AuditTenant& t : o_.tenants) {
@@ -317,15 +296,13 @@ void Campaign::Controls() {
   in.markers = control_markers_;
   in.calibration = &cal_;
   r_.positive_controls = RunPositiveControls(in);
-  for (const auto& [d, passed] : r_.positive_controls) {
-    metrics_->SetPositiveControl(d, passed);
-  }
+  metrics_->SetPositiveControls(r_.positive_controls);
 }
 
-ProbeRequest Campaign::MakeProbe(uint64_t id, InFlight* f) {
+std::string Campaign::ProbePrompt(uint64_t id, InFlight* f, int* max_tokens) {
   TenantTally& n = tallies_[f->tenant];
   std::string prompt;
-  int max_tokens = kSniffMaxTokens;
+  *max_tokens = kSniffMaxTokens;
   switch (f->kind) {
     case ProbeKind::kPlant: {
       const auto& plants = cal_.plants[f->tenant];
@@ -333,7 +310,7 @@ ProbeRequest Campaign::MakeProbe(uint64_t id, InFlight* f) {
       prompt = p.text;
       f->marker_ids = p.marker_ids;
       f->predicted = p.prompt_tokens;
-      max_tokens = kPlantMaxTokens;
+      *max_tokens = kPlantMaxTokens;
       break;
     }
     case ProbeKind::kSniff:
@@ -346,13 +323,13 @@ ProbeRequest Campaign::MakeProbe(uint64_t id, InFlight* f) {
       f->golden_variant = it->first;
       prompt = absl::StrCat(cal_.golden_prefix, " ",
                             canaries::GoldenPrompt(it->first));
-      max_tokens = kGoldenMaxTokens;
+      *max_tokens = kGoldenMaxTokens;
       break;
     }
     case ProbeKind::kEcho:
       prompt = canaries::EchoPrompt(*cal_.nonces[f->tenant]);
       f->marker_ids.push_back(cal_.nonces[f->tenant]->id);
-      max_tokens = kEchoMaxTokens;
+      *max_tokens = kEchoMaxTokens;
       break;
     case ProbeKind::kAtLimit:
     case ProbeKind::kPastLimit: {
@@ -363,11 +340,17 @@ ProbeRequest Campaign::MakeProbe(uint64_t id, InFlight* f) {
       // alternately, so both ways of refusing are seen.
       f->stream = !past || id % 2 == 0;
       prompt = BoundaryPrompt(buster_.Next(), units);
-      max_tokens = kBoundaryMaxTokens;
+      *max_tokens = kBoundaryMaxTokens;
       break;
     }
   }
   f->prompt_sha = Sha256Hex(prompt);
+  return prompt;
+}
+
+ProbeRequest Campaign::MakeProbe(uint64_t id, InFlight* f) {
+  int max_tokens = 0;
+  const std::string prompt = ProbePrompt(id, f, &max_tokens);
   ProbeRequest r;
   r.id = id;
   r.url = o_.target + "/v1/completions";
@@ -377,29 +360,25 @@ ProbeRequest Campaign::MakeProbe(uint64_t id, InFlight* f) {
   return r;
 }
 
-absl::Status Campaign::Judge(int64_t id, const InFlight& f,
-                             const Completion& c) {
-  const AuditTenant& t = o_.tenants[f.tenant];
-  TenantTally& n = tallies_[f.tenant];
-  const std::string outcome = Outcome(c);
+absl::Status Campaign::RecordProbe(int64_t id, const InFlight& f,
+                                   const Completion& c) {
   const char* kind = ProbeKindName(f.kind);
+  const std::string outcome = Outcome(c);
   ++r_.probes;
   ++r_.by_kind[kind];
   ++r_.by_outcome[outcome];
   metrics_->CountProbe(kind, outcome);
   probe_times_.push_back(NowUs());
-  const bool past = f.kind == ProbeKind::kPastLimit;
-  const bool refusal = c.status == 400 || c.status == 413 || c.status == 422;
   if (c.usable) {
     ++r_.usable;
-  } else if (!(past && refusal)) {
+  } else if (!(f.kind == ProbeKind::kPastLimit && IsRefusal(c))) {
     error_times_.push_back(probe_times_.back());
   }
-  if (c.status == 401 || c.status == 403) ++n.refused;
+  if (c.status == 401 || c.status == 403) ++tallies_[f.tenant].refused;
   if (c.engine_request != 0) engine_requests_[c.engine_request] = f.tenant;
   json probe = {{"probe", id},
                 {"kind", kind},
-                {"tenant", t.name},
+                {"tenant", o_.tenants[f.tenant].name},
                 {"outcome", outcome},
                 {"http_status", c.status},
                 {"error_in_200", c.http_ok_error},
@@ -413,75 +392,111 @@ absl::Status Campaign::Judge(int64_t id, const InFlight& f,
     probe["prompt_tokens"] = c.prompt_tokens;
     if (f.stream) probe["ttft_ms"] = c.ttft_ms;
   }
-  RETURN_IF_ERROR(Record("probe", std::move(probe)));
-  std::vector<Finding> found;
-  if (c.usable) {
-    ++n.scanned;
-    found = ScanOutput(scanner_, c.text, t.name, kind);
+  return Record("probe", std::move(probe));
+}
+
+void Campaign::JudgePlant(const InFlight& f, const Completion& c,
+                          std::vector<Finding>* found) {
+  TenantTally& n = tallies_[f.tenant];
+  ++n.plants_sent;
+  // Whole: the count measured for this very text alone.
+  if (c.usable && c.prompt_tokens == f.predicted) ++n.plants_whole;
+  if (c.usable && c.prompt_tokens >= 0 &&
+      c.prompt_tokens < f.predicted - cal_.tolerance) {
+    // Whole alone, cut under load: part of the prompt was not processed.
+    BoundaryObservation o{f.predicted,
+                          0,
+                          200,
+                          c.prompt_tokens,
+                          cal_.tolerance,
+                          o_.tenants[f.tenant].name,
+                          "plant"};
+    for (Finding& b : JudgeBoundary(o)) found->push_back(std::move(b));
   }
+}
+
+void Campaign::JudgeGoldenProbe(const InFlight& f, const Completion& c,
+                                std::vector<Finding>* found) {
+  if (!c.usable) return;
+  TenantTally& n = tallies_[f.tenant];
+  ++n.golden;
+  n.golden_variants.insert(f.golden_variant);
+  auto g = CompareGolden(f.golden_variant, cal_.golden[f.golden_variant],
+                         c.text, o_.tenants[f.tenant].name);
+  const bool foreign = !found->empty();  // the output scan's findings
+  if (cal_.golden_by_rate.count(f.golden_variant)) {
+    // Judged by rate at the end; only a divergence holding a foreign
+    // marker is a finding by itself.
+    (f.baseline ? base_n_ : cross_n_)++;
+    if (g.has_value()) (f.baseline ? base_div_ : cross_div_)++;
+    if (!foreign) g.reset();
+  }
+  if (g.has_value()) {
+    // A divergence holding a foreign marker is the leak itself.
+    if (foreign) g->severity = Severity::kCritical;
+    found->push_back(*std::move(g));
+  }
+}
+
+void Campaign::JudgeLimitProbe(const InFlight& f, const Completion& c,
+                               std::vector<Finding>* found) {
+  TenantTally& n = tallies_[f.tenant];
+  const std::string& tenant = o_.tenants[f.tenant].name;
+  const bool past = f.kind == ProbeKind::kPastLimit;
+  const std::string tmpl = past ? "past_limit" : "at_limit";
+  // Judged: a refusal past the limit, a 200 past it (a finding by itself),
+  // or an answer at the limit whose count can be compared.
+  if ((past && IsRefusal(c)) || (c.usable && (past || c.prompt_tokens >= 0))) {
+    ++n.boundary;
+  }
+  BoundaryObservation o{f.predicted,
+                        cal_.limit.refuse_above,
+                        c.status,
+                        c.usable ? c.prompt_tokens : -1,
+                        cal_.tolerance,
+                        tenant,
+                        tmpl};
+  for (Finding& b : JudgeBoundary(o)) found->push_back(std::move(b));
+  if (f.stream && c.usable) {
+    bool judged = false;
+    auto l = JudgeLatency(cal_.latency,
+                          c.prompt_tokens > 0 ? c.prompt_tokens : f.predicted,
+                          c.ttft_ms, tenant, tmpl, &judged);
+    if (judged) ++n.latency;
+    if (l.has_value()) found->push_back(*std::move(l));
+  }
+}
+
+absl::Status Campaign::Judge(int64_t id, const InFlight& f,
+                             const Completion& c) {
+  RETURN_IF_ERROR(RecordProbe(id, f, c));
+  const std::string& tenant = o_.tenants[f.tenant].name;
+  // Any text is scanned, even of an answer that broke off or ended in an
+  // error: a leak in it is a leak all the same. Coverage counts whole
+  // answers with text only.
+  std::vector<Finding> found;
+  if (!c.text.empty()) {
+    found = ScanOutput(scanner_, c.text, tenant, ProbeKindName(f.kind));
+  }
+  if (c.usable && !c.text.empty()) ++tallies_[f.tenant].scanned;
   switch (f.kind) {
-    case ProbeKind::kPlant: {
-      ++n.plants_sent;
-      // Whole: the count measured for this very text alone.
-      if (c.usable && c.prompt_tokens == f.predicted) ++n.plants_whole;
-      if (c.usable && c.prompt_tokens >= 0 &&
-          c.prompt_tokens < f.predicted - cal_.tolerance) {
-        // Whole alone, cut under load: part of the prompt was not processed.
-        BoundaryObservation o{f.predicted,    0,      200,    c.prompt_tokens,
-                              cal_.tolerance, t.name, "plant"};
-        for (Finding& b : JudgeBoundary(o)) found.push_back(std::move(b));
+    case ProbeKind::kPlant:
+      JudgePlant(f, c, &found);
+      break;
+    case ProbeKind::kGolden:
+      JudgeGoldenProbe(f, c, &found);
+      break;
+    case ProbeKind::kEcho:
+      if (c.usable) {
+        ++tallies_[f.tenant].echo;
+        auto e = CheckEcho(*cal_.nonces[f.tenant], c.text, tenant);
+        if (e.has_value()) found.push_back(*std::move(e));
       }
       break;
-    }
-    case ProbeKind::kGolden: {
-      if (!c.usable) break;
-      ++n.golden;
-      n.golden_variants.insert(f.golden_variant);
-      auto g = CompareGolden(f.golden_variant, cal_.golden[f.golden_variant],
-                             c.text, t.name);
-      if (cal_.golden_by_rate.count(f.golden_variant)) {
-        // Judged by rate at the end; only a divergence holding a foreign
-        // marker is a finding by itself.
-        (f.baseline ? base_n_ : cross_n_)++;
-        if (g.has_value()) (f.baseline ? base_div_ : cross_div_)++;
-        if (found.empty()) g.reset();
-      }
-      if (g.has_value()) {
-        if (!found.empty()) g->severity = Severity::kCritical;
-        found.push_back(*std::move(g));
-      }
-      break;
-    }
-    case ProbeKind::kEcho: {
-      if (!c.usable) break;
-      ++n.echo;
-      auto e = CheckEcho(*cal_.nonces[f.tenant], c.text, t.name);
-      if (e.has_value()) found.push_back(*std::move(e));
-      break;
-    }
     case ProbeKind::kAtLimit:
-    case ProbeKind::kPastLimit: {
-      const std::string tmpl = past ? "past_limit" : "at_limit";
-      // Judged: a whole answer, or (past the limit) a refusal.
-      if (c.usable || (past && refusal)) ++n.boundary;
-      BoundaryObservation o{f.predicted,
-                            cal_.limit.refuse_above,
-                            c.status,
-                            c.usable ? c.prompt_tokens : -1,
-                            cal_.tolerance,
-                            t.name,
-                            tmpl};
-      for (Finding& b : JudgeBoundary(o)) found.push_back(std::move(b));
-      if (f.stream && c.usable) {
-        bool judged = false;
-        auto l = JudgeLatency(
-            cal_.latency, c.prompt_tokens > 0 ? c.prompt_tokens : f.predicted,
-            c.ttft_ms, t.name, tmpl, &judged);
-        if (judged) ++n.latency;
-        if (l.has_value()) found.push_back(*std::move(l));
-      }
+    case ProbeKind::kPastLimit:
+      JudgeLimitProbe(f, c, &found);
       break;
-    }
     case ProbeKind::kSniff:
       break;
   }
@@ -589,15 +604,14 @@ absl::Status Campaign::QuietProbes() {
     InFlight f;
     f.kind = ProbeKind::kPastLimit;
     f.tenant = i % static_cast<int>(o_.tenants.size());
-    f.predicted = cal_.base_tokens + cal_.past_limit_units * cal_.unit_tokens;
-    f.stream = true;
-    const std::string prompt =
-        BoundaryPrompt(buster_.Next(), cal_.past_limit_units);
-    f.prompt_sha = Sha256Hex(prompt);
+    const int64_t id = next_probe_++;
+    int max_tokens = 0;
+    const std::string prompt = ProbePrompt(id, &f, &max_tokens);
+    f.stream = true;  // the first token is what is judged here
     const Completion c =
-        SendAlone(o_.tenants[f.tenant], prompt, kBoundaryMaxTokens, true);
+        SendAlone(o_.tenants[f.tenant], prompt, max_tokens, f.stream);
     RETURN_IF_ERROR(down_);
-    RETURN_IF_ERROR(Judge(next_probe_++, f, c));
+    RETURN_IF_ERROR(Judge(id, f, c));
   }
   return Flush();
 }

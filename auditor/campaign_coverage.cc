@@ -7,12 +7,6 @@
 namespace kvcanary::auditor {
 namespace {
 
-int FloorOf(const CoverageInputs& in, const std::string& detector) {
-  auto it = in.floors.find(detector);
-  if (it != in.floors.end()) return it->second;
-  it = in.floors.find("");
-  return it != in.floors.end() ? it->second : kDefaultFloor;
-}
 
 // Fills the parts every detector shares; `count` reads its unit per tenant.
 template <typename Count>
@@ -21,7 +15,7 @@ DetectorCoverage Make(const CoverageInputs& in, const std::string& name,
   DetectorCoverage d;
   d.name = name;
   d.unit = unit;
-  d.floor = FloorOf(in, name);
+  d.floor = FloorOf(in.floors, name);
   for (size_t t = 0; t < in.tenants.size(); ++t) {
     d.coverage[in.tenants[t]] = count(in.tallies[t]);
   }
@@ -40,6 +34,14 @@ DetectorCoverage OutputScan(const CoverageInputs& in) {
       Make(in, "output_scan", "plants accepted whole",
            [](const TenantTally& t) { return t.plants_whole; });
   if (!cal.plant_failure.empty()) d.AddFailure(cal.plant_failure);
+  // Plants that landed prove nothing if the answers hold no text to scan.
+  for (size_t t = 0; t < in.tenants.size(); ++t) {
+    if (in.tallies[t].scanned < d.floor) {
+      d.AddFailure(absl::StrCat(in.tenants[t], " got ", in.tallies[t].scanned,
+                                " answers with text to scan (floor ", d.floor,
+                                ")"));
+    }
+  }
   int64_t scanned = 0, sent = 0, whole = 0;
   for (const TenantTally& t : in.tallies) {
     scanned += t.scanned;
@@ -97,11 +99,12 @@ DetectorCoverage Echo(const CoverageInputs& in) {
   DetectorCoverage d = Make(in, "echo", "echo answers checked",
                             [](const TenantTally& t) { return t.echo; });
   d.disabled = cal.echo_disabled;
+  if (!cal.echo_failure.empty()) d.AddFailure(cal.echo_failure);
   int echoing = 0;
   for (size_t t = 0; t < cal.nonces.size(); ++t) {
     if (cal.nonces[t]) {
       ++echoing;
-    } else if (d.disabled.empty()) {
+    } else if (d.disabled.empty() && cal.echo_failure.empty()) {
       d.AddFailure(
           absl::StrCat("no nonce of ", in.tenants[t], " echoed alone"));
     }

@@ -21,7 +21,7 @@ namespace kvcanary::auditor {
 struct TenantTally {
   int plants_sent = 0;
   int plants_whole = 0;  // 200 with the prompt_tokens measured alone
-  int scanned = 0;       // usable answers scanned for markers
+  int scanned = 0;       // usable answers with text, scanned for markers
   int golden = 0;        // golden answers compared
   int echo = 0;          // echo answers checked
   int boundary = 0;      // answers judged at or past the limit

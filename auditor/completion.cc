@@ -1,5 +1,7 @@
 #include "auditor/completion.h"
 
+#include <vector>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -13,19 +15,58 @@ using json = nlohmann::json;
 
 namespace {
 
+// The longest prefix of `s` of at most `bytes` that does not end inside a
+// UTF-8 sequence (evidence and reports refuse invalid UTF-8).
+std::string Utf8Prefix(const std::string& s, size_t bytes) {
+  if (s.size() <= bytes) return s;
+  size_t end = bytes;
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80) --end;
+  return s.substr(0, end);
+}
+
+// The status an error's `type` (or message) names, matched word by word
+// ("rate_limit_exceeded", "RateLimitError", "exceed_context_size_error"),
+// so "generation" is not a rate and "unauthorized" not a permission.
 int StatusOfType(absl::string_view type) {
-  const std::string t = absl::AsciiStrToLower(type);
-  auto has = [&t](absl::string_view s) { return absl::StrContains(t, s); };
-  if (has("auth") && !has("author")) return 401;
-  if (has("permission") || has("forbidden") || has("author")) return 403;
-  if (has("not_found") || has("notfound") || has("not found")) return 404;
-  if (has("rate") || has("overload") || has("too_many") || has("busy")) {
-    return 429;
+  const std::vector<std::string> words =
+      absl::StrSplit(absl::AsciiStrToLower(type),
+                     absl::ByAnyChar(" _-.:,;/()[]{}\"'"), absl::SkipEmpty());
+  auto starts = [](const std::string& w, absl::string_view p) {
+    return absl::StartsWith(w, p);
+  };
+  auto word_then = [&words](absl::string_view a, absl::string_view b) {
+    for (size_t i = 0; i + 1 < words.size(); ++i) {
+      if (words[i] == a && absl::StartsWith(words[i + 1], b)) return true;
+    }
+    return false;
+  };
+  for (const std::string& w : words) {
+    if (starts(w, "authentication") || starts(w, "unauthenticated") ||
+        starts(w, "unauthorized") || w == "auth") {
+      return 401;
+    }
   }
-  if (has("validation")) return 422;  // TGI's error_type
-  if (has("invalid") || has("bad_request") || has("badrequest") ||
-      has("context") || has("length") || has("exceed")) {
-    return 400;
+  for (const std::string& w : words) {
+    if (starts(w, "permission") || starts(w, "forbidden")) return 403;
+  }
+  if (word_then("not", "found")) return 404;
+  for (const std::string& w : words) {
+    if (starts(w, "notfound")) return 404;
+  }
+  if (word_then("rate", "limit") || word_then("too", "many")) return 429;
+  for (const std::string& w : words) {
+    if (starts(w, "ratelimit") || starts(w, "overload") || w == "busy") {
+      return 429;
+    }
+  }
+  for (const std::string& w : words) {
+    if (w == "validation") return 422;  // TGI's error_type
+  }
+  for (const std::string& w : words) {
+    if (starts(w, "invalid") || starts(w, "badrequest") || w == "bad" ||
+        w == "context" || w == "length" || starts(w, "exceed") || w == "long") {
+      return 400;
+    }
   }
   return 500;
 }
@@ -38,29 +79,41 @@ const json* ErrorOf(const json& j) {
   return &*it;
 }
 
-// Accumulates a completion object (a whole body or one stream chunk) into
-// *c. False if it is not one: neither `choices` nor `usage`.
-bool Take(const json& j, Completion* c) {
-  if (!j.is_object()) return false;
+// What one object (a whole body or one stream chunk) held.
+enum class Taken {
+  kNone,    // neither `choices` nor `usage`: not a completion object
+  kUsage,   // usage (or an empty choice list) only
+  kChoice,  // at least one choice carrying a text, delta or message string
+};
+
+// Accumulates a completion object into *c.
+Taken Take(const json& j, Completion* c) {
+  if (!j.is_object()) return Taken::kNone;
   const bool has_choices = j.contains("choices") && j["choices"].is_array();
   const bool has_usage = j.contains("usage") && j["usage"].is_object();
-  if (!has_choices && !has_usage) return false;
+  if (!has_choices && !has_usage) return Taken::kNone;
+  Taken taken = Taken::kUsage;
   if (c->response_id.empty() && j.contains("id") && j["id"].is_string()) {
     c->response_id = j["id"].get<std::string>();
   }
   if (has_choices) {
     for (const json& choice : j["choices"]) {
       if (!choice.is_object()) continue;
+      const json* text = nullptr;
       if (choice.contains("text") && choice["text"].is_string()) {
-        c->text += choice["text"].get<std::string>();
+        text = &choice["text"];
       } else if (choice.contains("delta") && choice["delta"].is_object() &&
                  choice["delta"].contains("content") &&
                  choice["delta"]["content"].is_string()) {
-        c->text += choice["delta"]["content"].get<std::string>();
+        text = &choice["delta"]["content"];
       } else if (choice.contains("message") && choice["message"].is_object() &&
                  choice["message"].contains("content") &&
                  choice["message"]["content"].is_string()) {
-        c->text += choice["message"]["content"].get<std::string>();
+        text = &choice["message"]["content"];
+      }
+      if (text != nullptr) {
+        c->text += text->get<std::string>();
+        taken = Taken::kChoice;
       }
     }
   }
@@ -79,7 +132,7 @@ bool Take(const json& j, Completion* c) {
       c->cached_tokens = u["prompt_tokens_details"]["cached_tokens"].get<int>();
     }
   }
-  return true;
+  return taken;
 }
 
 // Marks *c as an error reported inside an HTTP 200 answer.
@@ -93,7 +146,7 @@ void SetInBandError(const json& error, const json& outer, Completion* c) {
   } else if (error.is_string()) {
     message = error.get<std::string>();
   }
-  if (message.size() > 200) message.resize(200);
+  message = Utf8Prefix(message, 200);
   c->error = absl::FailedPreconditionError(
       absl::StrCat("an error inside an HTTP 200 answer (status ", c->status,
                    message.empty() ? "" : ": ", message, ")"));
@@ -150,7 +203,10 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
     const json j = json::parse(r.body, nullptr, false);
     if (const json* e = ErrorOf(j)) {
       c.error = absl::FailedPreconditionError(absl::StrCat(
-          "HTTP ", r.status, ": ", json(*e).dump().substr(0, 200)));
+          "HTTP ", r.status, ": ",
+          Utf8Prefix(
+              json(*e).dump(-1, ' ', false, json::error_handler_t::replace),
+              200)));
     }
     return c;
   }
@@ -163,11 +219,12 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
       SetInBandError(*e, j, &c);
       return c;
     }
-    if (!Take(j, &c)) {
+    if (Take(j, &c) != Taken::kChoice) {
       c.error = absl::DataLossError(
           stream ? "a streamed request answered without an SSE stream or a "
                    "completion"
-                 : "a 200 without a completion in its body");
+                 : "a 200 without a completion (no choice with text) in its "
+                   "body");
       return c;
     }
     c.usable = true;
@@ -202,11 +259,12 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
       SetInBandError(*e, j, &c);
       return c;
     }
-    if (!Take(j, &c)) {
+    const Taken taken = Take(j, &c);
+    if (taken == Taken::kNone) {
       c.error = absl::DataLossError("a malformed stream event");
       return c;
     }
-    any = true;
+    any = any || taken == Taken::kChoice;
   }
   if (!done) {
     c.error = absl::DataLossError("a stream that did not end with [DONE]");
@@ -215,8 +273,8 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
   if (!any) {
     // TGI's chat stream drops a validation error and sends only [DONE].
     c.error = absl::DataLossError(
-        "a stream with [DONE] but no completion chunk: an error the server "
-        "dropped, never an empty answer");
+        "a stream with [DONE] but no chunk with a choice: an error the "
+        "server dropped, never an empty answer");
     return c;
   }
   c.usable = true;

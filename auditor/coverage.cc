@@ -99,6 +99,14 @@ nlohmann::json DetectorCoverage::ToJson() const {
           {"stats", stats}};
 }
 
+int FloorOf(const std::map<std::string, int>& floors,
+            const std::string& detector) {
+  auto it = floors.find(detector);
+  if (it != floors.end()) return it->second;
+  it = floors.find("");
+  return it != floors.end() ? it->second : kDefaultFloor;
+}
+
 absl::StatusOr<std::map<std::string, int>> ParseFloors(absl::string_view spec) {
   std::map<std::string, int> out;
   for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
@@ -115,9 +123,11 @@ absl::StatusOr<std::map<std::string, int>> ParseFloors(absl::string_view spec) {
       }
     }
     int n = 0;
-    if (!absl::SimpleAtoi(value, &n) || n < 0) {
+    // 0 would make a detector active with nothing checked: to leave one
+    // out, --require the others.
+    if (!absl::SimpleAtoi(value, &n) || n < 1) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--floor: '", part, "' is not a count >= 0"));
+          absl::StrCat("--floor: '", part, "' is not a count >= 1"));
     }
     out[name] = n;
   }

@@ -67,9 +67,14 @@ struct DetectorCoverage {
   nlohmann::json ToJson() const;
 };
 
+// The floor of `detector`: its own entry in `floors`, else the "" default,
+// else kDefaultFloor.
+int FloorOf(const std::map<std::string, int>& floors,
+            const std::string& detector);
+
 // Floors per detector from a flag: "20" (every detector), or
 // "20,trace=5,echo=10" (a default, then overrides). kInvalidArgument naming
-// the bad part: an unknown detector, a negative or non-numeric floor.
+// the bad part: an unknown detector, a floor below 1 or not a number.
 absl::StatusOr<std::map<std::string, int>> ParseFloors(absl::string_view spec);
 
 // Detector names from a flag ("golden,echo"); kInvalidArgument for an

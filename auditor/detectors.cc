@@ -14,16 +14,22 @@
 #include "common/check.h"
 
 namespace kvcanary::auditor {
-std::string Sha256Hex(absl::string_view text) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), md);
+std::string LowerHex(absl::string_view bytes) {
   static const char* kHex = "0123456789abcdef";
   std::string out;
-  for (unsigned char c : md) {
+  for (char b : bytes) {
+    const unsigned char c = static_cast<unsigned char>(b);
     out.push_back(kHex[c >> 4]);
     out.push_back(kHex[c & 15]);
   }
   return out;
+}
+
+std::string Sha256Hex(absl::string_view text) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), md);
+  return LowerHex(
+      absl::string_view(reinterpret_cast<const char*>(md), sizeof(md)));
 }
 
 namespace {

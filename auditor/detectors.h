@@ -19,6 +19,8 @@ namespace kvcanary::auditor {
 // Lower-case hex SHA-256 of `text`: how outputs and prompts appear in
 // evidence.
 std::string Sha256Hex(absl::string_view text);
+// Lower-case hex of `bytes`.
+std::string LowerHex(absl::string_view bytes);
 
 // Foreign markers in an output the probing tenant received: a marker
 // planted by another tenant (exact: critical; a partial run: high), or a

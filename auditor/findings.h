@@ -16,6 +16,8 @@ namespace kvcanary::auditor {
 
 enum class Severity { kLow = 1, kMedium = 2, kHigh = 3, kCritical = 4 };
 const char* SeverityName(Severity s);
+// The severity a name stands for; low for an unknown one.
+Severity SeverityFromName(const std::string& name);
 
 // "2026-12-03T10:15:00.123Z": how reports and evidence write a time.
 std::string Rfc3339Utc(int64_t unix_us);
@@ -36,6 +38,10 @@ struct Finding {
   // Grouping fields beyond detector, kind, reader and writer, e.g.
   // {"node": "decode"} or {"template": "past_limit"}.
   nlohmann::json group = nlohmann::json::object();
+
+  // The body of its evidence row (`finding`), and back.
+  nlohmann::json ToJson() const;
+  static Finding FromJson(const nlohmann::json& body);
 };
 
 // A shadow-ledger finding as an auditor finding ("trace_<kind>"), with the

@@ -17,13 +17,6 @@ using json = nlohmann::json;
 
 namespace {
 
-Severity SeverityFromName(const std::string& s) {
-  if (s == "critical") return Severity::kCritical;
-  if (s == "high") return Severity::kHigh;
-  if (s == "medium") return Severity::kMedium;
-  return Severity::kLow;
-}
-
 // Where an incident happened, for the table: the node, template or variant.
 std::string Where(const json& key) {
   std::vector<std::string> parts;

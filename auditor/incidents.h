@@ -8,7 +8,7 @@
 //   output_scan  reader (the probing tenant), writer (the marker's owner)
 //   golden       tenant, variant
 //   echo         tenant
-//   boundary     tenant, template (at_limit, past_limit, quiet, ladder)
+//   boundary     tenant, template (at_limit, past_limit, plant, ladder)
 //   latency      tenant, template
 // A finding with no writer of its own (a black-box finding, a failed
 // transfer) on an engine request the trace saw read other tenants' pages

@@ -119,10 +119,18 @@ void AuditorMetrics::CountFinding(const std::string& kind,
   findings_->Add({{"kind", kind}, {"severity", severity}}).Increment();
 }
 
-void AuditorMetrics::SetPositiveControl(const std::string& detector,
-                                        bool passed) {
+void AuditorMetrics::SetPositiveControls(
+    const std::map<std::string, bool>& passed) {
   std::lock_guard<std::mutex> lock(mu_);
-  positive_control_->Add({{"detector", detector}}).Set(passed ? 1 : 0);
+  for (const char* d : kDetectorNames) {
+    prometheus::Gauge& g = positive_control_->Add({{"detector", d}});
+    auto it = passed.find(d);
+    if (it == passed.end()) {
+      positive_control_->Remove(&g);
+    } else {
+      g.Set(it->second ? 1 : 0);
+    }
+  }
 }
 
 void AuditorMetrics::CountTraceEvents(double consumed, double dropped) {
@@ -141,6 +149,16 @@ void AuditorMetrics::CampaignEnded(
   }
   campaigns_->Add({{"result", VerdictName(verdict)}}).Increment();
   if (verdict != Verdict::kError) last_success_->Set(unix_time);
+  if (detectors.empty()) {
+    // A campaign that could not run vouches for no detector.
+    for (const char* d : kDetectorNames) {
+      for (DetectorState s : kStates) {
+        detector_state_->Add({{"detector", d}, {"state", DetectorStateName(s)}})
+            .Set(s == DetectorState::kInconclusive ? 1 : 0);
+      }
+      detector_coverage_->Add({{"detector", d}}).Set(0);
+    }
+  }
   for (const DetectorCoverage& d : detectors) {
     for (DetectorState s : kStates) {
       detector_state_

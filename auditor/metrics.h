@@ -6,6 +6,7 @@
 #ifndef KVCANARY_AUDITOR_METRICS_H_
 #define KVCANARY_AUDITOR_METRICS_H_
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,11 +30,14 @@ class AuditorMetrics {
   // outcome: ok, http_4xx, http_5xx, transport_error, bad_response.
   void CountProbe(const std::string& kind, const std::string& outcome);
   void CountFinding(const std::string& kind, const std::string& severity);
-  void SetPositiveControl(const std::string& detector, bool passed);
+  // The last campaign's controls (detector -> passed); a detector whose
+  // control did not run has no sample, rather than an old one.
+  void SetPositiveControls(const std::map<std::string, bool>& passed);
   void CountTraceEvents(double consumed, double dropped);
   // A campaign ended: its verdict, each detector's state and weakest
-  // tenant's coverage, its duration; unless the verdict is error, the time
-  // it completed.
+  // tenant's coverage (after an error, every detector inconclusive with
+  // coverage 0), its duration; unless the verdict is error, the time it
+  // completed.
   void CampaignEnded(Verdict verdict,
                      const std::vector<DetectorCoverage>& detectors,
                      double seconds, double unix_time);

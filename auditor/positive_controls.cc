@@ -63,7 +63,7 @@ bool EchoControl(const Calibration& c, const std::vector<std::string>& names) {
   for (size_t t = 0; t < c.nonces.size(); ++t) {
     if (!c.nonces[t]) continue;
     const canaries::Marker& nonce = *c.nonces[t];
-    return CheckEcho(nonce, "the cat sat on the mat", names[t]).has_value() &&
+    return CheckEcho(nonce, "1, 2, 3.", names[t]).has_value() &&
            !CheckEcho(nonce, absl::StrCat("The ", nonce.text, "."), names[t])
                 .has_value();
   }
@@ -149,7 +149,8 @@ bool TraceControlFires() {
   {
     TraceFollower follower(absl::StrCat("http://127.0.0.1:", port));
     if (follower.Start().ok()) {
-      for (int i = 0; i < 100 && !fired; ++i) {
+      // Up to 5 s: a loaded machine may take a while to deliver 5 lines.
+      for (int i = 0; i < 1000 && !fired; ++i) {
         for (const LedgerFinding& f : follower.findings()) {
           fired = fired || (f.kind == LedgerFindingKind::kForeignTenantRead &&
                             f.reader.tenant == TenantId(1) &&

@@ -58,6 +58,44 @@ void FromPromptLimit(int prompt, int context, const std::string& where,
 
 }  // namespace
 
+absl::StatusOr<ModelEntry> DiscoverModel(
+    const HttpClient& http, const std::string& target,
+    const std::vector<std::string>& headers, const std::string& tenant,
+    const std::string& model, absl::Duration timeout) {
+  auto res = http.Get(target + "/v1/models", headers, timeout);
+  if (!res.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "target ", target, " unreachable: ", res.status().message()));
+  }
+  if (res->status == 401 || res->status == 403) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "target ", target, " refused tenant '", tenant, "' key (HTTP ",
+        res->status, " on /v1/models): check the tenants file"));
+  }
+  const json j = json::parse(res->body, nullptr, false);
+  if (res->status != 200 || !j.is_object() || !j.contains("data") ||
+      !j["data"].is_array() || j["data"].empty() || !j["data"][0].is_object() ||
+      !j["data"][0].contains("id") || !j["data"][0]["id"].is_string()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "target ", target, "/v1/models answered HTTP ", res->status,
+        " without a model list: not an OpenAI-compatible API"));
+  }
+  ModelEntry out;
+  if (model.empty()) {
+    out.entry = j["data"][0];
+    out.id = out.entry["id"].get<std::string>();
+    return out;
+  }
+  out.id = model;
+  for (const json& m : j["data"]) {
+    if (m.is_object() && m.contains("id") && m["id"].is_string() &&
+        m["id"].get<std::string>() == model) {
+      out.entry = m;
+    }
+  }
+  return out;
+}
+
 TargetLimit AdvertisedLimit(const HttpClient& http, const std::string& target,
                             const std::vector<std::string>& headers,
                             const json& model_entry, const std::string& model,
@@ -155,7 +193,9 @@ LadderResult MeasureLimit(const std::function<LadderAnswer(int units)>& send,
     r.steps.push_back(s);
     const LadderAnswer& a = s.answer;
     if (a.status == 200) {
-      if (a.prompt_tokens >= 0 && a.prompt_tokens < s.predicted - tolerance) {
+      // A 200 without a count (garbage, a proxy's page) proves nothing.
+      if (a.prompt_tokens < 0) return kOther;
+      if (a.prompt_tokens < s.predicted - tolerance) {
         if (!r.truncates) r.truncated = s;
         r.truncates = true;
         return kTruncated;

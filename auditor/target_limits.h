@@ -37,6 +37,23 @@ struct TargetLimit {
 // The tokens a boundary (at/past the limit) or ladder probe generates.
 inline constexpr int kBoundaryMaxTokens = 16;
 
+// The model probed and its /v1/models entry.
+struct ModelEntry {
+  std::string id;
+  // Its entry in the list; empty when `model` was given but is not listed
+  // (a limit is then never read from another model's entry).
+  nlohmann::json entry = nlohmann::json::object();
+};
+
+// GET /v1/models with `headers` (tenant `tenant`'s key): `model` if given,
+// else the first listed. kUnavailable if unreachable, kPermissionDenied
+// naming the tenant for a 401/403, kFailedPrecondition for an answer
+// without a model list (not an OpenAI-compatible API).
+absl::StatusOr<ModelEntry> DiscoverModel(
+    const HttpClient& http, const std::string& target,
+    const std::vector<std::string>& headers, const std::string& tenant,
+    const std::string& model, absl::Duration timeout);
+
 // Reads the limit from the places servers advertise it (docs/targets.md,
 // "What the auditor relies on"), in this order: `model_entry` (the
 // /v1/models entry of the model: kvcanary's max_prompt_tokens, vLLM's and
@@ -77,8 +94,9 @@ struct LadderResult {
 // `base_tokens`) until an answer is a refusal (400, 413, 422), a 200 whose
 // prompt_tokens falls short of the prediction by more than `tolerance`, or
 // the prediction passes `max_tokens`; then bisects between the last whole
-// answer and the first that was not. Any other status or a transport error
-// ends the ladder (refused_other). `send(units)` sends one prompt alone.
+// answer and the first that was not. Any other status, a 200 without a
+// count, or a transport error ends the ladder (refused_other). `send(units)`
+// sends one prompt alone.
 LadderResult MeasureLimit(const std::function<LadderAnswer(int units)>& send,
                           int base_tokens, int unit_tokens, int tolerance,
                           int max_tokens);

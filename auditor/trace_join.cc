@@ -12,10 +12,32 @@ TraceCollection CollectTraces(
   TraceCollection out;
   TraceTally& tally = out.tally;
   tally.enabled = !followers.empty();
+  // The tail of the streams: the last probes' events may still be on
+  // their way. Wait until no node has sent anything for 300 ms (5 s at
+  // most), not a fixed grace that a loaded machine can outrun.
+  {
+    auto events = [&followers] {
+      uint64_t n = 0;
+      for (const auto& f : followers) n += f->stats().events;
+      return n;
+    };
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    uint64_t last = events();
+    absl::Time quiet_since = absl::Now();
+    while (absl::Now() < deadline &&
+           absl::Now() - quiet_since < absl::Milliseconds(300)) {
+      absl::SleepFor(absl::Milliseconds(50));
+      const uint64_t now = events();
+      if (now != last) {
+        last = now;
+        quiet_since = absl::Now();
+      }
+    }
+  }
   // Engine tenant -> the tenant names its requests' probes had.
   std::map<uint32_t, std::map<std::string, int>> votes;
   for (const auto& follower : followers) {
-    absl::Status s = follower->Stop();
+    absl::Status s = follower->Stop(absl::ZeroDuration());
     if (!s.ok()) {
       tally.failures.push_back(absl::StrCat(
           "the trace stream of ", follower->url(), " broke: ", s.message()));

@@ -29,7 +29,8 @@ struct TraceCollection {
   std::vector<Finding> findings;  // named, with trace_url in the detail
 };
 
-// Stops every follower (each stream's problem becomes a tally failure, as
+// Waits for the streams to go quiet (300 ms without an event, 5 s at most),
+// stops every follower (each stream's problem becomes a tally failure, as
 // do dropped events) and joins what their ledgers found to tenant names.
 // `probe_requests`: engine request id -> the tenant whose probe it was.
 TraceCollection CollectTraces(

@@ -30,6 +30,7 @@ struct SimTarget {
   double per_token_ms = 0.1;
   bool flat = false;  // a constant first-token time (a cache, a fixed delay)
   bool echo = true;
+  bool reports_cache_hits = false;  // every prompt says it was cached
 
   Completion operator()(const AuditTenant&, const std::string& prompt,
                         int max_tokens, bool stream) const {
@@ -45,6 +46,7 @@ struct SimTarget {
     c.status = 200;
     c.usable = true;
     c.prompt_tokens = n;
+    if (reports_cache_hits) c.cached_tokens = n - 1;
     c.ttft_ms = flat ? 5.0 : 2.0 + per_token_ms * n;
     // The last words of the prompt: a nonce quoted in it comes back.
     std::vector<std::string> words = absl::StrSplit(prompt, ' ');
@@ -109,7 +111,7 @@ TEST(CalibrationTest, PlantsFillTheLimitAndAreMeasuredWhole) {
     ASSERT_EQ(plants.size(), 4u);
     for (const Plant& p : plants) {
       EXPECT_EQ(p.prompt_tokens, Tokens(p.text));
-      EXPECT_LE(p.prompt_tokens, 1000);
+      EXPECT_LT(p.prompt_tokens, 1000);
     }
   }
 }
@@ -123,7 +125,9 @@ TEST(CalibrationTest, ASmallLimitGetsShorterPlantsRatherThanNone) {
   const Calibration c = Calibrate(o, target);
   EXPECT_TRUE(c.plant_failure.empty()) << c.plant_failure;
   EXPECT_EQ(c.sizing.form, "compact");
-  EXPECT_EQ(c.plants[0].size(), 4u);
+  EXPECT_EQ(c.sizing.markers_per_plant, 1);
+  // One marker each: twice the plants.
+  EXPECT_EQ(c.plants[0].size(), 8u);
 }
 
 TEST(CalibrationTest, TooSmallForAnyPlantIsAFailureNotAGuess) {
@@ -151,6 +155,15 @@ TEST(CalibrationTest, AFlatFirstTokenTimeIsAFailedCalibration) {
   const Calibration c = Calibrate(Options(), target);
   EXPECT_FALSE(c.latency.calibrated);
   EXPECT_NE(c.latency.failure.find("does not grow"), std::string::npos)
+      << c.latency.failure;
+}
+
+TEST(CalibrationTest, ACalibrationServedFromACacheFails) {
+  SimTarget target;
+  target.reports_cache_hits = true;
+  const Calibration c = Calibrate(Options(), target);
+  EXPECT_FALSE(c.latency.calibrated);
+  EXPECT_NE(c.latency.failure.find("served from a cache"), std::string::npos)
       << c.latency.failure;
 }
 

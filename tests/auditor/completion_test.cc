@@ -95,7 +95,8 @@ TEST(CompletionTest, ErrorEventTypeMapsToAStatusWithoutACode) {
 TEST(CompletionTest, DoneWithoutAnyChunkIsNotAnEmptyAnswer) {
   const Completion c = ParseCompletion(Response(200, "data: [DONE]\n\n"), true);
   EXPECT_FALSE(c.usable);
-  EXPECT_NE(c.error.message().find("no completion chunk"), std::string::npos);
+  EXPECT_NE(c.error.message().find("no chunk with a choice"),
+            std::string::npos);
 }
 
 TEST(CompletionTest, ZeroUsageChunksDoNotHideTheRealCount) {
@@ -138,6 +139,57 @@ TEST(CompletionTest, ErrorObjectStatusPrefersTheNumericCode) {
                 nlohmann::json("Input validation error"),
                 nlohmann::json::parse(R"({"error_type":"validation"})")),
             422);
+}
+
+TEST(CompletionTest, ErrorTypesAreMatchedWordByWord) {
+  auto status = [](const char* type) {
+    return ErrorObjectStatus(nlohmann::json{{"type", type}});
+  };
+  EXPECT_EQ(status("Generation failed"), 500);  // not a "rate"
+  EXPECT_EQ(status("moderate"), 500);
+  EXPECT_EQ(status("unauthorized"), 401);  // not an "author"ization
+  EXPECT_EQ(status("AuthenticationError"), 401);
+  EXPECT_EQ(status("PermissionDeniedError"), 403);
+  EXPECT_EQ(status("NotFoundError"), 404);
+  EXPECT_EQ(status("rate_limit_exceeded"), 429);
+  EXPECT_EQ(status("RateLimitError"), 429);
+  EXPECT_EQ(status("exceed_context_size_error"), 400);
+  EXPECT_EQ(status("BadRequestError"), 400);
+  EXPECT_EQ(status("invalid_request_error"), 400);
+}
+
+TEST(CompletionTest, A200WithoutAChoiceCarryingTextIsNotAnAnswer) {
+  EXPECT_FALSE(
+      ParseCompletion(Response(200, R"({"usage":{"prompt_tokens":5}})"), false)
+          .usable);
+  EXPECT_FALSE(
+      ParseCompletion(Response(200, R"({"choices":[],"usage":{}})"), false)
+          .usable);
+  EXPECT_FALSE(
+      ParseCompletion(Response(200, R"({"choices":[{"index":0}]})"), false)
+          .usable);
+  // A stream of usage only.
+  EXPECT_FALSE(
+      ParseCompletion(Response(200,
+                               "data: {\"choices\":[],\"usage\":{\"prompt_"
+                               "tokens\":5}}\n\ndata: [DONE]\n\n"),
+                      true)
+          .usable);
+  // An empty text is still an answer (of nothing).
+  EXPECT_TRUE(
+      ParseCompletion(Response(200, R"({"choices":[{"text":""}]})"), false)
+          .usable);
+}
+
+TEST(CompletionTest, ErrorMessagesAreCutOnACharacterBoundary) {
+  std::string message(199, 'x');
+  message += "\u00e9\u00e9";  // two-byte characters across the cut
+  const Completion c = ParseCompletion(
+      Response(200, nlohmann::json{{"error", {{"message", message}}}}.dump()),
+      false);
+  ASSERT_FALSE(c.usable);
+  // Valid UTF-8: nlohmann throws on dump() otherwise.
+  EXPECT_NO_THROW(nlohmann::json(std::string(c.error.message())).dump());
 }
 
 TEST(CompletionTest, StreamWithoutDoneIsNotUsable) {

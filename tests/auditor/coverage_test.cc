@@ -98,6 +98,8 @@ TEST(FloorFlagTest, DefaultThenOverrides) {
   EXPECT_EQ((*f)["echo"], 10);
   EXPECT_FALSE(ParseFloors("tracer=5").ok());
   EXPECT_FALSE(ParseFloors("-1").ok());
+  EXPECT_FALSE(ParseFloors("0").ok());  // active with nothing checked
+  EXPECT_FALSE(ParseFloors("20,trace=0").ok());
   EXPECT_FALSE(ParseFloors("golden=many").ok());
   EXPECT_FALSE(ParseDetectorList("golden,psychic").ok());
   EXPECT_EQ(ParseDetectorList("golden,echo")->size(), 2u);
@@ -110,7 +112,8 @@ CoverageInputs Inputs(const Calibration* cal) {
   in.calibration = cal;
   in.tallies.resize(2);
   for (TenantTally& t : in.tallies) {
-    t.plants_whole = t.golden = t.echo = t.boundary = t.latency = 25;
+    t.plants_whole = t.scanned = t.golden = t.echo = t.boundary = t.latency =
+        25;
     t.golden_variants = {0, 1, 2};
   }
   in.trace.enabled = true;

@@ -302,6 +302,10 @@ bool FakeTarget::Authorized(const httplib::Request& req) const {
   } else if (!llama) {  // llama.cpp also takes the bare key
     return false;
   }
+  if (options_.revoke_after_completions > 0 && key == options_.revoked_key &&
+      completions_.load() > options_.revoke_after_completions) {
+    return false;
+  }
   return options_.api_keys.count(std::string(key)) > 0;
 }
 

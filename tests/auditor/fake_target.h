@@ -104,6 +104,10 @@ struct FakeTargetOptions {
   // arrived (the last one is still answered); connections are refused after.
   int die_after_completions = 0;
   bool echo = true;  // false: fixed filler words instead of the prompt's tail
+  // > 0: once that many completion requests have arrived, `revoked_key`
+  // is refused as if it were wrong (a key rotated or revoked mid-run).
+  int revoke_after_completions = 0;
+  std::string revoked_key;
 };
 
 // The fake's tokenizer: 1 (BOS) + each maximal run of ASCII letters/digits

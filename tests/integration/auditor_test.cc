@@ -282,7 +282,7 @@ TEST(AuditorTest, EditingAnyEvidenceRowMakesVerifyNameIt) {
   Cluster cluster({});
   ASSERT_TRUE(cluster.ok());
   const std::string db = TempPath("tamper.db");
-  std::vector<std::string> args = ProbeArgs(cluster, db, 40);
+  std::vector<std::string> args = ProbeArgs(cluster, db, 80);
   args.push_back("--floor=2");
   ASSERT_EQ(Auditor(args).exit_code, 0);
   {
@@ -317,7 +317,11 @@ TEST(AuditorTest, KillNineLosesNoCommittedRowAndTheNextRunContinuesTheChain) {
   std::vector<std::string> args = ProbeArgs(cluster, db, 0);
   args.push_back("--duration=60");
   Process probe(args, AuditorBinary());
-  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // Killed once it has committed a finding, however long that takes.
+  for (int i = 0; i < 600; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (std::ifstream(db) && !FindingRows(db).empty()) break;
+  }
   probe.Signal(SIGKILL);
   probe.Wait();
   CliRun v = Auditor({"verify", "--db=" + db});
@@ -330,6 +334,12 @@ TEST(AuditorTest, KillNineLosesNoCommittedRowAndTheNextRunContinuesTheChain) {
   std::set<std::string> campaigns;
   for (const auto& f : FindingRows(db)) campaigns.insert(f["campaign"]);
   EXPECT_EQ(campaigns.size(), 2u);
+  // The killed campaign's rows are grouped too, and it is named
+  // interrupted.
+  CliRun incidents = Auditor({"findings", "--db=" + db});
+  EXPECT_NE(incidents.out.find("no end recorded (interrupted)"),
+            std::string::npos)
+      << incidents.out;
 }
 
 TEST(AuditorTest, BadTargetsAndFilesAreClearErrorsNotCleanResults) {

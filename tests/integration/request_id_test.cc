@@ -37,7 +37,7 @@ class RequestIdTest : public SharedClusterTest {};
 TEST_F(RequestIdTest, CompletionNamesItsIdInTheHeaderTheBodyAndTheTrace) {
   TraceTap tap(cluster_->decode());
   HttpResult a = Post(cluster_->router(), "/v1/completions",
-                             Completion("a cat sat", 4), "sk-acme");
+                      Completion("a cat sat", 4), "sk-acme");
   const auto events = tap.Stop();
   ASSERT_EQ(a.status, 200) << a.body;
   ASSERT_TRUE(a.HasHeader(kHeader));
@@ -57,15 +57,14 @@ TEST_F(RequestIdTest, CompletionNamesItsIdInTheHeaderTheBodyAndTheTrace) {
 
 TEST_F(RequestIdTest, ChatCompletionCarriesTheHeader) {
   HttpResult a = Post(cluster_->router(), "/v1/chat/completions",
-                             Chat("hello", 3), "sk-globex");
+                      Chat("hello", 3), "sk-globex");
   ASSERT_EQ(a.status, 200) << a.body;
   ASSERT_TRUE(a.HasHeader(kHeader));
   EXPECT_EQ(a.Header(kHeader), BodyId(a.body));
 }
 
 TEST_F(RequestIdTest, StreamedCompletionCarriesTheHeader) {
-  HttpResult a =
-      Post(cluster_->router(), "/v1/completions",
+  HttpResult a = Post(cluster_->router(), "/v1/completions",
                       Completion("a cat sat", 4, /*stream=*/true), "sk-acme");
   ASSERT_EQ(a.status, 200) << a.body;
   ASSERT_TRUE(a.HasHeader(kHeader));
@@ -77,9 +76,9 @@ TEST_F(RequestIdTest, StreamedCompletionCarriesTheHeader) {
 
 TEST_F(RequestIdTest, IdsAreDistinctPerRequest) {
   HttpResult a = Post(cluster_->router(), "/v1/completions",
-                             Completion("one", 2), "sk-acme");
+                      Completion("one", 2), "sk-acme");
   HttpResult b = Post(cluster_->router(), "/v1/completions",
-                             Completion("two", 2), "sk-acme");
+                      Completion("two", 2), "sk-acme");
   ASSERT_EQ(a.status, 200) << a.body;
   ASSERT_EQ(b.status, 200) << b.body;
   EXPECT_NE(a.Header(kHeader), b.Header(kHeader));
@@ -87,12 +86,12 @@ TEST_F(RequestIdTest, IdsAreDistinctPerRequest) {
 
 TEST_F(RequestIdTest, RefusedBeforeAnIdIsAssignedHasNoHeader) {
   // Authentication and admission come before the id.
-  HttpResult unauthenticated = Post(
-      cluster_->router(), "/v1/completions", Completion("hi", 2), "sk-nobody");
+  HttpResult unauthenticated = Post(cluster_->router(), "/v1/completions",
+                                    Completion("hi", 2), "sk-nobody");
   EXPECT_EQ(unauthenticated.status, 401) << unauthenticated.body;
   EXPECT_FALSE(unauthenticated.HasHeader(kHeader));
   HttpResult too_long = Post(cluster_->router(), "/v1/completions",
-                                    Completion(LongPrompt(2000), 2), "sk-acme");
+                             Completion(LongPrompt(2000), 2), "sk-acme");
   EXPECT_EQ(too_long.status, 400) << too_long.body;
   EXPECT_FALSE(too_long.HasHeader(kHeader));
 }
@@ -123,7 +122,7 @@ TEST(RequestIdErrorTest, AnErrorAfterTheIdIsAssignedCarriesIt) {
   Cluster cluster({"--test_transfer_damage=flip-byte"});
   ASSERT_TRUE(cluster.ok());
   HttpResult a = Post(cluster.router(), "/v1/completions",
-                             Completion("hello there", 8), "sk-acme");
+                      Completion("hello there", 8), "sk-acme");
   EXPECT_EQ(a.status, 502) << a.body;
   ASSERT_TRUE(a.HasHeader(kHeader));
   EXPECT_FALSE(a.Header(kHeader).empty());

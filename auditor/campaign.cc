@@ -10,12 +10,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "auditor/campaign_coverage.h"
+#include "auditor/command_result.h"
 #include "auditor/completion.h"
 #include "auditor/detectors.h"
+#include "auditor/evidence_log.h"
 #include "auditor/http_client.h"
 #include "auditor/multi_client.h"
 #include "auditor/positive_controls.h"
 #include "auditor/probe_mix.h"
+#include "auditor/target_session.h"
 #include "auditor/trace_join.h"
 #include "canaries/marker.h"
 #include "canaries/scanner.h"
@@ -65,13 +68,15 @@ class Campaign {
       : o_(options),
         metrics_(metrics),
         key_(options.secret_key.empty() ? RandomHex(32) : options.secret_key),
+        session_(TargetOptions{options.target, options.tenants, options.model,
+                               options.request_timeout,
+                               options.max_consecutive_failures}),
         scanner_(canaries::kDefaultMinPartialWords) {}
 
   CampaignResult Run();
 
  private:
   absl::Status Steps();
-  absl::Status Discover();
   absl::Status StartTrace();
   void BuildScanner();
   void Controls();
@@ -81,19 +86,9 @@ class Campaign {
   CoverageInputs Tallies() const;
   void Finish(const absl::Status& run);
 
-  std::vector<std::string> Headers(const AuditTenant& t) const {
-    return {"Authorization: Bearer " + t.api_key};
-  }
-  std::string Body(const std::string& prompt, int max_tokens,
-                   bool stream) const;
   int Floor(const std::string& detector) const {
     return FloorOf(o_.floors, detector);
   }
-  // One request, alone: calibration and quiet probes.
-  Completion SendAlone(const AuditTenant& t, const std::string& prompt,
-                       int max_tokens, bool stream);
-  // Counts consecutive requests without an HTTP answer: "target down".
-  void NoteTransport(const Completion& c);
   // The prompt of probe `id` of kind f->kind and the tokens it generates;
   // fills in f's fields.
   std::string ProbePrompt(uint64_t id, InFlight* f, int* max_tokens);
@@ -111,111 +106,34 @@ class Campaign {
                         std::vector<Finding>* found);
   void JudgeLimitProbe(const InFlight& f, const Completion& c,
                        std::vector<Finding>* found);
-  absl::Status Record(const std::string& kind, json body, bool flush = false);
-  absl::Status Flush();
+  absl::Status Record(const std::string& kind, json body, bool flush = false) {
+    return log_ == nullptr ? absl::OkStatus()
+                           : log_->Record(kind, std::move(body), flush);
+  }
+  absl::Status Flush() {
+    return log_ == nullptr ? absl::OkStatus() : log_->Flush();
+  }
   absl::Status AddFinding(Finding f, bool flush);
   void Progress(const char* what);
 
   const CampaignOptions& o_;
   AuditorMetrics* metrics_;
   const std::string key_;
-  std::unique_ptr<storage::EvidenceStore> store_;
-  std::vector<storage::EvidenceRecord> pending_;
+  TargetSession session_;
+  std::unique_ptr<EvidenceLog> log_;
   canaries::MarkerScanner scanner_;
   std::vector<canaries::Marker> control_markers_;  // one per tenant
   std::vector<std::unique_ptr<TraceFollower>> followers_;
   Calibration cal_;
   CacheBuster buster_;
-  TargetLimit advertised_;
-  std::string model_;
   std::vector<TenantTally> tallies_;
   std::map<uint64_t, int> engine_requests_;  // engine request -> tenant
   int base_n_ = 0, base_div_ = 0, cross_n_ = 0, cross_div_ = 0;
   int64_t next_probe_ = 0;
-  int consecutive_failures_ = 0;
-  absl::Status down_;  // set once the target is down
-  std::string last_transport_error_;
   TraceTally trace_;
   std::vector<int64_t> probe_times_, error_times_;  // Unix µs
   CampaignResult r_;
 };
-
-std::string Campaign::Body(const std::string& prompt, int max_tokens,
-                           bool stream) const {
-  json j = {{"model", model_},
-            {"prompt", prompt},
-            {"max_tokens", max_tokens},
-            {"temperature", 0}};
-  if (stream) {
-    j["stream"] = true;
-    // Usage in a stream's last chunk (vLLM and others send it only then).
-    j["stream_options"] = {{"include_usage", true}};
-  }
-  return j.dump();
-}
-
-void Campaign::NoteTransport(const Completion& c) {
-  if (Outcome(c) != "transport_error") {
-    consecutive_failures_ = 0;
-    return;
-  }
-  last_transport_error_ = std::string(c.error.message());
-  if (++consecutive_failures_ >= o_.max_consecutive_failures && down_.ok()) {
-    down_ = absl::UnavailableError(absl::StrCat(
-        "target down at ", Rfc3339Utc(NowUs()), ": ", consecutive_failures_,
-        " consecutive requests to ", o_.target,
-        " got no HTTP answer (last: ", last_transport_error_, ")"));
-  }
-}
-
-Completion Campaign::SendAlone(const AuditTenant& t, const std::string& prompt,
-                               int max_tokens, bool stream) {
-  Completion result;
-  if (!down_.ok()) {
-    result.error = down_;
-    return result;
-  }
-  MultiClient one(1);
-  bool sent = false;
-  one.Run(
-      [&]() -> std::optional<ProbeRequest> {
-        if (sent) return std::nullopt;
-        sent = true;
-        ProbeRequest r;
-        r.url = o_.target + "/v1/completions";
-        r.body = Body(prompt, max_tokens, stream);
-        r.headers = Headers(t);
-        r.timeout = o_.request_timeout;
-        return r;
-      },
-      [&](ProbeResponse r) { result = ParseCompletion(r, stream); },
-      [&] { return sent; });
-  NoteTransport(result);
-  return result;
-}
-
-absl::Status Campaign::Record(const std::string& kind, json body, bool flush) {
-  storage::EvidenceRecord r;
-  r.kind = kind;
-  r.campaign = r_.campaign_id;
-  r.ts_us = NowUs();
-  r.body = std::move(body);
-  pending_.push_back(std::move(r));
-  if (flush || pending_.size() >= 64) return Flush();
-  return absl::OkStatus();
-}
-
-absl::Status Campaign::Flush() {
-  if (pending_.empty() || store_ == nullptr) return absl::OkStatus();
-  auto seqs = store_->Append(pending_);
-  if (!seqs.ok()) return seqs.status();  // kept, for a retry
-  pending_.clear();
-  if (!seqs->empty()) {
-    if (r_.first_seq == 0) r_.first_seq = seqs->front();
-    r_.last_seq = seqs->back();
-  }
-  return absl::OkStatus();
-}
 
 absl::Status Campaign::AddFinding(Finding f, bool flush) {
   if (f.ts_us == 0) f.ts_us = NowUs();
@@ -229,37 +147,6 @@ void Campaign::Progress(const char* what) {
   if (!o_.progress) return;
   std::fprintf(stderr, "[kvcanary-auditor] %s: %lld probes, %zu findings\n",
                what, static_cast<long long>(r_.probes), r_.findings.size());
-}
-
-absl::Status Campaign::Discover() {
-  HttpClient http;
-  const AuditTenant& first = o_.tenants[0];
-  ASSIGN_OR_RETURN(const ModelEntry entry,
-                   DiscoverModel(http, o_.target, Headers(first), first.name,
-                                 o_.model, absl::Seconds(10)));
-  model_ = r_.model = entry.id;
-  advertised_ = AdvertisedLimit(http, o_.target, Headers(first), entry.entry,
-                                model_, absl::Seconds(10));
-  // Every tenant's key must work where it matters — a completion, not
-  // /v1/models, which many servers answer without any key.
-  for (const AuditTenant& t : o_.tenants) {
-    const Completion c = SendAlone(t, "Once upon a time.", 1, false);
-    if (c.status == 401 || c.status == 403) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "target ", o_.target, " refused tenant '", t.name, "' key (HTTP ",
-          c.status, " on /v1/completions): check the tenants file"));
-    }
-    if (c.status == 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "target ", o_.target, " unreachable: ", c.error.message()));
-    }
-    if (!c.usable) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "target ", o_.target, " did not complete a short prompt for tenant '",
-          t.name, "' (HTTP ", c.status, "): ", c.error.message()));
-    }
-  }
-  return absl::OkStatus();
 }
 
 absl::Status Campaign::StartTrace() {
@@ -351,13 +238,8 @@ std::string Campaign::ProbePrompt(uint64_t id, InFlight* f, int* max_tokens) {
 ProbeRequest Campaign::MakeProbe(uint64_t id, InFlight* f) {
   int max_tokens = 0;
   const std::string prompt = ProbePrompt(id, f, &max_tokens);
-  ProbeRequest r;
-  r.id = id;
-  r.url = o_.target + "/v1/completions";
-  r.body = Body(prompt, max_tokens, f->stream);
-  r.headers = Headers(o_.tenants[f->tenant]);
-  r.timeout = o_.request_timeout;
-  return r;
+  return session_.Request(id, o_.tenants[f->tenant], prompt, max_tokens,
+                          f->stream);
 }
 
 absl::Status Campaign::RecordProbe(int64_t id, const InFlight& f,
@@ -546,7 +428,7 @@ absl::Status Campaign::MainLoop() {
     return Clock::now() - start < absl::ToChronoMilliseconds(o_.duration) / 4;
   };
   auto done = [&] {
-    return !error.ok() || !down_.ok() || Clock::now() >= deadline ||
+    return !error.ok() || !session_.down().ok() || Clock::now() >= deadline ||
            (o_.max_probes > 0 && sent >= static_cast<uint64_t>(o_.max_probes));
   };
   MultiClient client(o_.concurrency);
@@ -576,7 +458,7 @@ absl::Status Campaign::MainLoop() {
         InFlight f = std::move(in_flight[resp.id]);
         in_flight.erase(resp.id);
         const Completion c = ParseCompletion(resp, f.stream);
-        NoteTransport(c);
+        session_.NoteTransport(c);
         absl::Status s = Judge(static_cast<int64_t>(resp.id), f, c);
         if (!s.ok() && error.ok()) error = s;
         if (Clock::now() - last_progress > std::chrono::seconds(2)) {
@@ -586,7 +468,7 @@ absl::Status Campaign::MainLoop() {
       },
       done);
   RETURN_IF_ERROR(error);
-  RETURN_IF_ERROR(down_);
+  RETURN_IF_ERROR(session_.down());
   if (rate_mode) {
     auto g = JudgeGoldenRates(base_div_, base_n_, cross_div_, cross_n_);
     if (g.has_value()) RETURN_IF_ERROR(AddFinding(*std::move(g), true));
@@ -609,8 +491,8 @@ absl::Status Campaign::QuietProbes() {
     const std::string prompt = ProbePrompt(id, &f, &max_tokens);
     f.stream = true;  // the first token is what is judged here
     const Completion c =
-        SendAlone(o_.tenants[f.tenant], prompt, max_tokens, f.stream);
-    RETURN_IF_ERROR(down_);
+        session_.SendAlone(o_.tenants[f.tenant], prompt, max_tokens, f.stream);
+    RETURN_IF_ERROR(session_.down());
     RETURN_IF_ERROR(Judge(id, f, c));
   }
   return Flush();
@@ -660,7 +542,7 @@ absl::Status Campaign::Steps() {
     return absl::InvalidArgumentError(
         "--concurrency must be >= 1 and --rate > 0");
   }
-  ASSIGN_OR_RETURN(store_, storage::EvidenceStore::Open(o_.db_path));
+  ASSIGN_OR_RETURN(log_, EvidenceLog::Open(o_.db_path, r_.campaign_id));
   json floors = json::object();
   for (const char* d : kDetectorNames) floors[d] = Floor(d);
   RETURN_IF_ERROR(Record("campaign_start",
@@ -673,9 +555,11 @@ absl::Status Campaign::Steps() {
                           {"rate", o_.max_rate},
                           {"floors", floors},
                           {"required", o_.required},
-                          {"key_sha256", Sha256Hex(key_)}},
+                          {"key_sha256", Sha256Hex(key_)},
+                          {"command", "probe"}},
                          true));
-  RETURN_IF_ERROR(Discover());
+  RETURN_IF_ERROR(session_.Discover());
+  r_.model = session_.model();
   // Followed before calibration, so the ledgers see every page the
   // campaign touches.
   RETURN_IF_ERROR(StartTrace());
@@ -684,13 +568,13 @@ absl::Status Campaign::Steps() {
   co.secret_key = key_;
   co.campaign_id = r_.campaign_id;
   co.flag_limit = o_.max_prompt_tokens;
-  co.advertised = advertised_;
+  co.advertised = session_.advertised();
   co.max_ladder_tokens = o_.max_ladder_tokens;
   cal_ = Calibrate(co, [this](const AuditTenant& t, const std::string& prompt,
                               int max_tokens, bool stream) {
-    return SendAlone(t, prompt, max_tokens, stream);
+    return session_.SendAlone(t, prompt, max_tokens, stream);
   });
-  RETURN_IF_ERROR(down_);
+  RETURN_IF_ERROR(session_.down());
   r_.limit = cal_.limit;
   RETURN_IF_ERROR(Record("calibration", cal_.ToEvidence(), true));
   for (Finding f : cal_.findings)
@@ -711,7 +595,6 @@ absl::Status Campaign::Steps() {
 
 void Campaign::Finish(const absl::Status& run) {
   r_.ended_us = NowUs();
-  r_.elapsed = absl::Microseconds(r_.ended_us - r_.started_us);
   const CoverageInputs in = Tallies();
   if (run.ok()) r_.detectors = BuildCoverage(in);
   const std::vector<std::string> problems =
@@ -720,8 +603,6 @@ void Campaign::Finish(const absl::Status& run) {
       DecideVerdict(run, r_.findings.size(), r_.detectors, problems);
   r_.verdict = v.verdict;
   r_.reasons = v.reasons;
-  JoinWriters(&r_.findings);
-  r_.incidents = GroupIncidents(r_.campaign_id, r_.findings);
   const PlantSizing& sizing = cal_.sizing;
   r_.plants.form = sizing.form;
   r_.plants.markers_per_plant = sizing.markers_per_plant;
@@ -733,45 +614,18 @@ void Campaign::Finish(const absl::Status& run) {
   }
   r_.timeline = MakeTimeline(r_.started_us, r_.ended_us, probe_times_,
                              error_times_, r_.findings);
-  if (store_ != nullptr) {
-    for (const Incident& i : r_.incidents) {
-      (void)Record("incident", i.ToJson());
-    }
-    json detectors = json::array();
-    for (const DetectorCoverage& d : r_.detectors)
-      detectors.push_back(d.ToJson());
-    absl::Status s =
-        Record("campaign_end",
-               {{"verdict", VerdictName(r_.verdict)},
-                {"exit_code", r_.exit_code()},
-                {"reasons", r_.reasons},
-                {"detectors", detectors},
-                {"probes", r_.probes},
-                {"usable", r_.usable},
-                {"findings", r_.findings.size()},
-                {"incidents", r_.incidents.size()},
-                {"trace_events", trace_.events},
-                {"trace_dropped", trace_.dropped},
-                {"elapsed_ms", absl::ToDoubleMilliseconds(r_.elapsed)},
-                {"result", VerdictName(r_.verdict)}},
-               true);
-    if (!s.ok() && r_.verdict != Verdict::kError) {
-      r_.verdict = Verdict::kError;
-      r_.reasons = {absl::StrCat("the evidence store could not be written: ",
-                                 s.message())};
-    }
-  }
-  metrics_->CampaignEnded(r_.verdict, r_.detectors,
-                          absl::ToDoubleSeconds(r_.elapsed),
-                          static_cast<double>(r_.ended_us) / 1e6);
+  SealResult(&r_, log_.get(),
+             {{"probes", r_.probes},
+              {"usable", r_.usable},
+              {"trace_events", trace_.events},
+              {"trace_dropped", trace_.dropped}},
+             metrics_);
   Progress(VerdictName(r_.verdict));
 }
 
 CampaignResult Campaign::Run() {
   r_.started_us = NowUs();
-  r_.campaign_id = absl::StrCat(
-      "c", absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::UTCTimeZone()),
-      "-", RandomHex(4));
+  r_.campaign_id = NewCampaignId();
   r_.target = o_.target;
   r_.db_path = o_.db_path;
   for (const AuditTenant& t : o_.tenants) r_.tenants.push_back(t.name);

@@ -67,7 +67,18 @@ struct Timeline {
   std::vector<int64_t> probes, errors, findings;
 };
 
+// One check a command states (accept: "echo" at "length 257, end").
+struct Check {
+  std::string check;
+  std::string subject;
+  std::string state;  // passed, failed, skipped or error
+  std::string message;
+};
+
 struct CampaignResult {
+  // probe, accept, facts, cache-audit or forensics: every command ends in
+  // this result, its verdict and its reports.
+  std::string command = "probe";
   std::string campaign_id;
   std::string target, model;
   std::vector<std::string> tenants;
@@ -87,6 +98,10 @@ struct CampaignResult {
   Timeline timeline;
   std::string db_path;
   int64_t first_seq = 0, last_seq = 0;  // this campaign's evidence rows
+  std::vector<Check> checks;            // commands that state them
+  // The command's own results, under the command's name in the document
+  // ("accept", "facts", "cache_audit", "forensics").
+  nlohmann::json details = nlohmann::json::object();
 
   int exit_code() const { return static_cast<int>(verdict); }
   // The campaign-result document (docs/campaign-result.schema.json).

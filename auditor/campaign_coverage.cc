@@ -7,7 +7,6 @@
 namespace kvcanary::auditor {
 namespace {
 
-
 // Fills the parts every detector shares; `count` reads its unit per tenant.
 template <typename Count>
 DetectorCoverage Make(const CoverageInputs& in, const std::string& name,

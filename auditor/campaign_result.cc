@@ -40,6 +40,7 @@ Timeline MakeTimeline(int64_t started_us, int64_t ended_us,
 json CampaignResult::ToJson() const {
   json j = {{"schema", "kvcanary-campaign-result"},
             {"schema_version", 1},
+            {"command", command},
             {"campaign", campaign_id},
             {"target", target},
             {"started_at", Rfc3339Utc(started_us)},
@@ -97,6 +98,21 @@ json CampaignResult::ToJson() const {
   j["trace_nodes"] = nodes;
   j["evidence"] = {
       {"db", db_path}, {"first_seq", first_seq}, {"last_seq", last_seq}};
+  if (!checks.empty()) {
+    json cs = json::array();
+    for (const Check& c : checks) {
+      cs.push_back({{"check", c.check},
+                    {"subject", c.subject},
+                    {"state", c.state},
+                    {"message", c.message}});
+    }
+    j["checks"] = cs;
+  }
+  if (command != "probe" && !details.empty()) {
+    std::string key = command;
+    for (char& c : key) c = c == '-' ? '_' : c;
+    j[key] = details;
+  }
   return j;
 }
 

@@ -254,6 +254,52 @@ void AppendCoverage(const json& r, std::string* out) {
                   "</p></section>\n");
 }
 
+// A command's checks (accept: one per length and check), failed first.
+void AppendChecks(const json& r, std::string* out) {
+  const json& checks = Arr(r, "checks");
+  if (checks.empty()) return;
+  int failed = 0;
+  for (const json& c : checks) failed += Str(c, "state") == "failed";
+  absl::StrAppend(out, "<section><h2>Checks (", Count(checks.size()), ", ",
+                  Count(failed),
+                  " failed)</h2><table><tr><th>Check</th><th>Subject</th>"
+                  "<th>State</th><th>Detail</th></tr>");
+  for (const char* pass : {"failed", "error", "passed", "skipped"}) {
+    for (const json& c : checks) {
+      const std::string state = Str(c, "state");
+      if (state != pass) continue;
+      const std::string css = state == "failed"   ? "findings"
+                              : state == "error"  ? "inconclusive"
+                              : state == "passed" ? "active"
+                                                  : "disabled";
+      absl::StrAppend(out, "<tr><td>", Esc(Str(c, "check")), "</td><td>",
+                      Esc(Str(c, "subject")), "</td><td>", Badge(state, css),
+                      "</td><td>", Esc(Str(c, "message")), "</td></tr>");
+    }
+  }
+  absl::StrAppend(out, "</table></section>\n");
+}
+
+// The command's own results (facts, cache audit, forensics), as they are.
+void AppendDetails(const json& r, std::string* out) {
+  const std::string command = Str(r, "command");
+  if (command.empty() || command == "probe") return;
+  std::string key = command;
+  for (char& c : key) c = c == '-' ? '_' : c;
+  const json& details = Get(r, key.c_str());
+  if (!details.is_object()) return;
+  absl::StrAppend(out, "<section><h2>", Esc(command),
+                  "</h2><table><tr><th>Field</th><th>Value</th></tr>");
+  for (const auto& [k, v] : details.items()) {
+    absl::StrAppend(out, "<tr><td>", Esc(k), "</td><td><code>",
+                    Esc(v.is_string() ? v.get<std::string>()
+                                      : v.dump(-1, ' ', false,
+                                               json::error_handler_t::replace)),
+                    "</code></td></tr>");
+  }
+  absl::StrAppend(out, "</table></section>\n");
+}
+
 // "10:15:03.2Z" when on the campaign's start date, else the full timestamp.
 std::string ShortTime(const std::string& ts, const std::string& started) {
   if (ts.size() > 11 && started.size() > 11 && ts[10] == 'T' &&
@@ -504,6 +550,8 @@ std::string HtmlReport(const json& result) {
       "</title><style>", kCss, "</style></head><body><main>\n");
   AppendBanner(result, &out);
   AppendSummary(result, &out);
+  AppendChecks(result, &out);
+  AppendDetails(result, &out);
   AppendCoverage(result, &out);
   AppendIncidents(result, &out);
   AppendTimeline(result, &out);

@@ -101,10 +101,32 @@ std::vector<JunitCase> JunitCases(const json& r) {
              reasons.empty() ? "error" : reasons[0],
              absl::StrJoin(reasons, "\n")}};
   }
-  const json& incidents = Arr(r, "incidents");
   std::vector<JunitCase> cases;
+  // A command that states its checks (accept: a length and a check) gets a
+  // case per check.
+  for (const json& c : Arr(r, "checks")) {
+    const std::string state = Str(c, "state");
+    const std::string classname =
+        absl::StrCat("kvcanary.", Str(r, "command"), ".", Str(c, "check"));
+    const std::string message = Str(c, "message");
+    if (state == "failed") {
+      cases.push_back({classname, Str(c, "subject"), JunitCase::kFailure,
+                       "findings", message, message});
+    } else if (state == "error") {
+      cases.push_back({classname, Str(c, "subject"), JunitCase::kError,
+                       "inconclusive", message, message});
+    } else if (state == "skipped") {
+      cases.push_back({classname, Str(c, "subject"), JunitCase::kSkipped,
+                       "skipped", message, ""});
+    } else {
+      cases.push_back(
+          {classname, Str(c, "subject"), JunitCase::kPass, "", "", message});
+    }
+  }
+  const json& incidents = Arr(r, "incidents");
   std::vector<bool> placed(incidents.size(), false);
   for (const json& d : Arr(r, "detectors")) {
+    if (!Arr(r, "checks").empty()) break;  // the checks stand for them
     for (const json& t : Arr(r, "tenants")) {
       cases.push_back(DetectorCase(d, Text(t), incidents));
       for (size_t i = 0; i < incidents.size(); ++i) {
@@ -190,7 +212,7 @@ std::string JunitXml(const json& result) {
                   Esc(absl::StrCat("kvcanary.", Str(result, "campaign"))),
                   "\" ", totals, " timestamp=\"",
                   Esc(Str(result, "started_at")), "\">\n    <properties>\n");
-  for (const char* key : {"verdict", "exit_code", "target", "model",
+  for (const char* key : {"command", "verdict", "exit_code", "target", "model",
                           "schema_version", "ended_at"}) {
     if (Get(result, key).is_null()) continue;
     absl::StrAppend(&out, "      <property name=\"", key, "\" value=\"",

@@ -12,7 +12,9 @@
 namespace kvcanary::auditor {
 
 // JUnit XML: one <testsuite> named kvcanary.<campaign>, one <testcase> per
-// detector x tenant (classname kvcanary.<detector>, name <tenant>). A
+// detector x tenant (classname kvcanary.<detector>, name <tenant>) — or,
+// for a command that lists its `checks`, one per check (classname
+// kvcanary.<command>.<check>, name its subject, e.g. "length 257, end"). A
 // detector's incidents naming the tenant are a <failure type="findings">,
 // a required detector that is inconclusive (or a tenant below its floor) an
 // <error type="inconclusive">, a disabled detector <skipped>; otherwise the
@@ -24,7 +26,8 @@ namespace kvcanary::auditor {
 std::string JunitXml(const nlohmann::json& result);
 
 // One HTML5 page, inline CSS and inline SVG only (no scripts, no external
-// assets): verdict banner, summary, coverage table, incidents (at most 200
+// assets): verdict banner, summary, a command's checks and own results,
+// coverage table, incidents (at most 200
 // rows), timeline chart, positive controls, trace nodes and evidence. Every
 // string from the document is HTML-escaped. Never throws.
 std::string HtmlReport(const nlohmann::json& result);

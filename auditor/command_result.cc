@@ -1,0 +1,44 @@
+#include "auditor/command_result.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kvcanary::auditor {
+
+using json = nlohmann::json;
+
+void SealResult(CampaignResult* r, EvidenceLog* log, json end,
+                AuditorMetrics* metrics) {
+  r->elapsed = absl::Microseconds(r->ended_us - r->started_us);
+  JoinWriters(&r->findings);
+  r->incidents = GroupIncidents(r->campaign_id, r->findings);
+  if (log != nullptr) {
+    for (const Incident& i : r->incidents)
+      (void)log->Record("incident", i.ToJson());
+    json detectors = json::array();
+    for (const DetectorCoverage& d : r->detectors)
+      detectors.push_back(d.ToJson());
+    if (!end.is_object()) end = json::object();
+    end["command"] = r->command;
+    end["verdict"] = VerdictName(r->verdict);
+    end["result"] = VerdictName(r->verdict);
+    end["exit_code"] = r->exit_code();
+    end["reasons"] = r->reasons;
+    end["detectors"] = detectors;
+    end["findings"] = r->findings.size();
+    end["incidents"] = r->incidents.size();
+    end["elapsed_ms"] = absl::ToDoubleMilliseconds(r->elapsed);
+    absl::Status s = log->Record("campaign_end", std::move(end), true);
+    if (!s.ok() && r->verdict != Verdict::kError) {
+      r->verdict = Verdict::kError;
+      r->reasons = {absl::StrCat("the evidence store could not be written: ",
+                                 s.message())};
+    }
+    r->first_seq = log->first_seq();
+    r->last_seq = log->last_seq();
+  }
+  metrics->CampaignEnded(r->verdict, r->detectors,
+                         absl::ToDoubleSeconds(r->elapsed),
+                         static_cast<double>(r->ended_us) / 1e6);
+}
+
+}  // namespace kvcanary::auditor

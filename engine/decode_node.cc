@@ -16,6 +16,21 @@ constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
 
 std::string NdjsonLine(const nlohmann::json& j) { return j.dump() + "\n"; }
 
+// The prefill node's 200 answer: "ok", or what it recorded as its
+// admission's abort_reason while going on anyway; and its cached tokens.
+void ReadPrefillAnswer(const std::string& body, nlohmann::json* outcome,
+                       int* cached_tokens) {
+  *outcome = "ok";
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  if (j.contains("cached_tokens") && j["cached_tokens"].is_number_unsigned()) {
+    *cached_tokens = j["cached_tokens"].get<int>();
+  }
+  if (j.contains("abort_reason") && j["abort_reason"].is_string()) {
+    *outcome = "abort_reason: " + j["abort_reason"].get<std::string>();
+  }
+}
+
 }  // namespace
 
 DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
@@ -111,9 +126,16 @@ std::shared_ptr<DecodeNode::PendingTransfer> DecodeNode::FindPending(
 
 void DecodeNode::HandleGenerate(const httplib::Request& req,
                                 httplib::Response& res) {
+  // What the prefill node answered for the request (null until it has),
+  // and the prompt tokens it served from its prefix cache: passed on to
+  // the router with this node's own outcome.
+  nlohmann::json prefill_outcome = nullptr;
+  int cached_tokens = 0;
   auto fail = [&](const absl::Status& status) {
     metrics_.CountRequest(status);
-    RespondInternalError(res, status);
+    RespondInternalError(res, status,
+                         {{"prefill_outcome", prefill_outcome},
+                          {"decode_outcome", OutcomeText(status)}});
   };
   auto body = ParseJsonObject(req.body);
   if (!body.ok()) return fail(body.status());
@@ -191,6 +213,9 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
                        " unreachable: ", httplib::to_string(pres.error())));
     } else if (pres->status != 200) {
       transfer = StatusFromInternalResponse(pres->status, pres->body);
+      prefill_outcome = OutcomeText(transfer);
+    } else {
+      ReadPrefillAnswer(pres->body, &prefill_outcome, &cached_tokens);
     }
   }
   {
@@ -253,10 +278,21 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
     return fail(transfer);
   }
 
-  // Decoding: stream the tokens as NDJSON lines until finished.
+  // Decoding: stream NDJSON lines until finished: first what the prefill
+  // node reported, then the tokens, then the final line.
+  const std::string prefill_line = NdjsonLine(
+      {{"prefill_outcome", prefill_outcome}, {"cached_tokens", cached_tokens}});
   res.set_chunked_content_provider(
       "application/x-ndjson",
-      [this, channel, id, prompt_tokens](size_t, httplib::DataSink& sink) {
+      [this, channel, id, prompt_tokens, cached_tokens, prefill_line,
+       prefill_sent = false](size_t, httplib::DataSink& sink) mutable {
+        if (!prefill_sent) {
+          prefill_sent = true;
+          if (!sink.write(prefill_line.data(), prefill_line.size())) {
+            loop_.Abort(id, absl::CancelledError("router went away"));
+            return false;
+          }
+        }
         auto event = channel->Wait(absl::Milliseconds(200));
         if (!event.has_value()) {
           if (!sink.is_writable()) {
@@ -273,6 +309,8 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
           line["prompt_tokens"] = prompt_tokens;
           line["completion_tokens"] = event->num_output_tokens;
           line["violations"] = event->violations.size();
+          line["cached_tokens"] = cached_tokens;
+          line["decode_outcome"] = OutcomeText(event->status);
           if (!event->status.ok()) {
             line["error"] = nlohmann::json::parse(
                 InternalErrorBody(event->status))["error"];

@@ -4,8 +4,9 @@
 // back to the router.
 //
 // Internal HTTP API (docs/nodes.md):
-//   POST /internal/v1/generate   one request; streams NDJSON lines
-//   GET  /internal/v1/limits     {"max_prompt_tokens", "context_tokens"}
+//   POST /internal/v1/generate   one request; streams NDJSON lines (what
+//                                the prefill node reported, tokens, the end)
+//   GET  /internal/v1/limits     the node's settings (engine/node_settings.h)
 //   GET  /health, GET /metrics
 // and a TCP port for KV transfers.
 //

@@ -39,9 +39,9 @@ Engine::Engine(const Model* model, const EngineOptions& options)
       options_(options),
       threads_(options.num_threads),
       pool_(PoolOptionsFor(model->config, options)),
-      prefix_cache_(options.prefix_cache
+      prefix_cache_(options.prefix_cache != PrefixCacheMode::kOff
                         ? std::make_unique<PrefixCache>(
-                              &pool_,
+                              &pool_, options.prefix_cache,
                               options.faults.has(Fault::kPrefixHashCollision),
                               options.trace)
                         : nullptr),

@@ -33,9 +33,9 @@ struct EngineOptions {
   WatermarkMode watermark = WatermarkMode::kEnforce;
   ScrubPolicy scrub = ScrubPolicy::kNone;  // on free
   FaultSet faults;  // the engine-level ones: no-scrub-reuse, prefix-hash-...
-  // Tenant-salted prefix cache (engine/prefix_cache.h) for prompts prefilled
-  // here.
-  bool prefix_cache = true;
+  // Prefix cache (engine/prefix_cache.h) for prompts prefilled here:
+  // tenant-salted keys (default), one key space for all tenants, or none.
+  PrefixCacheMode prefix_cache = PrefixCacheMode::kTenant;
   TraceBus* trace =
       nullptr;  // trace events; may be null. Must outlive the engine.
   SchedulerOptions scheduler;  // seq_len is taken from the model

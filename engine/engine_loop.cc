@@ -169,6 +169,7 @@ void EngineLoop::Report(const std::vector<RequestId>& ids) {
       if (seq->role == SequenceRole::kPrefillOnly) {
         e.kind = RequestEvent::Kind::kPrefilled;
         e.first_token = seq->output.empty() ? -1 : seq->output[0];
+        e.cached_tokens = seq->cached_tokens;
         t.reported_tokens = seq->output.size();
       } else {
         e.kind = RequestEvent::Kind::kReserved;
@@ -193,6 +194,7 @@ void EngineLoop::Report(const std::vector<RequestId>& ids) {
       e.status = seq->state.abort_status();
       e.num_prompt_tokens = static_cast<int>(seq->prompt.size());
       e.num_output_tokens = static_cast<int>(seq->output.size());
+      e.cached_tokens = seq->cached_tokens;
       e.violations = seq->violations;
       t.channel->Push(std::move(e));
       tracked_.erase(it);

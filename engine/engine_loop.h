@@ -26,9 +26,11 @@ namespace kvcanary::engine {
 struct RequestEvent {
   enum class Kind { kReserved, kPrefilled, kTokens, kFinished };
   Kind kind = Kind::kTokens;
-  std::vector<PageRef> block_table;            // kReserved, kPrefilled
-  int first_token = -1;                        // kPrefilled
-  std::vector<int> tokens;                     // kTokens: the new ones
+  std::vector<PageRef> block_table;  // kReserved, kPrefilled
+  int first_token = -1;              // kPrefilled
+  int cached_tokens = 0;    // kPrefilled, kFinished: prompt tokens whose K/V
+                            // came from the prefix cache here
+  std::vector<int> tokens;  // kTokens: the new ones
   FinishReason reason = FinishReason::kNone;   // kFinished
   absl::Status status;                         // kFinished: why, if aborted
   int num_prompt_tokens = 0;                   // kFinished

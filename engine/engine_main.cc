@@ -50,9 +50,12 @@ ABSL_FLAG(int, page_tokens, 16, "Token slots per KV page (1 to 4096).");
 ABSL_FLAG(std::string, scrub, "none",
           "What a freed KV page gets before it is reused: none, zero or "
           "poison.");
-ABSL_FLAG(bool, prefix_cache, true,
-          "Reuse the cached KV pages of a tenant's earlier prompts (keys are "
-          "tenant-salted SHA-256); --noprefix-cache turns it off.");
+ABSL_FLAG(std::string, prefix_cache, "tenant",
+          "Reuse the cached KV pages of earlier prompts: tenant (keys salted "
+          "by tenant: a tenant's own prompts only), global (one key space "
+          "for all tenants: another tenant's identical prefix hits; a "
+          "foreign_tenant_read, so use with --watermark=detect or off to see "
+          "it served) or off. true and false mean tenant and off.");
 ABSL_FLAG(std::string, watermark, "enforce",
           "Page stamp check on every KV read: off, detect (record a "
           "violation and serve) or enforce (record it and fail the "
@@ -96,6 +99,13 @@ ABSL_FLAG(int, metadata_slots, 16,
           "65536).");
 ABSL_FLAG(int, max_in_flight, 256,
           "Router role: requests in flight before it answers 429.");
+ABSL_FLAG(std::string, access_log, "",
+          "Router role and up: append one JSON line per completion request "
+          "to this file (docs/api.md); empty: none.");
+ABSL_FLAG(int64_t, access_log_max_bytes, int64_t{64} << 20,
+          "Rotate the access log before it grows past this many bytes.");
+ABSL_FLAG(int, access_log_keep, 5,
+          "Rotated access logs kept (FILE.1 newest ... FILE.N); 0: none.");
 ABSL_FLAG(std::string, trace_file, "",
           "Prefill and decode roles: also append the trace stream to this "
           "file.");
@@ -133,11 +143,15 @@ CliSpec Cli() {
                                          "test_kv_receive_delay_ms",
                                          "test_kv_receive_bytes_per_s",
                                          "test_transfer_damage"};
+  const std::vector<std::string> access_log = {
+      "access_log", "access_log_max_bytes", "access_log_keep"};
   std::vector<std::string> up = {"host", "port", "tenants"};
   up.insert(up.end(), node.begin(), node.end());
+  up.insert(up.end(), access_log.begin(), access_log.end());
   std::vector<std::string> serve = {"role",    "host",          "port",
                                     "kv_port", "tenants",       "prefill",
                                     "decode",  "max_in_flight", "trace_file"};
+  serve.insert(serve.end(), access_log.begin(), access_log.end());
   serve.insert(serve.end(), node.begin(), node.end());
   CliSpec spec;
   spec.program = "kvcanary-engine";
@@ -215,7 +229,8 @@ absl::Status Generate() {
   options.watermark = mode;
   ASSIGN_OR_RETURN(options.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
   ASSIGN_OR_RETURN(options.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
-  options.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  ASSIGN_OR_RETURN(options.prefix_cache,
+                   ParsePrefixCacheMode(absl::GetFlag(FLAGS_prefix_cache)));
   options.scheduler.max_batch_seqs = 1;
   if (options.num_threads < 1 || options.num_threads > 256) {
     return absl::InvalidArgumentError("--threads must be in [1, 256]");
@@ -273,7 +288,8 @@ absl::StatusOr<EngineOptions> NodeEngineOptions() {
   e.watermark = mode;
   ASSIGN_OR_RETURN(e.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
   ASSIGN_OR_RETURN(e.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
-  e.prefix_cache = absl::GetFlag(FLAGS_prefix_cache);
+  ASSIGN_OR_RETURN(e.prefix_cache,
+                   ParsePrefixCacheMode(absl::GetFlag(FLAGS_prefix_cache)));
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   e.num_pages = absl::GetFlag(FLAGS_num_pages);
@@ -312,6 +328,13 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.transfer_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_transfer_timeout_ms));
   o.metadata_slots = absl::GetFlag(FLAGS_metadata_slots);
+  o.access_log.path = absl::GetFlag(FLAGS_access_log);
+  o.access_log.max_bytes = absl::GetFlag(FLAGS_access_log_max_bytes);
+  o.access_log.keep = absl::GetFlag(FLAGS_access_log_keep);
+  if (o.access_log.max_bytes < 1 || o.access_log.keep < 0) {
+    return absl::InvalidArgumentError(
+        "--access-log-max-bytes must be >= 1 and --access-log-keep >= 0");
+  }
   if (absl::GetFlag(FLAGS_transfer_timeout_ms) < 1 ||
       o.test_receive_bytes_per_s < 0) {
     return absl::InvalidArgumentError(
@@ -357,7 +380,7 @@ absl::Status Up() {
       absl::StrCat("--watermark=", absl::GetFlag(FLAGS_watermark)),
       absl::StrCat("--scrub=", absl::GetFlag(FLAGS_scrub)),
       absl::StrCat("--prefix_cache=",
-                   absl::GetFlag(FLAGS_prefix_cache) ? "true" : "false"),
+                   PrefixCacheModeName(o.engine.prefix_cache)),
       absl::StrCat("--fault=", absl::GetFlag(FLAGS_fault)),
       absl::StrCat("--trace_read_sample=",
                    absl::GetFlag(FLAGS_trace_read_sample)),

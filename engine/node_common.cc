@@ -8,6 +8,7 @@
 #include "common/page_stamp.h"
 #include "engine/engine_loop.h"
 #include "engine/node_metrics.h"
+#include "engine/node_settings.h"
 #include "engine/openai_api.h"
 #include "engine/trace_bus.h"
 
@@ -35,9 +36,22 @@ absl::Status StatusFromInternalResponse(int http_status,
   return absl::InternalError(absl::StrCat("peer answered HTTP ", http_status));
 }
 
-void RespondInternalError(httplib::Response& res, const absl::Status& status) {
+void RespondInternalError(httplib::Response& res, const absl::Status& status,
+                          const nlohmann::json& extra) {
   res.status = HttpStatusFor(status.code());
-  res.set_content(InternalErrorBody(status), "application/json");
+  if (!extra.is_object()) {
+    res.set_content(InternalErrorBody(status), "application/json");
+    return;
+  }
+  nlohmann::json j = extra;
+  j["error"] = nlohmann::json::parse(InternalErrorBody(status))["error"];
+  res.set_content(j.dump(), "application/json");
+}
+
+std::string OutcomeText(const absl::Status& status) {
+  if (status.ok()) return "ok";
+  return absl::StrCat(absl::StatusCodeToString(status.code()), ": ",
+                      status.message());
 }
 
 absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& body) {
@@ -122,14 +136,12 @@ void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
                     },
                     [trace, reader](bool) { trace->Unsubscribe(reader); });
               });
-  server->Get("/internal/v1/limits",
-              [=](const httplib::Request&, httplib::Response& res) {
-                nlohmann::json j;
-                j["max_prompt_tokens"] = max_prompt_tokens;
-                j["context_tokens"] = loop->model().config.seq_len;
-                j["page_tokens"] = loop->options().page_tokens;
-                res.set_content(j.dump(), "application/json");
-              });
+  server->Get("/internal/v1/limits", [=](const httplib::Request&,
+                                         httplib::Response& res) {
+    const NodeSettings settings = NodeSettings::Of(
+        loop->options(), max_prompt_tokens, loop->model().config.seq_len);
+    res.set_content(settings.ToJson().dump(), "application/json");
+  });
   server->Get("/health",
               [role](const httplib::Request&, httplib::Response& res) {
                 nlohmann::json j;

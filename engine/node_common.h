@@ -22,8 +22,16 @@ std::string InternalErrorBody(const absl::Status& status);
 // kInternal with the HTTP status).
 absl::Status StatusFromInternalResponse(int http_status,
                                         const std::string& body);
-// Writes `status` as the response: HTTP status by code, internal body.
-void RespondInternalError(httplib::Response& res, const absl::Status& status);
+// Writes `status` as the response: HTTP status by code, internal body, plus
+// the fields of `extra` (an object, or null) beside "error".
+void RespondInternalError(httplib::Response& res, const absl::Status& status,
+                          const nlohmann::json& extra = nullptr);
+
+// How a node reports what happened to a request at its step, for the
+// router's access log: "ok", or "<STATUS_CODE>: <message>" (e.g.
+// "DATA_LOSS: page 0 layer 1 failed its CRC32C check"). Messages name
+// counts and ids, never prompt or output text.
+std::string OutcomeText(const absl::Status& status);
 
 // Parses a JSON object body; kInvalidArgument if it is not one.
 absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& body);
@@ -36,8 +44,9 @@ absl::StatusOr<std::string> JsonString(const nlohmann::json& j,
 absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
                                                 const char* field);
 
-// The routes every engine node serves: GET /internal/v1/limits, /health and
-// /metrics. `loop` and `metrics` must outlive the server.
+// The routes every engine node serves: GET /internal/v1/limits (the node's
+// NodeSettings, engine/node_settings.h), /health and /metrics. `loop` and
+// `metrics` must outlive the server.
 class EngineLoop;
 class NodeMetrics;
 class TraceBus;

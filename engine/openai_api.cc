@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "engine/version.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::engine {
@@ -219,7 +220,8 @@ ordered_json Usage(const CompletionResult& r) {
   return {{"prompt_tokens", r.prompt_tokens},
           {"completion_tokens", r.completion_tokens},
           {"total_tokens",
-           static_cast<int64_t>(r.prompt_tokens) + r.completion_tokens}};
+           static_cast<int64_t>(r.prompt_tokens) + r.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
 }
 
 ordered_json FinishReason(const CompletionResult& r) {
@@ -310,6 +312,17 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   }
   RETURN_IF_ERROR(ParseStop(doc, &req.stop));
   RETURN_IF_ERROR(GetBool(doc, "stream", &req.stream));
+  if (const json* options = Field(doc, "stream_options")) {
+    if (!options->is_object()) {
+      return TypeError("stream_options", "an object", *options);
+    }
+    if (const json* include = Field(*options, "include_usage")) {
+      if (!include->is_boolean()) {
+        return TypeError("stream_options.include_usage", "a boolean", *include);
+      }
+      req.include_usage = include->get<bool>();
+    }
+  }
   RETURN_IF_ERROR(CheckNoOps(doc));
   return req;
 }
@@ -357,6 +370,12 @@ std::string ErrorBody(const absl::Status& status, absl::string_view param) {
         {"param", param_json},
         {"code", code_json}}}};
   return Dump(body);
+}
+
+std::string ErrorReason(const absl::Status& status) {
+  CHECK(!status.ok()) << "ErrorReason of an OK status";
+  if (auto c = status.GetPayload(kOpenAiCodeUrl)) return std::string(*c);
+  return ErrorType(HttpStatusFor(status.code()));
 }
 
 absl::Status ContextLengthExceeded(int prompt_tokens, int max_tokens,
@@ -422,6 +441,20 @@ std::string ModelsJson(absl::string_view model_id, int64_t created,
                              {"owned_by", "kvcanary"},
                              {"max_model_len", max_model_len},
                              {"max_prompt_tokens", max_prompt_tokens}}})}};
+  return Dump(body);
+}
+
+std::string VersionJson(const VersionInfo& info) {
+  const ordered_json body = {{"engine", kEngineName},
+                             {"version", info.version},
+                             {"disaggregated", true},
+                             {"kv_checksum", info.kv_checksum},
+                             {"watermark", info.watermark},
+                             {"prefix_cache", info.prefix_cache},
+                             {"trace_format", info.trace_format},
+                             {"max_model_len", info.max_model_len},
+                             {"max_prompt_tokens", info.max_prompt_tokens},
+                             {"page_tokens", info.page_tokens}};
   return Dump(body);
 }
 

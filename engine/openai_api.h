@@ -43,6 +43,9 @@ struct CompletionRequest {
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;  // up to kMaxStopStrings, none empty
   bool stream = false;
+  // stream_options.include_usage. The final chunk of a stream carries usage
+  // whether or not it is set (docs/api.md); parsed so a wrong type is a 400.
+  bool include_usage = false;
 };
 
 // Parses a POST /v1/completions (`chat` false) or /v1/chat/completions body.
@@ -72,6 +75,13 @@ int HttpStatusFor(absl::StatusCode code);
 // payload or null.
 std::string ErrorBody(const absl::Status& status, absl::string_view param = "");
 
+// What an access log records as the reason of a failed request: the
+// status's kOpenAiCodeUrl payload if it has one (e.g.
+// "context_length_exceeded"), else the OpenAI error type of its HTTP status
+// ("authentication_error", "rate_limit_error", ...). Never the message,
+// which may quote the request. REQUIRES: !status.ok().
+std::string ErrorReason(const absl::Status& status);
+
 // kInvalidArgument with code "context_length_exceeded", worded as OpenAI's.
 absl::Status ContextLengthExceeded(int prompt_tokens, int max_tokens,
                                    int limit);
@@ -86,11 +96,15 @@ struct CompletionResult {
   std::string finish_reason;  // "stop" | "length" | ...; "" = null
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Prompt tokens whose K/V came from the prefix cache of the node that
+  // prefilled the prompt (0 when none).
+  int cached_tokens = 0;
 };
 
 // The non-streaming response: "text_completion" with choices[0].text, or
 // "chat.completion" with choices[0].message {role: assistant, content};
-// both with usage {prompt_tokens, completion_tokens, total_tokens}.
+// both with usage {prompt_tokens, completion_tokens, total_tokens,
+// prompt_tokens_details: {cached_tokens}}.
 std::string CompletionResponseJson(const CompletionResult& result, bool chat);
 
 // One server-sent event, "data: {json}\n\n", carrying `delta`. Completions:
@@ -111,6 +125,22 @@ std::string StreamDoneSse();
 // (`max_prompt_tokens`): the advertised limits an auditor probes.
 std::string ModelsJson(absl::string_view model_id, int64_t created,
                        int max_model_len, int max_prompt_tokens);
+
+// GET /version: what the engine is and the settings its nodes run with.
+struct VersionInfo {
+  std::string version;       // kEngineVersion
+  std::string watermark;     // off | detect | enforce
+  std::string prefix_cache;  // tenant | global | off
+  std::string kv_checksum;   // crc32c
+  std::string trace_format;  // kvt2
+  int max_model_len = 0;
+  int max_prompt_tokens = 0;
+  int page_tokens = 0;
+};
+// {"engine": "kvcanary", "version", "disaggregated": true, "kv_checksum",
+//  "watermark", "prefix_cache", "trace_format", "max_model_len",
+//  "max_prompt_tokens", "page_tokens"}
+std::string VersionJson(const VersionInfo& info);
 
 // Finds stop strings in text that arrives in pieces, so that no emitted text
 // ever contains (the start of) a stop string. The result does not depend on

@@ -139,6 +139,13 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
   nlohmann::json j;
   j["pages_sent"] = loop_.pool().PagesFor(prompt_tokens) * cfg.n_layers;
   j["bytes_sent"] = bytes;
+  j["cached_tokens"] = prefilled->cached_tokens;
+  // What this node wrote into the admission record, for the router's access
+  // log; the decode node does not act on it (with admission-abort-lost,
+  // that is the bug: the rejection is recorded and the request goes on).
+  if (!admission.abort_reason.ok()) {
+    j["abort_reason"] = OutcomeText(admission.abort_reason);
+  }
   res.set_content(j.dump(), "application/json");
 }
 

@@ -4,8 +4,9 @@
 // failed: never while a write into them could still be in flight.
 //
 // Internal HTTP API (docs/nodes.md):
-//   POST /internal/v1/prefill    compute and transfer; 200 once decode acked
-//   GET  /internal/v1/limits     {"max_prompt_tokens", "context_tokens"}
+//   POST /internal/v1/prefill    compute and transfer; 200 once decode acked,
+//                                with the prompt tokens its prefix cache served
+//   GET  /internal/v1/limits     the node's settings (engine/node_settings.h)
 //   GET  /health, GET /metrics
 //
 // Thread-safe; owns its threads.

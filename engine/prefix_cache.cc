@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/wire.h"
 
@@ -20,14 +21,36 @@ void AppendTokens(const int* tokens, int n, std::string* out) {
 
 }  // namespace
 
+const char* PrefixCacheModeName(PrefixCacheMode mode) {
+  switch (mode) {
+    case PrefixCacheMode::kOff:
+      return "off";
+    case PrefixCacheMode::kTenant:
+      return "tenant";
+    case PrefixCacheMode::kGlobal:
+      return "global";
+  }
+  return "?";
+}
+
+absl::StatusOr<PrefixCacheMode> ParsePrefixCacheMode(absl::string_view name) {
+  if (name == "tenant" || name == "true") return PrefixCacheMode::kTenant;
+  if (name == "global") return PrefixCacheMode::kGlobal;
+  if (name == "off" || name == "false") return PrefixCacheMode::kOff;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown prefix cache mode '", name, "' (want tenant, global or off)"));
+}
+
 size_t PrefixCache::KeyHash::operator()(const Key& k) const {
   size_t h;
   std::memcpy(&h, k.data(), sizeof(h));  // already uniformly distributed
   return h;
 }
 
-PrefixCache::PrefixCache(PagePool* pool, bool weak_keys, TraceBus* trace)
-    : pool_(pool), weak_keys_(weak_keys), trace_(trace) {
+PrefixCache::PrefixCache(PagePool* pool, PrefixCacheMode mode, bool weak_keys,
+                         TraceBus* trace)
+    : pool_(pool), mode_(mode), weak_keys_(weak_keys), trace_(trace) {
+  CHECK(mode != PrefixCacheMode::kOff);
   std::random_device rd;
   for (size_t i = 0; i < secret_.size(); i += 4) {
     const uint32_t r = rd();
@@ -46,7 +69,9 @@ uint32_t PrefixCache::WeakHash(uint32_t parent, const int* tokens, int n) {
 
 PrefixCache::Key PrefixCache::Salt(TenantId tenant) const {
   std::string in(reinterpret_cast<const char*>(secret_.data()), secret_.size());
-  PutFixed32(&in, tenant.value());
+  // Global mode: one salt for everybody (tenant 0 names nobody).
+  PutFixed32(&in, mode_ == PrefixCacheMode::kGlobal ? kNoTenant.value()
+                                                    : tenant.value());
   Key salt;
   SHA256(reinterpret_cast<const unsigned char*>(in.data()), in.size(),
          salt.data());

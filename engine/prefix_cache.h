@@ -2,12 +2,19 @@
 // over their tokens, so a request whose prompt starts the same way skips
 // their prefill and reads the cached pages instead.
 //
-// Keys are tenant-salted SHA-256 chains: key(page i) = SHA-256(salt(tenant)
-// || key(page i-1) || the page's token ids), with salt(tenant) =
-// SHA-256(node secret || tenant id) and the node secret drawn at random when
-// the cache is made. The salt comes from the authenticated tenant on the
-// server side, never from the client, so only requests of the same tenant
-// share pages (vLLM's cache_salt, done where a client cannot forge it).
+// Keys are salted SHA-256 chains: key(page i) = SHA-256(salt || key(page
+// i-1) || the page's token ids), the node secret drawn at random when the
+// cache is made. The mode (--prefix-cache) picks the salt:
+//   tenant (default): salt = SHA-256(node secret || tenant id). The tenant
+//     comes from the authenticated API key on the server side, never from
+//     the client, so only requests of the same tenant share pages (vLLM's
+//     cache_salt, done where a client cannot forge it).
+//   global: salt = SHA-256(node secret || 0), the same for every tenant: one
+//     tenant's cached prefix serves another's identical prompt (vLLM's and
+//     SGLang's default, the common misconfiguration). The pages keep their
+//     writer's stamp, so such a hit is a foreign_tenant_read: flagged in
+//     detect mode, refused in enforce.
+//   off: no cache (the engine makes none).
 //
 // The prefix-hash-collision fault weakens the key to a 32-bit FNV-1a over the
 // tokens with a constant seed and no salt (vLLM GHSA-rm76-4mrf-v9r8): any
@@ -30,20 +37,36 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/ids.h"
 #include "engine/page_pool.h"
 #include "engine/trace_bus.h"
 
 namespace kvcanary::engine {
 
+// Who shares cached prefix pages (--prefix-cache).
+enum class PrefixCacheMode {
+  kOff,     // no prefix cache
+  kTenant,  // keys salted by tenant: pages shared within a tenant only
+  kGlobal,  // keys not salted by tenant: pages shared by every tenant
+};
+// "off", "tenant" or "global".
+const char* PrefixCacheModeName(PrefixCacheMode mode);
+// "tenant", "global" or "off"; "true" and "false" (the flag was a boolean)
+// mean tenant and off. kInvalidArgument otherwise.
+absl::StatusOr<PrefixCacheMode> ParsePrefixCacheMode(absl::string_view name);
+
 class PrefixCache {
  public:
   using Key = std::array<uint8_t, 32>;
 
-  // `weak_keys`: the prefix-hash-collision fault.
-  PrefixCache(PagePool* pool, bool weak_keys, TraceBus* trace);
+  // `weak_keys`: the prefix-hash-collision fault. REQUIRES: mode is not kOff.
+  PrefixCache(PagePool* pool, PrefixCacheMode mode, bool weak_keys,
+              TraceBus* trace);
 
-  // The key chain of the first `num_pages` full pages of `tokens`.
+  // The key chain of the first `num_pages` full pages of `tokens`, as
+  // `tenant` sends them (in global mode, the same for every tenant).
   std::vector<Key> Keys(TenantId tenant, const std::vector<int>& tokens,
                         int num_pages) const;
   // The 32-bit key the fault uses, for tests that craft collisions: the
@@ -82,9 +105,11 @@ class PrefixCache {
   struct KeyHash {
     size_t operator()(const Key& k) const;
   };
+  // The chain's start: SHA-256(secret || tenant id), tenant 0 in global mode.
   Key Salt(TenantId tenant) const;
 
   PagePool* pool_;
+  const PrefixCacheMode mode_;
   const bool weak_keys_;
   TraceBus* trace_;
   std::array<uint8_t, 32> secret_;

@@ -1,114 +1,151 @@
 #include "engine/router.h"
 
-#include <condition_variable>
-#include <deque>
-#include <mutex>
+#include <algorithm>
+#include <functional>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/decode_stream.h"
 #include "engine/node_common.h"
 #include "engine/openai_api.h"
+#include "engine/version.h"
 
 namespace kvcanary::engine {
 namespace {
 
-// The decode node's NDJSON stream, read on a thread of its own so the
-// client's handler can wait for headers first (and answer with the right
-// status) and then relay lines as they come. Thread-safe.
-class DecodeStream {
+// A string field of a node's JSON, or null.
+std::optional<std::string> OptionalString(const nlohmann::json& j,
+                                          const char* field) {
+  if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
+    return std::nullopt;
+  }
+  return j[field].get<std::string>();
+}
+
+// Pulls one request's text out of the decode node's NDJSON stream:
+//   {"prefill_outcome", "cached_tokens"}  once the prompt's K/V are in
+//   {"tokens": [...]}                     as they are generated
+//   {"finish_reason", ..., "decode_outcome", "error"?}  at the end
+// and notes in the access record what the nodes reported. Not thread-safe:
+// one caller at a time (the handler, then the streaming provider).
+class TokenRelay {
  public:
-  DecodeStream(const std::string& url, std::string body,
-               absl::Duration timeout) {
-    thread_ = std::thread([this, url, body = std::move(body), timeout] {
-      httplib::Client client(url);
-      const auto secs = absl::ToChronoSeconds(timeout).count();
-      client.set_connection_timeout(5, 0);
-      client.set_read_timeout(secs, 0);
-      client.set_write_timeout(secs, 0);
-      httplib::Request r;
-      r.method = "POST";
-      r.path = "/internal/v1/generate";
-      r.set_header("Content-Type", "application/json");
-      r.body = body;
-      r.response_handler = [this](const httplib::Response& resp) {
-        std::lock_guard<std::mutex> lock(mu_);
-        headers_ = true;
-        http_status_ = resp.status;
-        cv_.notify_all();
-        return true;
-      };
-      r.content_receiver = [this](const char* data, size_t n, uint64_t,
-                                  uint64_t) {
-        if (cancel_.load()) return false;
-        std::lock_guard<std::mutex> lock(mu_);
-        if (http_status_ != 200) {
-          error_body_.append(data, n);
-          return true;
-        }
-        buffer_.append(data, n);
-        size_t nl;
-        while ((nl = buffer_.find('\n')) != std::string::npos) {
-          auto j = nlohmann::json::parse(buffer_.substr(0, nl), nullptr, false);
-          buffer_.erase(0, nl + 1);
-          if (j.is_object()) lines_.push_back(std::move(j));
-        }
-        cv_.notify_all();
-        return true;
-      };
-      auto result = client.send(r);
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-      if (!result && !cancel_.load()) {
-        transport_ = absl::UnavailableError(absl::StrCat(
-            "decode node ", url, ": ", httplib::to_string(result.error())));
+  TokenRelay(std::shared_ptr<DecodeStream> stream, const Tokenizer* tokenizer,
+             std::vector<std::string> stop, int prev_token,
+             std::shared_ptr<AccessRecord> record)
+      : stream_(std::move(stream)),
+        tokenizer_(tokenizer),
+        stop_(std::move(stop)),
+        prev_token_(prev_token),
+        record_(std::move(record)) {}
+
+  // The next piece of text for the client in *delta; false at the end
+  // (*r filled; error() says whether it failed).
+  bool Next(CompletionResult* r, std::string* delta) {
+    delta->clear();
+    while (!finished_) {
+      auto line = stream_->Next();
+      if (!line.has_value()) {
+        error_ = stream_->transport();
+        finished_ = true;
+        break;
       }
-      cv_.notify_all();
-    });
+      if (line->contains("tokens")) {
+        if (!record_->ttft_ms.has_value()) {
+          record_->ttft_ms =
+              absl::ToDoubleMilliseconds(absl::Now() - record_->start);
+        }
+        AppendTokens((*line)["tokens"], r, delta);
+        if (!delta->empty()) return true;
+        continue;
+      }
+      if (!line->contains("finish_reason")) {
+        ReadPrefill(*line, r);
+        continue;
+      }
+      finished_ = true;
+      *delta += stop_.Flush();
+      r->finish_reason =
+          line->value("finish_reason", "") == "length" ? "length" : "stop";
+      record_->decode_outcome = OptionalString(*line, "decode_outcome");
+      if (line->contains("error")) {
+        error_ = StatusFromInternalResponse(
+            500, nlohmann::json{{"error", (*line)["error"]}}.dump());
+      }
+    }
+    return !delta->empty();
   }
-  ~DecodeStream() {
-    cancel_.store(true);
-    thread_.join();
-  }
-  // Waits for the response headers: OK if 200, else the node's error.
-  absl::Status WaitHeaders() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return headers_ || done_; });
-    if (!headers_) return transport_;
-    if (http_status_ == 200) return absl::OkStatus();
-    cv_.wait(lock, [&] { return done_; });
-    return StatusFromInternalResponse(http_status_, error_body_);
-  }
-  // The next line; nullopt when the stream ended (see transport()).
-  std::optional<nlohmann::json> Next() {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !lines_.empty() || done_; });
-    if (lines_.empty()) return std::nullopt;
-    nlohmann::json j = std::move(lines_.front());
-    lines_.pop_front();
-    return j;
-  }
-  absl::Status transport() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return transport_.ok() ? absl::UnavailableError("decode stream ended early")
-                           : transport_;
-  }
-  void Cancel() { cancel_.store(true); }
+  const absl::Status& error() const { return error_; }
+  void Cancel() { stream_->Cancel(); }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool headers_ = false;
-  int http_status_ = 0;
-  std::string error_body_;
-  std::string buffer_;
-  std::deque<nlohmann::json> lines_;
-  bool done_ = false;
-  absl::Status transport_;
-  std::atomic<bool> cancel_{false};
-  std::thread thread_;
+  void AppendTokens(const nlohmann::json& tokens, CompletionResult* r,
+                    std::string* delta) {
+    std::string text;
+    for (const auto& t : tokens) {
+      const int token = t.get<int>();
+      text += tokenizer_->DecodeForPrint(prev_token_, token);
+      prev_token_ = token;
+      ++r->completion_tokens;
+    }
+    record_->completion_tokens = r->completion_tokens;
+    StopMatcher::Emit emit = stop_.Feed(text);
+    *delta += emit.text;
+    if (emit.stopped) {
+      // The router ends the request itself: the decode node's final line
+      // (and its outcome) will not come.
+      r->finish_reason = "stop";
+      finished_ = true;
+      stream_->Cancel();
+    }
+  }
+  void ReadPrefill(const nlohmann::json& line, CompletionResult* r) {
+    if (line.contains("cached_tokens") &&
+        line["cached_tokens"].is_number_unsigned()) {
+      r->cached_tokens = line["cached_tokens"].get<int>();
+      record_->cached_tokens = r->cached_tokens;
+    }
+    record_->prefill_outcome = OptionalString(line, "prefill_outcome");
+  }
+
+  std::shared_ptr<DecodeStream> stream_;
+  const Tokenizer* tokenizer_;
+  StopMatcher stop_;
+  int prev_token_;
+  std::shared_ptr<AccessRecord> record_;
+  absl::Status error_;
+  bool finished_ = false;
 };
 
 }  // namespace
+
+// An admitted request: what the relay needs, and its place in the in-flight
+// counts, released when the last holder (the handler, or the streaming
+// provider) lets go.
+struct Router::Admitted {
+  class InFlight {
+   public:
+    InFlight(std::atomic<int>* total, std::atomic<int>* tenant)
+        : total_(total), tenant_(tenant) {}
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    ~InFlight() {
+      total_->fetch_sub(1);
+      tenant_->fetch_sub(1);
+    }
+
+   private:
+    std::atomic<int>* total_;
+    std::atomic<int>* tenant_;
+  };
+
+  CompletionRequest request;
+  TenantId tenant;
+  std::vector<int> prompt;
+  uint64_t request_id = 0;
+  std::unique_ptr<InFlight> in_flight;
+};
 
 Router::Router(const Tokenizer* tokenizer, const TenantRegistry* tenants,
                const RouterOptions& options)
@@ -122,43 +159,25 @@ Router::Router(const Tokenizer* tokenizer, const TenantRegistry* tenants,
 
 Router::~Router() { Stop(); }
 
-absl::Status Router::FetchLimits() {
-  max_prompt_tokens_ = 1 << 30;
-  decode_max_prompt_tokens_ = 1 << 30;
-  context_tokens_ = 1 << 30;
-  std::vector<std::string> nodes = options_.prefill_urls;
-  nodes.insert(nodes.end(), options_.decode_urls.begin(),
-               options_.decode_urls.end());
+absl::Status Router::FetchSettings() {
   if (options_.prefill_urls.empty() || options_.decode_urls.empty()) {
     return absl::InvalidArgumentError(
         "the router needs at least one prefill and one decode node");
   }
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
-  for (size_t n = 0; n < nodes.size(); ++n) {
-    const std::string& url = nodes[n];
-    const bool is_decode = n >= options_.prefill_urls.size();
+  auto fetch = [&](const std::string& url) -> absl::StatusOr<NodeSettings> {
     while (true) {
       httplib::Client client(url);
       client.set_connection_timeout(1, 0);
       auto res = client.Get("/internal/v1/limits");
       if (res && res->status == 200) {
-        auto j = nlohmann::json::parse(res->body, nullptr, false);
-        if (!j.is_object() || !j.contains("max_prompt_tokens") ||
-            !j["max_prompt_tokens"].is_number_integer() ||
-            !j.contains("context_tokens") ||
-            !j["context_tokens"].is_number_integer()) {
+        auto s = NodeSettings::FromJson(
+            nlohmann::json::parse(res->body, nullptr, false));
+        if (!s.ok()) {
           return absl::DataLossError(
               absl::StrCat("node ", url, " sent malformed limits"));
         }
-        max_prompt_tokens_ =
-            std::min(max_prompt_tokens_, j["max_prompt_tokens"].get<int>());
-        if (is_decode) {
-          decode_max_prompt_tokens_ = std::min(
-              decode_max_prompt_tokens_, j["max_prompt_tokens"].get<int>());
-        }
-        context_tokens_ =
-            std::min(context_tokens_, j["context_tokens"].get<int>());
-        break;
+        return s;
       }
       if (absl::Now() > deadline) {
         return absl::UnavailableError(
@@ -166,14 +185,33 @@ absl::Status Router::FetchLimits() {
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
+  };
+  std::vector<NodeSettings> prefill, decode;
+  for (const std::string& url : options_.prefill_urls) {
+    auto s = fetch(url);
+    if (!s.ok()) return s.status();
+    prefill.push_back(*s);
   }
+  for (const std::string& url : options_.decode_urls) {
+    auto s = fetch(url);
+    if (!s.ok()) return s.status();
+    decode.push_back(*s);
+  }
+  settings_ = CombineNodeSettings(prefill, decode);
   return absl::OkStatus();
 }
 
 absl::Status Router::Start() {
-  absl::Status limits = FetchLimits();
-  if (!limits.ok()) return limits;
+  if (!options_.access_log.path.empty()) {
+    auto log = AccessLog::Open(options_.access_log);
+    if (!log.ok()) return log.status();
+    access_log_ = *std::move(log);
+  }
+  absl::Status fetched = FetchSettings();
+  if (!fetched.ok()) return fetched;
   server_ = MakeHttpServer(options_.http_threads);
+  server_->set_default_headers(
+      {{"Server", absl::StrCat(kEngineName, "/", kEngineVersion)}});
   server_->Post("/v1/completions",
                 [this](const httplib::Request& req, httplib::Response& res) {
                   HandleCompletion(req, res, /*chat=*/false);
@@ -182,18 +220,38 @@ absl::Status Router::Start() {
                 [this](const httplib::Request& req, httplib::Response& res) {
                   HandleCompletion(req, res, /*chat=*/true);
                 });
-  server_->Get("/v1/models", [this](const httplib::Request& req,
-                                    httplib::Response& res) {
-    auto tenant = tenants_->Authenticate(req.get_header_value("Authorization"));
-    if (!tenant.ok()) {
-      res.status = HttpStatusFor(tenant.status().code());
-      res.set_content(ErrorBody(tenant.status()), "application/json");
-      return;
-    }
-    res.set_content(ModelsJson(options_.model_name, created_, context_tokens_,
-                               std::min(max_prompt_tokens_, context_tokens_)),
-                    "application/json");
-  });
+  // Answers `body` to a tenant's key; 401 otherwise.
+  auto authenticated = [this](std::function<std::string()> body) {
+    return [this, body](const httplib::Request& req, httplib::Response& res) {
+      auto tenant =
+          tenants_->Authenticate(req.get_header_value("Authorization"));
+      if (!tenant.ok()) {
+        res.status = HttpStatusFor(tenant.status().code());
+        res.set_content(ErrorBody(tenant.status()), "application/json");
+        return;
+      }
+      res.set_content(body(), "application/json");
+    };
+  };
+  server_->Get(
+      "/v1/models", authenticated([this] {
+        return ModelsJson(
+            options_.model_name, created_, settings_.context_tokens,
+            std::min(settings_.max_prompt_tokens, settings_.context_tokens));
+      }));
+  server_->Get("/version", authenticated([this] {
+                 VersionInfo v;
+                 v.version = kEngineVersion;
+                 v.watermark = settings_.watermark;
+                 v.prefix_cache = settings_.prefix_cache;
+                 v.kv_checksum = settings_.kv_checksum;
+                 v.trace_format = settings_.trace_format;
+                 v.max_model_len = settings_.context_tokens;
+                 v.max_prompt_tokens = std::min(settings_.max_prompt_tokens,
+                                                settings_.context_tokens);
+                 v.page_tokens = settings_.page_tokens;
+                 return VersionJson(v);
+               }));
   server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\",\"role\":\"router\"}",
                     "application/json");
@@ -214,181 +272,170 @@ void Router::Stop() {
   if (server_thread_.joinable()) server_thread_.join();
 }
 
+void Router::Log(AccessRecord* record) {
+  if (access_log_ == nullptr) return;
+  record->total_ms = absl::ToDoubleMilliseconds(absl::Now() - record->start);
+  access_log_->Write(*record);
+}
+
+void Router::Fail(const absl::Status& status, httplib::Response& res,
+                  AccessRecord* record) {
+  metrics_.CountRequest(status);
+  res.status = HttpStatusFor(status.code());
+  res.set_content(ErrorBody(status), "application/json");
+  record->status = res.status;
+  record->finish_reason.reset();
+  record->reason = ErrorReason(status);
+  Log(record);
+}
+
 void Router::HandleCompletion(const httplib::Request& req,
                               httplib::Response& res, bool chat) {
-  auto fail = [&](const absl::Status& status) {
-    metrics_.CountRequest(status);
-    res.status = HttpStatusFor(status.code());
-    res.set_content(ErrorBody(status), "application/json");
-  };
+  auto record = std::make_shared<AccessRecord>();
+  record->start = absl::Now();
+  record->endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+  auto admitted = Admit(req, chat, record.get());
+  if (!admitted.ok()) return Fail(admitted.status(), res, record.get());
+  // From here on every answer, error or not, names the request: the id the
+  // body's "id" and the engine's trace carry too.
+  res.set_header(kRequestIdHeader, absl::StrCat((*admitted)->request_id));
+  Relay(*std::move(admitted), res, record);
+}
+
+absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
+    const httplib::Request& req, bool chat, AccessRecord* record) {
   auto tenant = tenants_->Authenticate(req.get_header_value("Authorization"));
-  if (!tenant.ok()) return fail(tenant.status());
+  if (!tenant.ok()) return tenant.status();
+  record->tenant = (*tenant)->name;
   auto parsed = ParseCompletionRequest(req.body, chat);
-  if (!parsed.ok()) return fail(parsed.status());
-  const CompletionRequest request = *std::move(parsed);
-  std::vector<int> prompt =
-      tokenizer_->Encode(request.prompt, /*bos=*/true, /*eos=*/false);
-  const int prompt_tokens = static_cast<int>(prompt.size());
+  if (!parsed.ok()) return parsed.status();
+  record->stream = parsed->stream;
+  auto a = std::make_shared<Admitted>();
+  a->prompt = tokenizer_->Encode(parsed->prompt, /*bos=*/true, /*eos=*/false);
+  const int prompt_tokens = static_cast<int>(a->prompt.size());
+  record->prompt_tokens = prompt_tokens;
   // Admission: the one length check, against the smallest node limit.
   // (admission-abort-lost: the check against the prefill tier's limit is
   // left to the prefill node, as in the incident.)
   const int prompt_limit = options_.faults.has(Fault::kAdmissionAbortLost)
-                               ? decode_max_prompt_tokens_
-                               : max_prompt_tokens_;
+                               ? settings_.decode_max_prompt_tokens
+                               : settings_.max_prompt_tokens;
   if (prompt_tokens > prompt_limit ||
-      prompt_tokens + request.max_tokens > context_tokens_) {
-    return fail(
-        ContextLengthExceeded(prompt_tokens, request.max_tokens,
-                              std::min(max_prompt_tokens_, context_tokens_)));
+      prompt_tokens + parsed->max_tokens > settings_.context_tokens) {
+    return ContextLengthExceeded(
+        prompt_tokens, parsed->max_tokens,
+        std::min(settings_.max_prompt_tokens, settings_.context_tokens));
   }
   if (in_flight_.fetch_add(1) >= options_.max_in_flight) {
     in_flight_.fetch_sub(1);
-    return fail(absl::ResourceExhaustedError(
-        "too many requests in flight; retry later"));
+    return absl::ResourceExhaustedError(
+        "too many requests in flight; retry later");
   }
   std::atomic<int>& tenant_count = tenant_in_flight_[(*tenant)->id.value()];
   const int tenant_limit = (*tenant)->max_concurrent_requests;
   if (tenant_count.fetch_add(1) >= tenant_limit && tenant_limit > 0) {
     tenant_count.fetch_sub(1);
     in_flight_.fetch_sub(1);
-    return fail(absl::ResourceExhaustedError(
+    return absl::ResourceExhaustedError(
         absl::StrCat("tenant ", (*tenant)->name, " has ", tenant_limit,
-                     " requests in flight; retry later")));
+                     " requests in flight; retry later"));
   }
-  // Releases the two counts when the last holder (this handler, or the
-  // streaming provider) is done. Built in place: a copy would release twice.
-  class InFlight {
-   public:
-    InFlight(std::atomic<int>* total, std::atomic<int>* tenant)
-        : total_(total), tenant_(tenant) {}
-    InFlight(const InFlight&) = delete;
-    InFlight& operator=(const InFlight&) = delete;
-    ~InFlight() {
-      total_->fetch_sub(1);
-      tenant_->fetch_sub(1);
-    }
+  a->in_flight =
+      std::make_unique<Admitted::InFlight>(&in_flight_, &tenant_count);
+  a->request = *std::move(parsed);
+  a->tenant = (*tenant)->id;
+  a->request_id = next_request_.fetch_add(1);
+  record->request_id = a->request_id;
+  return a;
+}
 
-   private:
-    std::atomic<int>* total_;
-    std::atomic<int>* tenant_;
-  };
-  auto guard = std::make_shared<InFlight>(&in_flight_, &tenant_count);
+void Router::Relay(std::shared_ptr<Admitted> a, httplib::Response& res,
+                   std::shared_ptr<AccessRecord> record) {
+  const CompletionRequest& request = a->request;
+  const bool chat = request.chat;
   const uint64_t node = next_node_.fetch_add(1);
-  const std::string& prefill =
-      options_.prefill_urls[node % options_.prefill_urls.size()];
-  const std::string& decode =
-      options_.decode_urls[node % options_.decode_urls.size()];
-  const uint64_t request_id = next_request_.fetch_add(1);
-  // From here on every answer, error or not, names the request: the id the
-  // body's "id" and the engine's trace carry too.
-  res.set_header(kRequestIdHeader, absl::StrCat(request_id));
   nlohmann::json body;
-  body["request_id"] = request_id;
-  body["tenant_id"] = (*tenant)->id.value();
-  body["prompt"] = prompt;
+  body["request_id"] = a->request_id;
+  body["tenant_id"] = a->tenant.value();
+  body["prompt"] = a->prompt;
   body["max_tokens"] = request.max_tokens;
   body["temperature"] = request.temperature;
   body["top_p"] = request.top_p;
   if (request.seed.has_value()) body["seed"] = *request.seed;
-  body["prefill_url"] = prefill;
-  auto stream = std::make_shared<DecodeStream>(decode, body.dump(),
-                                               options_.node_timeout);
+  body["prefill_url"] =
+      options_.prefill_urls[node % options_.prefill_urls.size()];
+  auto stream = std::make_shared<DecodeStream>(
+      options_.decode_urls[node % options_.decode_urls.size()], body.dump(),
+      options_.node_timeout);
   absl::Status started = stream->WaitHeaders();
-  if (!started.ok()) return fail(started);
+  if (!started.ok()) {
+    // What each node reported, if the decode node answered.
+    const nlohmann::json error = stream->error_json();
+    record->prefill_outcome = OptionalString(error, "prefill_outcome");
+    record->decode_outcome = OptionalString(error, "decode_outcome");
+    return Fail(started, res, record.get());
+  }
 
   CompletionResult result;
-  result.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", request_id);
+  result.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", a->request_id);
   result.model = options_.model_name;
   result.created = absl::ToUnixSeconds(absl::Now());
-  result.prompt_tokens = prompt_tokens;
-  // Pulls the next piece of text; returns false at the end (result filled).
-  struct Relay {
-    std::shared_ptr<DecodeStream> stream;
-    const Tokenizer* tokenizer;
-    StopMatcher stop;
-    int prev_token;
-    absl::Status error;
-    bool finished = false;
-  };
-  auto relay = std::make_shared<Relay>(Relay{stream, tokenizer_,
-                                             StopMatcher(request.stop),
-                                             prompt.back(), absl::OkStatus()});
-  auto next = [relay](CompletionResult* r, std::string* delta) -> bool {
-    delta->clear();
-    while (!relay->finished) {
-      auto line = relay->stream->Next();
-      if (!line.has_value()) {
-        relay->error = relay->stream->transport();
-        relay->finished = true;
-        break;
-      }
-      if (line->contains("tokens")) {
-        std::string text;
-        for (const auto& t : (*line)["tokens"]) {
-          const int token = t.get<int>();
-          text += relay->tokenizer->DecodeForPrint(relay->prev_token, token);
-          relay->prev_token = token;
-          ++r->completion_tokens;
-        }
-        StopMatcher::Emit emit = relay->stop.Feed(text);
-        *delta += emit.text;
-        if (emit.stopped) {
-          r->finish_reason = "stop";
-          relay->finished = true;
-          relay->stream->Cancel();
-        }
-        if (!delta->empty()) return true;
-        continue;
-      }
-      // The final line.
-      relay->finished = true;
-      *delta += relay->stop.Flush();
-      const std::string reason = line->value("finish_reason", "");
-      r->finish_reason = reason == "length" ? "length" : "stop";
-      if (line->contains("error")) {
-        relay->error = StatusFromInternalResponse(
-            500, nlohmann::json{{"error", (*line)["error"]}}.dump());
-      }
-    }
-    return !delta->empty();
-  };
-
+  result.prompt_tokens = static_cast<int>(a->prompt.size());
+  auto relay = std::make_shared<TokenRelay>(stream, tokenizer_, request.stop,
+                                            a->prompt.back(), record);
   if (!request.stream) {
     std::string delta;
-    while (next(&result, &delta)) result.text += delta;
-    if (!relay->error.ok()) return fail(relay->error);
+    while (relay->Next(&result, &delta)) result.text += delta;
+    if (!relay->error().ok()) return Fail(relay->error(), res, record.get());
     metrics_.CountRequest(absl::OkStatus());
     res.set_content(CompletionResponseJson(result, chat), "application/json");
-    return;
+    record->status = 200;
+    record->finish_reason = result.finish_reason;
+    return Log(record.get());
   }
+  // The record is logged once: when the stream ends, or when the client
+  // goes away first (the releaser runs in either case, last).
+  auto logged = std::make_shared<bool>(false);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, relay, next, result, chat, guard](
+      [this, a, relay, result, chat, record, logged](
           size_t, httplib::DataSink& sink) mutable {
         std::string delta;
-        if (next(&result, &delta)) {
+        if (relay->Next(&result, &delta)) {
           const std::string chunk =
               StreamChunkSse(result, delta, chat, /*final_chunk=*/false);
           result.text += delta;
           if (!sink.write(chunk.data(), chunk.size())) {
-            relay->stream->Cancel();
+            relay->Cancel();
             return false;
           }
           return true;
         }
         std::string tail;
-        if (relay->error.ok()) {
+        record->status = 200;  // sent with the first chunk
+        if (relay->error().ok()) {
           tail = StreamChunkSse(result, "", chat, /*final_chunk=*/true) +
                  StreamDoneSse();
+          record->finish_reason = result.finish_reason;
         } else {
-          tail = "data: " + ErrorBody(relay->error) + "\n\n" + StreamDoneSse();
+          tail =
+              "data: " + ErrorBody(relay->error()) + "\n\n" + StreamDoneSse();
+          record->reason = ErrorReason(relay->error());
         }
-        metrics_.CountRequest(relay->error);
+        metrics_.CountRequest(relay->error());
         sink.write(tail.data(), tail.size());
         sink.done();
+        *logged = true;
+        Log(record.get());
         return true;
       },
-      [relay](bool) { relay->stream->Cancel(); });
+      [this, relay, record, logged](bool) {
+        relay->Cancel();
+        if (*logged) return;
+        record->status = 200;
+        record->reason = "client_disconnected";
+        Log(record.get());
+      });
 }
 
 }  // namespace kvcanary::engine

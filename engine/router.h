@@ -5,9 +5,12 @@
 // client as JSON or SSE.
 //
 // Public HTTP API (docs/api.md): POST /v1/completions, POST
-// /v1/chat/completions, GET /v1/models, GET /health, GET /metrics. Every
+// /v1/chat/completions, GET /v1/models, GET /version, GET /health, GET
+// /metrics; every answer carries "Server: kvcanary/<version>". Every
 // completion response from the moment a request id is assigned (after
 // authentication, parsing and admission) carries it in kRequestIdHeader.
+// With an access log, every completion request ends in one line of it
+// (engine/access_log.h).
 //
 // Thread-safe; owns its threads.
 #ifndef KVCANARY_ENGINE_ROUTER_H_
@@ -19,9 +22,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/access_log.h"
 #include "engine/faults.h"
 #include "engine/node_metrics.h"
+#include "engine/node_settings.h"
 #include "engine/tenants.h"
 #include "engine/tokenizer.h"
 #include "httplib.h"
@@ -39,6 +45,7 @@ struct RouterOptions {
   absl::Duration node_timeout = absl::Seconds(60);
   absl::Duration startup_timeout = absl::Seconds(20);
   FaultSet faults;
+  AccessLogOptions access_log;  // path "": no access log
 };
 
 class Router {
@@ -48,29 +55,44 @@ class Router {
          const RouterOptions& options);
   ~Router();
 
-  // Reads every node's limits (waiting up to startup_timeout for them),
-  // then serves.
+  // Opens the access log if one is set, reads every node's settings
+  // (waiting up to startup_timeout for them), then serves.
   absl::Status Start();
   void Stop();
   int http_port() const { return http_port_; }
-  int max_prompt_tokens() const { return max_prompt_tokens_; }
-  int context_tokens() const { return context_tokens_; }
+  int max_prompt_tokens() const { return settings_.max_prompt_tokens; }
+  int context_tokens() const { return settings_.context_tokens; }
 
  private:
+  struct Admitted;
   void HandleCompletion(const httplib::Request& req, httplib::Response& res,
                         bool chat);
-  absl::Status FetchLimits();
+  // Authentication, parsing, tokenizing and admission (length limits and
+  // in-flight counts), filling `record` as it learns; the request's error
+  // otherwise.
+  absl::StatusOr<std::shared_ptr<Admitted>> Admit(const httplib::Request& req,
+                                                  bool chat,
+                                                  AccessRecord* record);
+  // Relays the decode node's answer to the client, JSON or SSE.
+  void Relay(std::shared_ptr<Admitted> admitted, httplib::Response& res,
+             std::shared_ptr<AccessRecord> record);
+  // Answers `status` as an OpenAI error and logs the request.
+  void Fail(const absl::Status& status, httplib::Response& res,
+            AccessRecord* record);
+  // Finishes `record` (total_ms) and appends it to the access log, if any.
+  void Log(AccessRecord* record);
+  // Reads every node's GET /internal/v1/limits into settings_.
+  absl::Status FetchSettings();
 
   const Tokenizer* tokenizer_;
   const TenantRegistry* tenants_;
   RouterOptions options_;
   NodeMetrics metrics_;
+  std::unique_ptr<AccessLog> access_log_;  // null: none
   std::unique_ptr<httplib::Server> server_;
   std::thread server_thread_;
   int http_port_ = 0;
-  int decode_max_prompt_tokens_ = 0;  // smallest over the decode nodes
-  int max_prompt_tokens_ = 0;         // smallest over the nodes
-  int context_tokens_ = 0;            // smallest over the nodes
+  ServingSettings settings_;  // from the nodes, at Start()
   std::atomic<uint64_t> next_request_{1};
   std::atomic<uint64_t> next_node_{0};
   std::atomic<int> in_flight_{0};

@@ -119,6 +119,7 @@ Batch Scheduler::Schedule() {
     waiting_.pop_front();
     seq->block_table = std::move(hits);
     seq->shared_pages = static_cast<int>(seq->block_table.size());
+    seq->cached_tokens = seq->shared_pages * pool_->page_tokens();
     for (const PageRef& p : pool_->Allocate(seq->tenant, seq->id, fresh)) {
       seq->block_table.push_back(p);
     }

@@ -45,6 +45,9 @@ struct Sequence {
   // block_table[0, shared_pages) belong to the prefix cache (a hit at
   // admission, or pages this request published): unref'd, not freed.
   int shared_pages = 0;
+  // Prompt tokens whose K/V came from the prefix cache at admission (hits,
+  // not pages this request published later): usage's cached_tokens.
+  int cached_tokens = 0;
   // Tokens whose K/V are in the pages: positions [0, num_computed).
   int num_computed = 0;
   // Every watermark violation seen while serving this request (any mode but

@@ -122,6 +122,7 @@ absl::Status RunServe(const ServeOptions& o) {
     r.decode_urls = o.decode_urls;
     r.max_in_flight = o.max_in_flight;
     r.faults = o.faults;
+    r.access_log = o.access_log;
     Router router(&tokenizer, &tenants, r);
     RETURN_IF_ERROR(router.Start());
     return ServeUntilSignal(
@@ -316,6 +317,13 @@ absl::Status RunUp(const ServeOptions& o,
   router_args.push_back("--prefill=" + prefill_url);
   router_args.push_back("--decode=" + decode_url);
   router_args.push_back("--fault=" + o.faults.ToString());
+  if (!o.access_log.path.empty()) {
+    router_args.push_back("--access_log=" + o.access_log.path);
+    router_args.push_back(
+        absl::StrCat("--access_log_max_bytes=", o.access_log.max_bytes));
+    router_args.push_back(
+        absl::StrCat("--access_log_keep=", o.access_log.keep));
+  }
   auto router = Spawn("router", router_args);
   if (!router.ok()) return fail(router.status());
   children.push_back(*router);

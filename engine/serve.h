@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/access_log.h"
 #include "engine/engine.h"
 #include "engine/faults.h"
 #include "engine/prefill_node.h"
@@ -38,6 +39,7 @@ struct ServeOptions {
   FaultSet faults;                                      // every role
   NodeTraceOptions trace;                               // nodes
   int max_in_flight = 256;                              // router
+  AccessLogOptions access_log;                          // router
 };
 
 // Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and
@@ -45,7 +47,8 @@ struct ServeOptions {
 absl::Status RunServe(const ServeOptions& options);
 
 // Starts prefill, decode, then router as child processes of this binary
-// (`serve --role=...`, with `node_args` passed to the two nodes), prints
+// (`serve --role=...`, with `node_args` passed to the two nodes, and
+// options.faults and options.access_log to the router), prints
 // "router http://...", "prefill http://...", "decode http://..." once all
 // are ready, and stops them all on SIGINT/SIGTERM (or when one dies).
 // `kvcanary-engine up <args>` started from this binary as a child process,

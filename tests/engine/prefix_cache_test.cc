@@ -1,4 +1,5 @@
-// The tenant-salted prefix cache on the single-node engine, and the
+// The prefix cache on the single-node engine: tenant-salted (the default),
+// global (one key space for all tenants) and off; and the
 // prefix-hash-collision fault that weakens its key.
 #include <random>
 #include <vector>
@@ -52,16 +53,33 @@ Result Generate(Engine& engine, TenantId tenant,
 // What a fresh engine with no cache answers.
 std::vector<int> Clean(const std::vector<int>& prompt) {
   EngineOptions o;
-  o.prefix_cache = false;
+  o.prefix_cache = PrefixCacheMode::kOff;
   Engine engine(&TestModel(), o);
   return Generate(engine, kAcme, prompt).output;
 }
 
-EngineOptions WithCache(WatermarkMode mode, bool fault = false) {
+EngineOptions WithCache(WatermarkMode mode, bool fault = false,
+                        PrefixCacheMode cache = PrefixCacheMode::kTenant) {
   EngineOptions o;
   o.watermark = mode;
+  o.prefix_cache = cache;
   if (fault) o.faults.add(Fault::kPrefixHashCollision);
   return o;
+}
+
+EngineOptions Global(WatermarkMode mode) {
+  return WithCache(mode, false, PrefixCacheMode::kGlobal);
+}
+
+// The prompt tokens a request was served from the cache at admission.
+int CachedTokens(Engine& engine, TenantId tenant,
+                 const std::vector<int>& prompt) {
+  auto id = engine.Submit(tenant, prompt, Greedy(4));
+  EXPECT_TRUE(id.ok()) << id.status();
+  engine.RunUntilIdle();
+  const int cached = engine.Get(*id)->cached_tokens;
+  engine.Release(*id);
+  return cached;
 }
 
 TEST(PrefixCacheTest, SameTenantSamePrefixIsServedFromTheCacheExactly) {
@@ -199,6 +217,95 @@ TEST(PrefixCollisionFaultTest, ACraftedCollisionServesADifferentPrompt) {
     EXPECT_EQ(engine.prefix_cache()->hit_pages(), 0u);
     EXPECT_EQ(r.output, Clean(globex));
   }
+}
+
+TEST(PrefixCacheModeTest, ParsesTheModesAndTheOldBooleanSpellings) {
+  EXPECT_EQ(*ParsePrefixCacheMode("tenant"), PrefixCacheMode::kTenant);
+  EXPECT_EQ(*ParsePrefixCacheMode("global"), PrefixCacheMode::kGlobal);
+  EXPECT_EQ(*ParsePrefixCacheMode("off"), PrefixCacheMode::kOff);
+  EXPECT_EQ(*ParsePrefixCacheMode("true"), PrefixCacheMode::kTenant);
+  EXPECT_EQ(*ParsePrefixCacheMode("false"), PrefixCacheMode::kOff);
+  EXPECT_EQ(ParsePrefixCacheMode("shared").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  for (PrefixCacheMode m : {PrefixCacheMode::kOff, PrefixCacheMode::kTenant,
+                            PrefixCacheMode::kGlobal}) {
+    EXPECT_EQ(*ParsePrefixCacheMode(PrefixCacheModeName(m)), m);
+  }
+}
+
+TEST(PrefixCacheModeTest, TenantKeysAreSaltedByTenantGlobalKeysAreNot) {
+  PagePool pool(PoolOptionsFor(TestModel().config, EngineOptions()));
+  const auto prompt = Prompt(40, 7);
+  PrefixCache tenant(&pool, PrefixCacheMode::kTenant, false, nullptr);
+  EXPECT_NE(tenant.Keys(kAcme, prompt, 2), tenant.Keys(kGlobex, prompt, 2));
+  EXPECT_EQ(tenant.Keys(kAcme, prompt, 2), tenant.Keys(kAcme, prompt, 2));
+  PrefixCache global(&pool, PrefixCacheMode::kGlobal, false, nullptr);
+  EXPECT_EQ(global.Keys(kAcme, prompt, 2), global.Keys(kGlobex, prompt, 2));
+  // Still a chain over the tokens: another prefix, another key.
+  EXPECT_NE(global.Keys(kAcme, prompt, 1),
+            global.Keys(kAcme, Prompt(40, 8), 1));
+  // And still secret-salted: another cache (node) has other keys.
+  PrefixCache other(&pool, PrefixCacheMode::kGlobal, false, nullptr);
+  EXPECT_NE(global.Keys(kAcme, prompt, 1), other.Keys(kAcme, prompt, 1));
+}
+
+TEST(PrefixCacheModeTest, OffMakesNoCache) {
+  EngineOptions o;
+  o.prefix_cache = PrefixCacheMode::kOff;
+  Engine engine(&TestModel(), o);
+  EXPECT_EQ(engine.prefix_cache(), nullptr);
+  const auto prompt = Prompt(40, 7);
+  EXPECT_EQ(CachedTokens(engine, kAcme, prompt), 0);
+  EXPECT_EQ(CachedTokens(engine, kAcme, prompt), 0);
+}
+
+TEST(PrefixCacheModeTest, CachedTokensCountTheFullPagesHitAtAdmission) {
+  Engine engine(&TestModel(), WithCache(WatermarkMode::kEnforce));
+  const auto prompt = Prompt(40, 7);  // two full pages, then 8 tokens
+  EXPECT_EQ(CachedTokens(engine, kAcme, prompt), 0);  // it published them
+  EXPECT_EQ(CachedTokens(engine, kAcme, prompt), 32);
+  EXPECT_EQ(CachedTokens(engine, kGlobex, prompt), 0);  // salted apart
+}
+
+TEST(PrefixCacheModeTest, GlobalServesAnotherTenantsPagesAndDetectFlagsIt) {
+  Engine engine(&TestModel(), Global(WatermarkMode::kDetect));
+  const auto prompt = Prompt(40, 7);
+  Result acme = Generate(engine, kAcme, prompt);
+  Result globex = Generate(engine, kGlobex, prompt);
+  EXPECT_EQ(engine.prefix_cache()->hit_pages(), 2u);
+  EXPECT_TRUE(globex.status.ok()) << globex.status;  // served
+  EXPECT_EQ(globex.output, Clean(prompt));  // identical prompt, same K/V
+  ASSERT_FALSE(globex.violations.empty());  // and flagged
+  for (const WatermarkViolation& v : globex.violations) {
+    EXPECT_EQ(v.kind, ViolationKind::kForeignTenantRead);
+    EXPECT_EQ(v.reader.tenant, kGlobex);
+    EXPECT_EQ(v.writer.tenant, kAcme);
+    EXPECT_EQ(v.writer.request, acme.id);
+    EXPECT_TRUE(v.writer_shared);
+  }
+}
+
+TEST(PrefixCacheModeTest, GlobalHitOfAnotherTenantIsRefusedInEnforce) {
+  Engine engine(&TestModel(), Global(WatermarkMode::kEnforce));
+  const auto prompt = Prompt(40, 7);
+  Generate(engine, kAcme, prompt);
+  Result globex = Generate(engine, kGlobex, prompt);
+  EXPECT_EQ(globex.status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(globex.output.empty());
+  // The tenant's own repeat is a legitimate hit in any mode.
+  Result again = Generate(engine, kAcme, prompt);
+  EXPECT_TRUE(again.status.ok()) << again.status;
+  EXPECT_TRUE(again.violations.empty());
+}
+
+TEST(PrefixCacheModeTest, GlobalWithWatermarksOffServesSilently) {
+  Engine engine(&TestModel(), Global(WatermarkMode::kOff));
+  const auto prompt = Prompt(40, 7);
+  Generate(engine, kAcme, prompt);
+  EXPECT_EQ(CachedTokens(engine, kGlobex, prompt), 32);
+  Result globex = Generate(engine, kGlobex, prompt);
+  EXPECT_TRUE(globex.violations.empty());
+  EXPECT_EQ(globex.output, Clean(prompt));
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+#include "engine/decode_stream.h"
+
+#include "absl/strings/str_cat.h"
+#include "engine/node_common.h"
+#include "httplib.h"
+
+namespace kvcanary::engine {
+
+DecodeStream::DecodeStream(const std::string& url, std::string body,
+                           absl::Duration timeout) {
+  thread_ = std::thread([this, url, body = std::move(body), timeout] {
+    httplib::Client client(url);
+    const auto secs = absl::ToChronoSeconds(timeout).count();
+    client.set_connection_timeout(5, 0);
+    client.set_read_timeout(secs, 0);
+    client.set_write_timeout(secs, 0);
+    httplib::Request r;
+    r.method = "POST";
+    r.path = "/internal/v1/generate";
+    r.set_header("Content-Type", "application/json");
+    r.body = body;
+    r.response_handler = [this](const httplib::Response& resp) {
+      std::lock_guard<std::mutex> lock(mu_);
+      headers_ = true;
+      http_status_ = resp.status;
+      cv_.notify_all();
+      return true;
+    };
+    r.content_receiver = [this](const char* data, size_t n, uint64_t,
+                                uint64_t) {
+      if (cancel_.load()) return false;
+      std::lock_guard<std::mutex> lock(mu_);
+      if (http_status_ != 200) {
+        error_body_.append(data, n);
+        return true;
+      }
+      buffer_.append(data, n);
+      size_t nl;
+      while ((nl = buffer_.find('\n')) != std::string::npos) {
+        auto j = nlohmann::json::parse(buffer_.substr(0, nl), nullptr, false);
+        buffer_.erase(0, nl + 1);
+        if (j.is_object()) lines_.push_back(std::move(j));
+      }
+      cv_.notify_all();
+      return true;
+    };
+    auto result = client.send(r);
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    if (!result && !cancel_.load()) {
+      transport_ = absl::UnavailableError(absl::StrCat(
+          "decode node ", url, ": ", httplib::to_string(result.error())));
+    }
+    cv_.notify_all();
+  });
+}
+
+DecodeStream::~DecodeStream() {
+  cancel_.store(true);
+  thread_.join();
+}
+
+absl::Status DecodeStream::WaitHeaders() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return headers_ || done_; });
+  if (!headers_) return transport_;
+  if (http_status_ == 200) return absl::OkStatus();
+  cv_.wait(lock, [&] { return done_; });
+  return StatusFromInternalResponse(http_status_, error_body_);
+}
+
+nlohmann::json DecodeStream::error_json() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!headers_ || http_status_ == 200) return nullptr;
+  auto j = nlohmann::json::parse(error_body_, nullptr, false);
+  return j.is_object() ? j : nlohmann::json();
+}
+
+std::optional<nlohmann::json> DecodeStream::Next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !lines_.empty() || done_; });
+  if (lines_.empty()) return std::nullopt;
+  nlohmann::json j = std::move(lines_.front());
+  lines_.pop_front();
+  return j;
+}
+
+absl::Status DecodeStream::transport() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return transport_.ok() ? absl::UnavailableError("decode stream ended early")
+                         : transport_;
+}
+
+}  // namespace kvcanary::engine

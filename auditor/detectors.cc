@@ -176,10 +176,12 @@ LatencyModel FitLatency(const std::vector<std::pair<int, double>>& samples) {
   LatencyModel m;
   std::map<int, std::vector<double>> by_length;
   for (const auto& [tokens, ms] : samples) by_length[tokens].push_back(ms);
-  std::vector<std::pair<double, double>> points;  // (tokens, median ms)
+  // (tokens, fastest ms): interference from other work only ever adds
+  // time, so the fastest first token of a length is its prefill.
+  std::vector<std::pair<double, double>> points;
   for (auto& [tokens, v] : by_length) {
     std::sort(v.begin(), v.end());
-    points.push_back({static_cast<double>(tokens), v[v.size() / 2]});
+    points.push_back({static_cast<double>(tokens), v.front()});
   }
   m.lengths = static_cast<int>(points.size());
   if (!by_length.empty()) m.base_ms = by_length.begin()->second.front();

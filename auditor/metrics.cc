@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <iterator>
+#include <utility>
 
 #include "prometheus/text_serializer.h"
 
@@ -35,7 +37,8 @@ constexpr DetectorState kStates[] = {DetectorState::kActive,
 }  // namespace
 
 AuditorMetrics::AuditorMetrics()
-    : registry_(std::make_shared<prometheus::Registry>()) {
+    : registry_(std::make_shared<prometheus::Registry>()),
+      command_detectors_(std::begin(kDetectorNames), std::end(kDetectorNames)) {
   probes_ = &prometheus::BuildCounter()
                  .Name("kvcanary_auditor_probes_total")
                  .Help("Probes sent, by kind and outcome")
@@ -133,6 +136,11 @@ void AuditorMetrics::SetPositiveControls(
   }
 }
 
+void AuditorMetrics::SetCommandDetectors(std::vector<std::string> names) {
+  std::lock_guard<std::mutex> lock(mu_);
+  command_detectors_ = std::move(names);
+}
+
 void AuditorMetrics::CountTraceEvents(double consumed, double dropped) {
   std::lock_guard<std::mutex> lock(mu_);
   trace_consumed_->Increment(consumed);
@@ -151,7 +159,7 @@ void AuditorMetrics::CampaignEnded(
   if (verdict != Verdict::kError) last_success_->Set(unix_time);
   if (detectors.empty()) {
     // A campaign that could not run vouches for no detector.
-    for (const char* d : kDetectorNames) {
+    for (const std::string& d : command_detectors_) {
       for (DetectorState s : kStates) {
         detector_state_->Add({{"detector", d}, {"state", DetectorStateName(s)}})
             .Set(s == DetectorState::kInconclusive ? 1 : 0);

@@ -34,10 +34,14 @@ class AuditorMetrics {
   // control did not run has no sample, rather than an old one.
   void SetPositiveControls(const std::map<std::string, bool>& passed);
   void CountTraceEvents(double consumed, double dropped);
+  // The detectors of the command that is running (default: probe's,
+  // kDetectorNames): the ones a campaign that ends in error marks
+  // inconclusive.
+  void SetCommandDetectors(std::vector<std::string> names);
   // A campaign ended: its verdict, each detector's state and weakest
-  // tenant's coverage (after an error, every detector inconclusive with
-  // coverage 0), its duration; unless the verdict is error, the time it
-  // completed.
+  // tenant's coverage (after an error, every detector of the command
+  // inconclusive with coverage 0), its duration; unless the verdict is error,
+  // the time it completed.
   void CampaignEnded(Verdict verdict,
                      const std::vector<DetectorCoverage>& detectors,
                      double seconds, double unix_time);
@@ -57,6 +61,7 @@ class AuditorMetrics {
   prometheus::Counter* trace_dropped_;
   prometheus::Gauge* last_success_;
   prometheus::Gauge* duration_;
+  std::vector<std::string> command_detectors_;  // guarded by mu_
   mutable std::mutex mu_;
 };
 

@@ -261,6 +261,8 @@ FakeTarget::FakeTarget(FakeTargetOptions options)
       server_(std::make_unique<httplib::Server>()) {
   CHECK(options_.limit_tokens >= 1);
   CHECK(options_.cache_block_tokens >= 1);
+  CHECK(!(options_.shared_prompt_cache && options_.per_key_prompt_cache))
+      << "one prompt cache mode at a time";
   Route();
   port_ = server_->bind_to_any_port("127.0.0.1");
   CHECK(port_ > 0) << "cannot bind a loopback port";
@@ -316,11 +318,13 @@ bool FakeTarget::Guard(const httplib::Request& req,
   return false;
 }
 
-int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens) {
+int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
+                                     const std::string& salt) {
   const size_t block = options_.cache_block_tokens;
   const size_t full_blocks = tokens.size() / block;
   std::vector<size_t> keys;  // chained: each block's key covers the prefix
-  size_t key = 0x9e3779b97f4a7c15ULL;
+  size_t key = salt.empty() ? 0x9e3779b97f4a7c15ULL
+                            : std::hash<std::string>()("salt|" + salt);
   for (size_t b = 0; b < full_blocks; ++b) {
     std::string s = absl::StrCat(key, "|");
     for (size_t i = b * block; i < (b + 1) * block; ++i) {
@@ -370,14 +374,20 @@ void FakeTarget::HandleCompletion(const httplib::Request& req,
 
   Answer a;
   a.prompt_tokens = plan.processed();
-  if (options_.shared_prompt_cache) {
+  if (options_.shared_prompt_cache || options_.per_key_prompt_cache) {
     std::vector<std::string> tokens;
     if (plan.bos) tokens.push_back("\x02<s>");
     for (size_t i = plan.first; i < plan.last; ++i) {
       const Tok& t = plan.toks[i];
       tokens.emplace_back(r.prompt.substr(t.begin, t.end - t.begin));
     }
-    a.cached_tokens = CacheLookupAndInsert(tokens);
+    // Per key: salted by the whole Authorization value ("-" for none), so
+    // requests without a key share one cache of their own.
+    const std::string salt =
+        options_.per_key_prompt_cache
+            ? absl::StrCat("-", req.get_header_value("Authorization"))
+            : "";
+    a.cached_tokens = CacheLookupAndInsert(tokens, salt);
   }
   a.pieces = OutputPieces(r.prompt, plan, r.max_tokens, options_.echo);
   a.text = absl::StrJoin(a.pieces, "");

@@ -90,6 +90,10 @@ struct FakeTargetOptions {
   // before (cache_block_tokens each, BOS included) cost nothing. As vLLM, a
   // fully cached prompt still computes its last block.
   bool shared_prompt_cache = false;
+  // The same cache, salted by the API key (vLLM's per-tenant cache_salt):
+  // a key's own repeat hits, another key's identical prompt does not.
+  // REQUIRES: not together with shared_prompt_cache.
+  bool per_key_prompt_cache = false;
   int cache_block_tokens = 16;
   // Report cache hits where the flavor can: vLLM
   // --enable-prompt-tokens-details (always, 0 included), SGLang
@@ -142,9 +146,11 @@ class FakeTarget {
   bool Authorized(const httplib::Request& req) const;
   bool Guard(const httplib::Request& req, httplib::Response& res) const;
   std::string SlotsJson() const;  // llama.cpp GET /slots
-  // Looks the processed tokens up in the shared cache and adds them;
-  // returns how many were served from it.
-  int CacheLookupAndInsert(const std::vector<std::string>& tokens);
+  // Looks the processed tokens up in the cache and adds them, the chain
+  // of block keys starting from `salt` ("" for the shared cache); returns
+  // how many were served from it.
+  int CacheLookupAndInsert(const std::vector<std::string>& tokens,
+                           const std::string& salt);
 
   const FakeTargetOptions options_;
   std::unique_ptr<httplib::Server> server_;

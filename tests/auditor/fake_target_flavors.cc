@@ -378,7 +378,8 @@ json SglangServerInfo(const FakeTargetOptions& o) {
              o.advertise_limit ? json(AdvertisedContext(o)) : json(nullptr)},
             {"allow_auto_truncate", o.over_limit == OverLimit::kKeepHead},
             {"enable_cache_report", o.report_cached_tokens},
-            {"disable_radix_cache", !o.shared_prompt_cache}};
+            {"disable_radix_cache",
+             !o.shared_prompt_cache && !o.per_key_prompt_cache}};
   if (o.advertise_limit) {
     j["max_req_input_len"] = o.limit_tokens;
     j["max_total_num_tokens"] = 64 * AdvertisedContext(o);

@@ -1,7 +1,7 @@
 // The scripted fake targets behave as docs/targets.md says each real server
 // does: limits where they are advertised, refusals and truncation, errors
 // inside HTTP 200 streams, 401 shapes, usage in streams, prefill timing, a
-// shared prefix cache, and a server that dies.
+// prefix cache shared by all keys or salted per key, and a server that dies.
 #include "tests/auditor/fake_target.h"
 
 #include <chrono>
@@ -521,6 +521,33 @@ TEST(FakeTargetTest, SharedCacheServesARepeatFromAnotherKeyFast) {
       Parse(Complete(
           t, other, "sk-a"))["usage"]["prompt_tokens_details"]["cached_tokens"],
       32);
+}
+
+TEST(FakeTargetTest, PerKeyCacheServesOnlyTheSameKeysRepeatFast) {
+  FakeTargetOptions o = Opts(Flavor::kVllm, 1024);
+  o.prefill_us_per_token = 1000;
+  o.per_key_prompt_cache = true;
+  o.report_cached_tokens = true;
+  o.api_keys = {{"sk-a", "tenant-a"}, {"sk-b", "tenant-b"}};
+  FakeTarget t(o);
+  const json request = {{"prompt", Words(255)}, {"max_tokens", 1}};  // 256
+  const Got first = Complete(t, request, "sk-a");
+  const Got other = Complete(t, request, "sk-b");  // another key: a miss
+  const Got again = Complete(t, request, "sk-a");  // the same key: a hit
+  ASSERT_EQ(first.status, 200);
+  ASSERT_EQ(other.status, 200);
+  ASSERT_EQ(again.status, 200);
+  EXPECT_GE(other.first_byte_ms, 256);
+  EXPECT_LT(again.first_byte_ms, first.first_byte_ms / 3);
+  auto cached = [](const Got& g) {
+    return Parse(g)["usage"]["prompt_tokens_details"]["cached_tokens"];
+  };
+  EXPECT_EQ(cached(first), 0);
+  EXPECT_EQ(cached(other), 0);
+  EXPECT_EQ(cached(again), 240);
+  // sk-b's own repeat hits its own entry.
+  EXPECT_EQ(cached(Complete(t, request, "sk-b")), 240);
+  EXPECT_EQ(t.cached_tokens_served(), 480);
 }
 
 TEST(FakeTargetTest, CacheHitsAreReportedOnlyWhereTheFlavorReportsThem) {

@@ -1,4 +1,5 @@
-// kvcanary-auditor: probe | sidecar | verify | findings. docs/auditor.md.
+// kvcanary-auditor: probe | sidecar | accept | facts | cache-audit |
+// forensics | verify | findings. docs/auditor.md.
 #include <signal.h>
 
 #include <atomic>
@@ -15,11 +16,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "auditor/accept.h"
+#include "auditor/cache_audit.h"
 #include "auditor/campaign.h"
+#include "auditor/facts.h"
 #include "auditor/findings.h"
+#include "auditor/forensics.h"
 #include "auditor/incidents.h"
 #include "auditor/metrics.h"
 #include "auditor/report.h"
+#include "auditor/result_text.h"
 #include "auditor/test_break.h"
 #include "common/cli.h"
 #include "httplib.h"
@@ -31,10 +37,13 @@ ABSL_FLAG(std::string, target, "",
 ABSL_FLAG(
     std::string, tenants, "",
     "Tenants file, {\"tenants\": [{\"id\", \"api_key\"}]}, whose keys the "
-    "probes use; at least two.");
+    "probes use: at least two (facts: optional; without it only what needs "
+    "no key is read).");
 ABSL_FLAG(std::vector<std::string>, trace, {},
-          "Base URLs of engine nodes whose /v1/trace (kvt1/kvt2) to follow, "
-          "comma-separated; without it the trace detector is disabled.");
+          "Base URLs of engine nodes, comma-separated. probe, sidecar: whose "
+          "/v1/trace (kvt1/kvt2) to follow; without it the trace detector is "
+          "disabled. facts: node endpoints to read as well (out of scope "
+          "otherwise).");
 ABSL_FLAG(std::string, db, "", "Evidence database, a SQLite file.");
 ABSL_FLAG(double, duration, 30, "Seconds a campaign probes at most.");
 ABSL_FLAG(int, max_probes, 0, "Probes per campaign at most (0: no cap).");
@@ -70,7 +79,9 @@ ABSL_FLAG(std::string, junit, "",
           "file.");
 ABSL_FLAG(std::string, html, "",
           "Write a self-contained HTML report to this file.");
-ABSL_FLAG(int, max_incident_lines, 50, "Incident lines printed at most.");
+ABSL_FLAG(int, max_incident_lines, 50,
+          "Incident lines, and failed check lines, printed at most (the rest "
+          "are in the reports).");
 ABSL_FLAG(double, interval, 300, "sidecar: seconds between campaign starts.");
 ABSL_FLAG(int, metrics_port, 9464,
           "sidecar: port for /metrics and /health (0: any free port, printed "
@@ -79,9 +90,54 @@ ABSL_FLAG(std::string, host, "127.0.0.1",
           "sidecar: address to serve /metrics and /health on.");
 ABSL_FLAG(std::string, campaign, "",
           "Only this campaign (default: every campaign in the database).");
-ABSL_FLAG(std::string, format, "table", "Output format: table or json.");
+ABSL_FLAG(std::string, format, "",
+          "findings: output format, table (default) or json. forensics: the "
+          "log's shape, a format in --mapping (default: its only one), else "
+          "kvcanary (the router's --access-log).");
 ABSL_FLAG(bool, rows, false,
           "findings: the raw finding rows instead of incidents.");
+ABSL_FLAG(std::string, metrics_file, "",
+          "Write the command's Prometheus metrics to this file when it ends "
+          "(for a textfile collector).");
+ABSL_FLAG(int, page_tokens, 16,
+          "accept: the page size whose boundaries (each ±1) the sweep "
+          "covers.");
+ABSL_FLAG(int, load, 0,
+          "accept: tenants (after the first) sending traffic during the "
+          "under-load pass (0: no such pass).");
+ABSL_FLAG(int, repeats, 3,
+          "accept: runs alone per length: echo must come back this many times "
+          "of this many; golden must give one answer.");
+ABSL_FLAG(int, max_lengths, 400,
+          "accept: prompt lengths the sweep may plan at most; a plan over it "
+          "sends nothing and is inconclusive (raise it, or --page-tokens).");
+ABSL_FLAG(double, alpha, 1e-6,
+          "cache-audit: significance of the two-sample Kolmogorov-Smirnov "
+          "test.");
+ABSL_FLAG(int, max_samples, 400,
+          "cache-audit: first-token times per arm at most (at least 12 at the "
+          "default alpha, at most 2000).");
+ABSL_FLAG(uint64_t, seed, 0,
+          "accept: seed of the load's prompt lengths; cache-audit: of the "
+          "random prefixes and arm order (0: random).");
+ABSL_FLAG(int, prefix_tokens, 0,
+          "cache-audit: tokens of the primed prefix (0: sized from the "
+          "limit).");
+ABSL_FLAG(std::string, log, "", "forensics: the request log to read.");
+ABSL_FLAG(std::string, mapping, "",
+          "forensics: a field mapping file for another engine's log "
+          "(docs/forensics.md).");
+ABSL_FLAG(int, input_limit, 0,
+          "forensics: the serving input limit in prompt tokens.");
+ABSL_FLAG(double, ttft_floor_us_per_token, 0,
+          "forensics: the first-token floor per prompt token in microseconds "
+          "(0: from the latest calibration in --db, else not checked).");
+ABSL_FLAG(std::string, calibration_target, "",
+          "forensics: the URL of the server the log is from (as probe's "
+          "--target); the first-token floor comes from the latest calibration "
+          "against it in --db.");
+ABSL_FLAG(double, window, 3600,
+          "forensics: seconds per time window of the counts.");
 ABSL_FLAG(bool, quiet, false, "Print no progress lines on stderr.");
 ABSL_FLAG(std::string, test_break, "",
           "Testing only: break these detectors (comma-separated) to show their "
@@ -99,29 +155,37 @@ int Fail(const absl::Status& s) {
 }
 
 CliSpec Cli() {
-  const std::vector<std::string> campaign = {"target",
-                                             "tenants",
-                                             "trace",
-                                             "db",
-                                             "duration",
-                                             "max_probes",
-                                             "concurrency",
-                                             "rate",
-                                             "key_file",
-                                             "model",
-                                             "max_prompt_tokens",
-                                             "timeout",
-                                             "floor",
-                                             "require",
-                                             "max_consecutive_failures",
-                                             "max_ladder_tokens",
-                                             "json",
-                                             "junit",
-                                             "html",
-                                             "max_incident_lines",
-                                             "quiet"};
+  std::vector<std::string> campaign = {"target",
+                                       "tenants",
+                                       "trace",
+                                       "db",
+                                       "duration",
+                                       "max_probes",
+                                       "concurrency",
+                                       "rate",
+                                       "key_file",
+                                       "model",
+                                       "max_prompt_tokens",
+                                       "timeout",
+                                       "floor",
+                                       "require",
+                                       "max_consecutive_failures",
+                                       "max_ladder_tokens",
+                                       "json",
+                                       "junit",
+                                       "html",
+                                       "max_incident_lines",
+                                       "quiet"};
   std::vector<std::string> sidecar = campaign;
   sidecar.insert(sidecar.end(), {"interval", "metrics_port", "host"});
+  campaign.push_back("metrics_file");
+  const std::vector<std::string> reports = {
+      "db",   "json", "junit", "html", "metrics_file", "max_incident_lines",
+      "quiet"};
+  auto with_reports = [&reports](std::vector<std::string> flags) {
+    flags.insert(flags.end(), reports.begin(), reports.end());
+    return flags;
+  };
   CliSpec spec;
   spec.program = "kvcanary-auditor";
   spec.summary =
@@ -142,6 +206,34 @@ CliSpec Cli() {
        sidecar,
        {},
        {"test_break"}},
+      {"accept",
+       "The long-context acceptance sweep: echo, golden, token counts and "
+       "refusals at every page boundary up to the input limit and past it.",
+       with_reports({"target", "tenants", "model", "timeout",
+                     "max_prompt_tokens", "max_ladder_tokens",
+                     "max_consecutive_failures", "page_tokens", "load",
+                     "repeats", "concurrency", "max_lengths", "seed"}),
+       {}},
+      {"facts",
+       "What the endpoint reveals about itself, field by field, and whether "
+       "any endpoint shows one tenant's data to another or to no key.",
+       with_reports(
+           {"target", "tenants", "trace", "model", "timeout", "key_file"}),
+       {}},
+      {"cache-audit",
+       "Whether the prompt cache lets one tenant's prompt speed up "
+       "another's: first-token timing (KS test) and reported cached tokens.",
+       with_reports({"target", "tenants", "model", "timeout", "alpha",
+                     "max_samples", "prefix_tokens", "seed",
+                     "max_consecutive_failures"}),
+       {}},
+      {"forensics",
+       "Reads request logs and counts requests with a silent-contamination "
+       "signature, per tenant and time window, as a floor.",
+       with_reports({"log", "format", "mapping", "input_limit",
+                     "calibration_target", "ttft_floor_us_per_token",
+                     "window"}),
+       {}},
       {"verify",
        "Checks the evidence database's hash chain and names the first bad "
        "row.",
@@ -156,8 +248,20 @@ CliSpec Cli() {
   return spec;
 }
 
-absl::StatusOr<CampaignOptions> OptionsFromFlags() {
-  CampaignOptions o;
+// Seconds from a flag: finite, at least a millisecond (curl reads a
+// timeout of 0 as none at all), a day at most.
+absl::Status CheckSeconds(const char* name, double value) {
+  if (!std::isfinite(value) || value < 0.001 || value > 86400) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "=", value, ": want a number from 0.001 to 86400"));
+  }
+  return absl::OkStatus();
+}
+
+// --target, --tenants (required or not), --model, --timeout,
+// --max-consecutive-failures.
+absl::StatusOr<TargetOptions> TargetFromFlags(bool tenants_required) {
+  TargetOptions o;
   o.target = absl::GetFlag(FLAGS_target);
   while (!o.target.empty() && o.target.back() == '/') o.target.pop_back();
   if (o.target.empty())
@@ -166,44 +270,97 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--target '", o.target, "' is not an http(s) URL"));
   }
-  if (absl::GetFlag(FLAGS_tenants).empty())
-    return absl::InvalidArgumentError("--tenants is required");
-  auto tenants = LoadAuditTenants(absl::GetFlag(FLAGS_tenants));
-  if (!tenants.ok()) return tenants.status();
-  o.tenants = *std::move(tenants);
-  o.trace_urls = absl::GetFlag(FLAGS_trace);
-  for (std::string& u : o.trace_urls) {
-    while (!u.empty() && u.back() == '/') u.pop_back();
+  if (absl::GetFlag(FLAGS_tenants).empty()) {
+    if (tenants_required) {
+      return absl::InvalidArgumentError("--tenants is required");
+    }
+  } else {
+    auto tenants = LoadAuditTenants(absl::GetFlag(FLAGS_tenants));
+    if (!tenants.ok()) return tenants.status();
+    o.tenants = *std::move(tenants);
   }
-  o.db_path = absl::GetFlag(FLAGS_db);
-  if (o.db_path.empty()) return absl::InvalidArgumentError("--db is required");
-  // Seconds: finite, and at least a millisecond (curl reads a timeout of 0
-  // as none at all); a day at most.
+  if (absl::Status s = CheckSeconds("--timeout", absl::GetFlag(FLAGS_timeout));
+      !s.ok()) {
+    return s;
+  }
+  o.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout));
+  o.model = absl::GetFlag(FLAGS_model);
+  o.max_consecutive_failures = absl::GetFlag(FLAGS_max_consecutive_failures);
+  if (o.max_consecutive_failures < 1) {
+    return absl::InvalidArgumentError(
+        "--max-consecutive-failures must be >= 1");
+  }
+  return o;
+}
+
+// The secret marker key from --key-file; "" without one (a random key).
+absl::StatusOr<std::string> SecretKeyFromFlags() {
+  const std::string path = absl::GetFlag(FLAGS_key_file);
+  if (path.empty()) return std::string();
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string key = ss.str();
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) {
+    key.pop_back();
+  }
+  if (!in || key.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--key-file ", path, ": unreadable or shorter than 16 bytes"));
+  }
+  return key;
+}
+
+absl::StatusOr<std::vector<std::string>> TraceUrlsFromFlags() {
+  std::vector<std::string> urls = absl::GetFlag(FLAGS_trace);
+  for (std::string& u : urls) {
+    while (!u.empty() && u.back() == '/') u.pop_back();
+    if (u.rfind("http://", 0) != 0 && u.rfind("https://", 0) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--trace '", u, "' is not an http(s) URL"));
+    }
+  }
+  return urls;
+}
+
+absl::StatusOr<std::string> DbFromFlags() {
+  const std::string db = absl::GetFlag(FLAGS_db);
+  if (db.empty()) return absl::InvalidArgumentError("--db is required");
+  return db;
+}
+
+absl::StatusOr<CampaignOptions> OptionsFromFlags() {
+  CampaignOptions o;
+  auto target = TargetFromFlags(/*tenants_required=*/true);
+  if (!target.ok()) return target.status();
+  o.target = target->target;
+  o.tenants = target->tenants;
+  o.model = target->model;
+  o.request_timeout = target->request_timeout;
+  o.max_consecutive_failures = target->max_consecutive_failures;
+  auto trace_urls = TraceUrlsFromFlags();
+  if (!trace_urls.ok()) return trace_urls.status();
+  o.trace_urls = *std::move(trace_urls);
+  auto db = DbFromFlags();
+  if (!db.ok()) return db.status();
+  o.db_path = *db;
   for (const auto& [name, value] :
        {std::pair<const char*, double>{"--duration",
                                        absl::GetFlag(FLAGS_duration)},
-        {"--timeout", absl::GetFlag(FLAGS_timeout)},
         {"--interval", absl::GetFlag(FLAGS_interval)},
         {"--rate", absl::GetFlag(FLAGS_rate)}}) {
-    if (!std::isfinite(value) || value < 0.001 || value > 86400) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, "=", value, ": want a number from 0.001 to 86400"));
-    }
+    if (absl::Status s = CheckSeconds(name, value); !s.ok()) return s;
   }
   o.duration = absl::Seconds(absl::GetFlag(FLAGS_duration));
-  o.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout));
   o.max_probes = absl::GetFlag(FLAGS_max_probes);
   o.concurrency = absl::GetFlag(FLAGS_concurrency);
   o.max_rate = absl::GetFlag(FLAGS_rate);
-  o.model = absl::GetFlag(FLAGS_model);
   o.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
-  o.max_consecutive_failures = absl::GetFlag(FLAGS_max_consecutive_failures);
   o.max_ladder_tokens = absl::GetFlag(FLAGS_max_ladder_tokens);
-  if (o.max_probes < 0 || o.max_prompt_tokens < 0 ||
-      o.max_consecutive_failures < 1 || o.max_ladder_tokens < 16) {
+  if (o.max_probes < 0 || o.max_prompt_tokens < 0 || o.max_ladder_tokens < 16) {
     return absl::InvalidArgumentError(
         "--max-probes and --max-prompt-tokens must be >= 0, "
-        "--max-consecutive-failures >= 1, --max-ladder-tokens >= 16");
+        "--max-ladder-tokens >= 16");
   }
   auto floors = ParseFloors(absl::GetFlag(FLAGS_floor));
   if (!floors.ok()) return floors.status();
@@ -222,88 +379,10 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
   }
   SetTestBreak(*broken);
   o.progress = !absl::GetFlag(FLAGS_quiet);
-  if (!absl::GetFlag(FLAGS_key_file).empty()) {
-    std::ifstream in(absl::GetFlag(FLAGS_key_file));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    o.secret_key = ss.str();
-    while (!o.secret_key.empty() &&
-           (o.secret_key.back() == '\n' || o.secret_key.back() == '\r'))
-      o.secret_key.pop_back();
-    if (!in || o.secret_key.size() < 16) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--key-file ", absl::GetFlag(FLAGS_key_file),
-                       ": unreadable or shorter than 16 bytes"));
-    }
-  }
+  auto key = SecretKeyFromFlags();
+  if (!key.ok()) return key.status();
+  o.secret_key = *std::move(key);
   return o;
-}
-
-// The detector table: state, floor and coverage side by side.
-std::string DetectorTable(const std::vector<DetectorCoverage>& detectors) {
-  std::string out = absl::StrFormat("%-12s %-13s %-5s %-8s %s\n", "DETECTOR",
-                                    "STATE", "FLOOR", "REQUIRED", "COVERAGE");
-  for (const DetectorCoverage& d : detectors) {
-    absl::StrAppendFormat(
-        &out, "%-12s %-13s %-5d %-8s %s\n", d.name, DetectorStateName(d.state),
-        d.floor, d.required ? "yes" : "no",
-        d.coverage.empty() ? std::string("-")
-                           : absl::StrCat(d.CoverageText(), " (", d.unit, ")"));
-    if (!d.reason.empty())
-      absl::StrAppend(&out, "             ", d.reason, "\n");
-    for (const std::string& n : d.notes) {
-      absl::StrAppend(&out, "             note: ", n, "\n");
-    }
-  }
-  return out;
-}
-
-void PrintSummary(const CampaignResult& r) {
-  std::printf(
-      "campaign %s: %s (exit %d): %lld probes (%lld usable), %zu finding rows "
-      "in %zu incidents, %.1f s\n",
-      r.campaign_id.c_str(), VerdictName(r.verdict), r.exit_code(),
-      static_cast<long long>(r.probes), static_cast<long long>(r.usable),
-      r.findings.size(), r.incidents.size(), absl::ToDoubleSeconds(r.elapsed));
-  if (!r.detectors.empty()) {
-    std::printf("limit: %d prompt tokens (%s: %s)\n", r.limit.prompt_tokens,
-                r.limit.source.c_str(), r.limit.where.c_str());
-    std::printf(
-        "plants: %s form, %d markers each, %d prompt tokens (%.0f%% of the "
-        "limit); %lld of %lld accepted whole\n",
-        r.plants.form.empty() ? "none" : r.plants.form.c_str(),
-        r.plants.markers_per_plant, r.plants.prompt_tokens, r.plants.fill * 100,
-        static_cast<long long>(r.plants.accepted_whole),
-        static_cast<long long>(r.plants.sent));
-    std::printf("positive controls:");
-    for (const auto& [d, passed] : r.positive_controls)
-      std::printf(" %s=%s", d.c_str(), passed ? "passed" : "FAILED");
-    std::printf("\n%s", DetectorTable(r.detectors).c_str());
-  }
-  for (const TraceNodeStats& n : r.trace_nodes) {
-    std::printf(
-        "trace %s: %llu events, %llu dropped, %llu reads checked, %llu "
-        "unchecked\n",
-        n.url.c_str(), static_cast<unsigned long long>(n.events),
-        static_cast<unsigned long long>(n.dropped),
-        static_cast<unsigned long long>(n.reads_checked),
-        static_cast<unsigned long long>(n.reads_unchecked));
-  }
-  if (!r.incidents.empty()) {
-    std::printf("%s", IncidentTable(r.incidents,
-                                    absl::GetFlag(FLAGS_max_incident_lines))
-                          .c_str());
-  }
-  if (!r.reasons.empty() && r.verdict != Verdict::kClean) {
-    std::printf("%s because:\n", VerdictName(r.verdict));
-    for (const std::string& why : r.reasons) {
-      std::printf("  - %s\n", why.c_str());
-    }
-  }
-  if (!r.db_path.empty() && r.verdict != Verdict::kError) {
-    std::printf("details: kvcanary-auditor findings --db %s --campaign %s\n",
-                r.db_path.c_str(), r.campaign_id.c_str());
-  }
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& content) {
@@ -332,18 +411,132 @@ absl::Status WriteReports(const CampaignResult& r) {
   return absl::OkStatus();
 }
 
-int Probe() {
-  auto o = OptionsFromFlags();
-  if (!o.ok()) return Fail(o.status());
-  AuditorMetrics metrics;
-  const CampaignResult r = RunCampaign(*o, &metrics);
-  PrintSummary(r);
+// Prints `r`, writes its reports and --metrics-file, and returns its exit
+// code.
+int Conclude(const CampaignResult& r, const AuditorMetrics& metrics) {
+  std::fputs(ResultText(r, absl::GetFlag(FLAGS_max_incident_lines)).c_str(),
+             stdout);
   if (absl::Status s = WriteReports(r); !s.ok()) return Fail(s);
+  if (const std::string p = absl::GetFlag(FLAGS_metrics_file); !p.empty()) {
+    if (absl::Status s = WriteFile(p, metrics.Serialize()); !s.ok()) {
+      return Fail(s);
+    }
+  }
   if (r.verdict == Verdict::kError) {
     std::fprintf(stderr, "kvcanary-auditor: %s\n",
                  r.reasons.empty() ? "error" : r.reasons[0].c_str());
   }
   return r.exit_code();
+}
+
+int Probe() {
+  auto o = OptionsFromFlags();
+  if (!o.ok()) return Fail(o.status());
+  AuditorMetrics metrics;
+  return Conclude(RunCampaign(*o, &metrics), metrics);
+}
+
+int Accept() {
+  AcceptOptions o;
+  auto target = TargetFromFlags(/*tenants_required=*/true);
+  if (!target.ok()) return Fail(target.status());
+  o.target = *std::move(target);
+  auto db = DbFromFlags();
+  if (!db.ok()) return Fail(db.status());
+  o.db_path = *db;
+  o.page_tokens = absl::GetFlag(FLAGS_page_tokens);
+  o.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o.max_ladder_tokens = absl::GetFlag(FLAGS_max_ladder_tokens);
+  o.load = absl::GetFlag(FLAGS_load);
+  o.repeats = absl::GetFlag(FLAGS_repeats);
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.max_lengths = absl::GetFlag(FLAGS_max_lengths);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.progress = !absl::GetFlag(FLAGS_quiet);
+  if (o.max_prompt_tokens < 0 || o.max_ladder_tokens < 16) {
+    return Fail(absl::InvalidArgumentError(
+        "--max-prompt-tokens must be >= 0, --max-ladder-tokens >= 16"));
+  }
+  if (o.load >= static_cast<int>(o.target.tenants.size())) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--load=", o.load, " needs ", o.load + 1,
+        " tenants in --tenants (the first sweeps, the others load)")));
+  }
+  if (absl::Status s = ValidateAcceptOptions(o); !s.ok()) return Fail(s);
+  AuditorMetrics metrics;
+  return Conclude(RunAccept(o, &metrics), metrics);
+}
+
+int Facts() {
+  FactsOptions o;
+  auto target = TargetFromFlags(/*tenants_required=*/false);
+  if (!target.ok()) return Fail(target.status());
+  o.target = *std::move(target);
+  auto node_urls = TraceUrlsFromFlags();
+  if (!node_urls.ok()) return Fail(node_urls.status());
+  o.node_urls = *std::move(node_urls);
+  auto db = DbFromFlags();
+  if (!db.ok()) return Fail(db.status());
+  o.db_path = *db;
+  auto key = SecretKeyFromFlags();
+  if (!key.ok()) return Fail(key.status());
+  o.secret_key = *std::move(key);
+  o.progress = !absl::GetFlag(FLAGS_quiet);
+  AuditorMetrics metrics;
+  return Conclude(RunFacts(o, &metrics), metrics);
+}
+
+int CacheAudit() {
+  CacheAuditOptions o;
+  auto target = TargetFromFlags(/*tenants_required=*/true);
+  if (!target.ok()) return Fail(target.status());
+  o.target = *std::move(target);
+  auto db = DbFromFlags();
+  if (!db.ok()) return Fail(db.status());
+  o.db_path = *db;
+  o.alpha = absl::GetFlag(FLAGS_alpha);
+  o.max_samples = absl::GetFlag(FLAGS_max_samples);
+  o.prefix_tokens = absl::GetFlag(FLAGS_prefix_tokens);
+  o.progress = !absl::GetFlag(FLAGS_quiet);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  if (!(o.alpha > 0 && o.alpha < 1) || o.max_samples < 1 ||
+      o.prefix_tokens < 0) {
+    return Fail(absl::InvalidArgumentError(
+        "--alpha must be in (0, 1), --max-samples >= 1, --prefix-tokens >= "
+        "0"));
+  }
+  AuditorMetrics metrics;
+  return Conclude(RunCacheAudit(o, &metrics), metrics);
+}
+
+int Forensics() {
+  ForensicsOptions o;
+  o.log_path = absl::GetFlag(FLAGS_log);
+  if (o.log_path.empty()) {
+    return Fail(absl::InvalidArgumentError("--log is required"));
+  }
+  o.format = absl::GetFlag(FLAGS_format);
+  if (o.format.empty()) o.format = "kvcanary";
+  o.mapping_path = absl::GetFlag(FLAGS_mapping);
+  o.input_limit = absl::GetFlag(FLAGS_input_limit);
+  o.ttft_floor_us_per_token = absl::GetFlag(FLAGS_ttft_floor_us_per_token);
+  o.calibration_target = absl::GetFlag(FLAGS_calibration_target);
+  auto db = DbFromFlags();
+  if (!db.ok()) return Fail(db.status());
+  o.db_path = *db;
+  if (absl::Status s = CheckSeconds("--window", absl::GetFlag(FLAGS_window));
+      !s.ok()) {
+    return Fail(s);
+  }
+  o.window = absl::Seconds(absl::GetFlag(FLAGS_window));
+  o.progress = !absl::GetFlag(FLAGS_quiet);
+  if (o.input_limit < 1 || !std::isfinite(o.ttft_floor_us_per_token) ||
+      o.ttft_floor_us_per_token < 0) {
+    return Fail(absl::InvalidArgumentError(
+        "--input-limit must be >= 1 and --ttft-floor-us-per-token >= 0"));
+  }
+  AuditorMetrics metrics;
+  return Conclude(RunForensics(o, &metrics), metrics);
 }
 
 std::atomic<bool> g_stop{false};
@@ -381,7 +574,8 @@ int Sidecar() {
     const absl::Time next =
         absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_interval));
     const CampaignResult r = RunCampaign(*o, &metrics);
-    PrintSummary(r);
+    std::fputs(ResultText(r, absl::GetFlag(FLAGS_max_incident_lines)).c_str(),
+               stdout);
     if (absl::Status s = WriteReports(r); !s.ok()) {
       std::fprintf(stderr, "kvcanary-auditor: %s\n",
                    std::string(s.message()).c_str());
@@ -446,7 +640,8 @@ absl::StatusOr<std::vector<storage::EvidenceRow>> Rows(
 int Findings() {
   const std::string db = absl::GetFlag(FLAGS_db);
   if (db.empty()) return Fail(absl::InvalidArgumentError("--db is required"));
-  const std::string format = absl::GetFlag(FLAGS_format);
+  std::string format = absl::GetFlag(FLAGS_format);
+  if (format.empty()) format = "table";
   if (format != "table" && format != "json") {
     return Fail(absl::InvalidArgumentError("--format: table or json"));
   }
@@ -545,7 +740,11 @@ int main(int argc, char** argv) {
   }
   const std::string& command = cli->subcommand;
   if (command == "probe") return Probe();
+  if (command == "accept") return Accept();
+  if (command == "facts") return Facts();
+  if (command == "cache-audit") return CacheAudit();
+  if (command == "forensics") return Forensics();
   if (command == "sidecar") return Sidecar();
   if (command == "verify") return Verify();
-  return Findings();  // ParseCli admits only the four subcommands
+  return Findings();  // ParseCli admits only the subcommands listed
 }

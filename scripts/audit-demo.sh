@@ -62,12 +62,31 @@ audit() {  # $1: db, then extra auditor flags
 echo "== auditor: the incident (admission-abort-lost), watermarks off =="
 echo "   (the engine checks nothing; the auditor sees from outside and from"
 echo "    the engine's trace stream)"
-start_up --fault=admission-abort-lost --watermark=off --num-pages=64 "$@"
+start_up --fault=admission-abort-lost --watermark=off --num-pages=64 \
+  --access-log="$work/access.jsonl" "$@"
 audit "$work/evidence.db" --html="$work/incident.html"
 rc=$?
 echo "auditor exit code: $rc (0 clean, 1 findings, 2 error, 3 inconclusive)"
-stop_up
 [ "$rc" -eq 1 ] || { echo "expected findings (exit 1)" >&2; exit 1; }
+echo
+echo "== the acceptance test the incident's launch lacked: accept =="
+"$bin/kvcanary-auditor" accept --target="$router" \
+  --tenants="$work/tenants.json" --db="$work/evidence.db" --load=3 --quiet \
+  --junit="$work/accept.xml" | head -n 20
+rc=${PIPESTATUS[0]}
+echo "accept exit code: $rc; JUnit failures name the length:"
+grep -B1 '<failure' "$work/accept.xml" |
+  grep -o 'classname="kvcanary.accept.[a-z_]*" name="[^"]*"' | head -n 4
+limit=$(curl -s -H "Authorization: Bearer sk-acme-demo" "$router/v1/models" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["max_prompt_tokens"])')
+stop_up
+[ "$rc" -eq 1 ] || { echo "expected accept to fail (exit 1)" >&2; exit 1; }
+echo
+echo "== were we already exposed? forensics on the router's access log =="
+"$bin/kvcanary-auditor" forensics --log="$work/access.jsonl" --input-limit="$limit" \
+  --db="$work/evidence.db" --calibration-target="$router" --quiet |
+  grep -E "^forensics|^exposed|^refused|^ttft"
+echo
 echo
 echo "== the evidence: raw rows behind the incidents, and the hash chain =="
 "$bin/kvcanary-auditor" findings --db="$work/evidence.db" --rows \

@@ -1,0 +1,151 @@
+// `kvcanary-auditor facts` against the real engine (`kvcanary-engine up`,
+// as processes), through the CLI: with the tenants' keys it fills every
+// field from the router's GET /version, /v1/models, its Server header and
+// its answers; without keys only what needs none; and with --trace the
+// nodes' trace streams, which check no credential, show the planted
+// request to a reader without a key (a finding, docs/facts.md).
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/version.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/auditor_cli.h"
+#include "tests/integration/cluster.h"
+
+namespace kvcanary::testing {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kFields[] = {
+    "engine",        "version",      "context_tokens", "input_limit_tokens",
+    "usage",         "stream_usage", "cached_tokens",  "completion_without_key",
+    "disaggregated", "kv_checksum",  "watermark",      "prefix_cache",
+    "page_tokens",   "trace_format"};
+
+json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return json::parse(ss.str(), nullptr, false);
+}
+
+void ExpectValidDocument(const std::string& path) {
+  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
+    return;
+  }
+  const std::string cmd =
+      std::string(
+          "python3 -c 'import json,sys,jsonschema; "
+          "s=json.load(open(sys.argv[1])); "
+          "d=json.load(open(sys.argv[2])); "
+          "jsonschema.Draft202012Validator(s).validate(d)' ") +
+      KVCANARY_SOURCE_DIR + "/docs/campaign-result.schema.json " + path;
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+}
+
+class FactsCliTest : public SharedClusterTest {
+ protected:
+  // Runs facts against the router with `extra` flags; the result document.
+  json Facts(const std::vector<std::string>& extra, int* exit_code,
+             std::string* out) {
+    const std::string doc = TempPath("facts.json");
+    std::vector<std::string> args = {"facts", "--target=" + cluster_->router(),
+                                     "--db=" + TempPath("facts.db"),
+                                     "--json=" + doc, "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliRun run = Auditor(args);
+    *exit_code = run.exit_code;
+    *out = run.out;
+    ExpectValidDocument(doc);
+    return ReadJson(doc);
+  }
+};
+
+TEST_F(FactsCliTest, FillsEveryFieldOnOurEngine) {
+  int exit_code = -1;
+  std::string out;
+  const json doc = Facts({"--tenants=" + WriteTenantsFile()}, &exit_code, &out);
+  ASSERT_EQ(exit_code, 0) << out;
+  ASSERT_TRUE(doc.contains("facts")) << out;
+  const json& f = doc["facts"];
+  for (const char* field : kFields) {
+    EXPECT_NE(f[field], "not revealed") << field << "\n" << f.dump(2);
+  }
+  EXPECT_EQ(f["engine"], "kvcanary");
+  EXPECT_EQ(f["version"], engine::kEngineVersion);
+  EXPECT_EQ(f["context_tokens"], 512);
+  EXPECT_EQ(f["input_limit_tokens"], 256);
+  EXPECT_EQ(f["disaggregated"], true);
+  EXPECT_EQ(f["kv_checksum"], "crc32c");
+  EXPECT_EQ(f["watermark"], "enforce");
+  EXPECT_EQ(f["prefix_cache"], "tenant");
+  EXPECT_EQ(f["page_tokens"], 16);
+  EXPECT_EQ(f["trace_format"], "kvt2");
+  EXPECT_EQ(f["stream_usage"], "always");
+  EXPECT_EQ(f["completion_without_key"], "refused");
+  EXPECT_EQ(f["sources"]["engine"]["source"], "GET /version .engine as acme");
+  EXPECT_EQ(f["fields_revealed"], "14 of 14");
+  // The plant was read back by no key and the three other tenants.
+  EXPECT_EQ(f["exposure"]["planted"], true);
+  EXPECT_EQ(f["exposure"]["readers"].size(), 4u);
+  EXPECT_EQ(doc["verdict"], "clean");
+  // For people: the fields on stdout.
+  EXPECT_NE(out.find("engine: kvcanary"), std::string::npos) << out;
+}
+
+TEST_F(FactsCliTest, WithoutTenantsOnlyKeylessFactsAndExposureInconclusive) {
+  int exit_code = -1;
+  std::string out;
+  const std::string junit = TempPath("facts.xml");
+  const json doc = Facts({"--junit=" + junit}, &exit_code, &out);
+  EXPECT_EQ(exit_code, 3) << out;
+  // The required checks that did not run fail the JUnit gate.
+  std::ifstream in(junit);
+  std::stringstream xml;
+  xml << in.rdbuf();
+  EXPECT_NE(xml.str().find("<error"), std::string::npos) << xml.str();
+  EXPECT_NE(xml.str().find("required, did not run"), std::string::npos)
+      << xml.str();
+  const json& f = doc["facts"];
+  // The Server header and /metrics need no key; /version does.
+  EXPECT_EQ(f["engine"], "kvcanary");
+  EXPECT_EQ(f["version"], engine::kEngineVersion);
+  EXPECT_EQ(f["watermark"], "not revealed");
+  EXPECT_EQ(f["exposure"]["planted"], false);
+  EXPECT_NE(out.find("no --tenants"), std::string::npos) << out;
+}
+
+// The engine nodes' /v1/trace checks no credential: whoever reaches a node
+// reads every tenant's request ids and timings. facts plants as acme and
+// finds the plant's request in the trace read without a key.
+TEST_F(FactsCliTest, NodeTraceReadableWithoutAKeyIsAFinding) {
+  int exit_code = -1;
+  std::string out;
+  const json doc =
+      Facts({"--tenants=" + WriteTenantsFile(),
+             "--trace=" + cluster_->prefill() + "," + cluster_->decode()},
+            &exit_code, &out);
+  ASSERT_EQ(exit_code, 1) << out;
+  ASSERT_FALSE(doc["incidents"].empty());
+  bool trace = false;
+  for (const json& i : doc["incidents"]) {
+    EXPECT_EQ(i["detector"], "exposure");
+    EXPECT_EQ(i["kind"], "activity_exposed");
+    EXPECT_EQ(i["severity"], "high");  // the internal plane: no text
+    EXPECT_EQ(i["writer"], "acme");
+    EXPECT_EQ(i["reader"], "(no key)");
+    const std::string where = i["key"].value("node", "");
+    trace = trace || where.find("/v1/trace") != std::string::npos;
+  }
+  EXPECT_TRUE(trace) << doc["incidents"].dump(2);
+  // The nodes' own settings agree with the router's /version.
+  EXPECT_EQ(doc["facts"]["watermark"], "enforce");
+  EXPECT_FALSE(doc["facts"]["sources"]["watermark"]["also"].empty());
+}
+
+}  // namespace
+}  // namespace kvcanary::testing

@@ -1,6 +1,8 @@
 #include "storage/evidence_store.h"
 
+#include <fcntl.h>
 #include <openssl/sha.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <functional>
@@ -234,7 +236,107 @@ absl::Status CheckFilter(const std::string& path,
 EvidenceStore::EvidenceStore(std::unique_ptr<SqliteDb> db)
     : db_(std::move(db)) {}
 
-EvidenceStore::~EvidenceStore() = default;
+EvidenceStore::~EvidenceStore() {
+  if (writer_lock_fd_ >= 0) close(writer_lock_fd_);  // drops the OFD lock
+}
+
+void EvidenceStore::HoldWriterLock() {
+  const int fd = open(db_->path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct flock lock = {};
+  lock.l_type = F_RDLCK;  // shared: several writers may hold it at once
+  lock.l_whence = SEEK_SET;
+  lock.l_start = kWriterLockOffset;
+  lock.l_len = 1;
+  // An OFD lock, not a POSIX one: closing it never drops SQLite's own
+  // POSIX locks on the same file, and it conflicts within one process too.
+  if (fcntl(fd, F_OFD_SETLK, &lock) != 0) {
+    close(fd);
+    return;
+  }
+  writer_lock_fd_ = fd;
+}
+
+namespace {
+
+// True if an open file description other than `fd`'s holds the writer lock
+// (an OFD lock never conflicts with its own description's locks).
+bool OtherWriterHolds(int fd) {
+  struct flock lock = {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  lock.l_start = EvidenceStore::kWriterLockOffset;
+  lock.l_len = 1;
+  return fcntl(fd, F_OFD_GETLK, &lock) == 0 && lock.l_type != F_UNLCK;
+}
+
+}  // namespace
+
+bool EvidenceStore::WriterActive(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = OtherWriterHolds(fd);
+  close(fd);
+  return held;
+}
+
+std::string StoredRow::LeafData(int64_t at_seq) const {
+  return CanonicalText(at_seq, kind, campaign, ts_us, body);
+}
+
+absl::Status EvidenceStore::ForEachStoredRow(
+    const std::function<absl::Status(const StoredRow&)>& fn) const {
+  // One statement: one read snapshot, even while another process appends.
+  ASSIGN_OR_RETURN(Statement stmt,
+                   db_->Prepare("SELECT seq, kind, campaign, ts_us, body "
+                                "FROM evidence ORDER BY seq"));
+  StoredRow row;
+  while (true) {
+    ASSIGN_OR_RETURN(const bool has_row, stmt.Step());
+    if (!has_row) return absl::OkStatus();
+    row.seq = stmt.ColumnInt64(0);
+    row.kind = stmt.ColumnText(1);
+    row.campaign = stmt.ColumnText(2);
+    row.ts_us = stmt.ColumnInt64(3);
+    row.body = stmt.ColumnText(4);
+    RETURN_IF_ERROR(fn(row));
+  }
+}
+
+absl::StatusOr<UnfinishedCampaigns> EvidenceStore::FindUnfinishedCampaigns()
+    const {
+  UnfinishedCampaigns out;
+  ASSIGN_OR_RETURN(
+      Statement stmt,
+      db_->Prepare("SELECT campaign FROM evidence WHERE kind = "
+                   "'campaign_start' AND campaign NOT IN (SELECT campaign "
+                   "FROM evidence WHERE kind = 'campaign_end') ORDER BY seq"));
+  while (true) {
+    ASSIGN_OR_RETURN(const bool has_row, stmt.Step());
+    if (!has_row) break;
+    out.campaigns.push_back(stmt.ColumnText(0));
+  }
+  // A read-write store asking does not count itself as the writer.
+  out.writer_active = writer_lock_fd_ >= 0 ? OtherWriterHolds(writer_lock_fd_)
+                                           : WriterActive(db_->path());
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<EvidenceStore>> EvidenceStore::OpenReadOnly(
+    const std::string& path) {
+  SqliteOpenOptions options;
+  options.read_only = true;
+  // A live writer may create the WAL after we look: then no immutable.
+  options.immutable_if_no_wal = !WriterActive(path);
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, options));
+  ASSIGN_OR_RETURN(const int64_t version,
+                   CheckIdentity(*db, /*allow_fresh=*/false));
+  if (version < 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": evidence schema version ", version, " was never created"));
+  }
+  return std::unique_ptr<EvidenceStore>(new EvidenceStore(std::move(db)));
+}
 
 absl::StatusOr<std::unique_ptr<EvidenceStore>> EvidenceStore::Open(
     const std::string& path) {
@@ -243,6 +345,7 @@ absl::StatusOr<std::unique_ptr<EvidenceStore>> EvidenceStore::Open(
                    CheckIdentity(*db, /*allow_fresh=*/true));
   std::unique_ptr<EvidenceStore> store(new EvidenceStore(std::move(db)));
   RETURN_IF_ERROR(store->Migrate(static_cast<int>(version)));
+  store->HoldWriterLock();
   return store;
 }
 
@@ -379,7 +482,8 @@ absl::StatusOr<int64_t> EvidenceStore::Count(
 
 absl::StatusOr<VerifyReport> EvidenceStore::Verify(const std::string& path) {
   SqliteOpenOptions options;
-  options.create_if_missing = false;
+  options.read_only = true;  // works on read-only media; writes nothing
+  options.immutable_if_no_wal = !WriterActive(path);
   ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, options));
   ASSIGN_OR_RETURN(const int64_t version,
                    CheckIdentity(*db, /*allow_fresh=*/false));

@@ -9,7 +9,10 @@
 #ifndef KVCANARY_STORAGE_EVIDENCE_STORE_H_
 #define KVCANARY_STORAGE_EVIDENCE_STORE_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +52,31 @@ struct VerifyReport {
   std::string problem;  // names the row; empty when ok
 };
 
+// A row exactly as stored, for the Merkle tree (storage/evidence_tlog.h):
+// the fields the canonical encoding covers, body as its stored text.
+struct StoredRow {
+  int64_t seq = 0;
+  std::string kind;
+  std::string campaign;
+  int64_t ts_us = 0;
+  std::string body;  // the stored text, not re-serialised
+
+  // The canonical encoding of these fields under `at_seq` (the row's own
+  // seq for its leaf; another to test whether a row was renumbered). Equal
+  // to CanonicalEncoding(seq, record) for every row Append wrote.
+  std::string LeafData(int64_t at_seq) const;
+  std::string LeafData() const { return LeafData(seq); }
+};
+
+// Campaigns with a campaign_start row and no campaign_end row.
+struct UnfinishedCampaigns {
+  std::vector<std::string> campaigns;  // in the order they started
+  // True if a read-write EvidenceStore holds the file open now (in any
+  // process): the campaigns may still be running. False means none does,
+  // so every campaign listed is interrupted. Always false on read-only media.
+  bool writer_active = false;
+};
+
 // Empty kind/campaign and zero after_seq/limit mean "any". Rows come in seq
 // order, those with seq > after_seq, at most `limit` of them.
 struct EvidenceFilter {
@@ -81,8 +109,38 @@ class EvidenceStore {
   //     than this binary's;
   //   kDataLoss for a corrupt file, kNotFound / kPermissionDenied /
   //     kUnavailable as SqliteDb::Open reports them.
+  // While the store is open, it holds an open-file-description read lock
+  // on byte kWriterLockOffset of the file (past anything SQLite locks), so
+  // that WriterActive can tell whether any writer has the file open.
   static absl::StatusOr<std::unique_ptr<EvidenceStore>> Open(
       const std::string& path);
+
+  // Opens an existing evidence database for reading only (SqliteDb's
+  // read_only: `mode=ro`, and `immutable=1` when no -wal/-shm exist, so it
+  // works on read-only media). Creates, migrates and writes nothing; Append
+  // fails. kNotFound for a missing file, kFailedPrecondition for a file
+  // that is not an evidence database or has a schema this binary does not
+  // know, kDataLoss for a corrupt one.
+  static absl::StatusOr<std::unique_ptr<EvidenceStore>> OpenReadOnly(
+      const std::string& path);
+
+  // Byte offset of the writer lock (1 GiB + 64 KiB; SQLite's locks live at
+  // 1 GiB .. 1 GiB + 512).
+  static constexpr off_t kWriterLockOffset = 0x40010000;
+  // True if a store opened with Open (read-write) holds `path` now, in this
+  // or another process. False on read-only media or when the lock cannot be
+  // queried for another reason (then nothing can be writing through us).
+  static bool WriterActive(const std::string& path);
+
+  // Every row as stored, in seq order, handed to `fn` one at a time (one
+  // read snapshot). Stops at, and returns, the first error `fn` returns.
+  absl::Status ForEachStoredRow(
+      const std::function<absl::Status(const StoredRow&)>& fn) const;
+
+  // Campaigns started and never ended, and whether a writer holds the file.
+  absl::StatusOr<UnfinishedCampaigns> FindUnfinishedCampaigns() const;
+
+  const std::string& path() const { return db_->path(); }
 
   EvidenceStore(const EvidenceStore&) = delete;
   EvidenceStore& operator=(const EvidenceStore&) = delete;
@@ -111,11 +169,14 @@ class EvidenceStore {
   // from 1, each prev_hash equal to the previous row's hash (64 '0's for row
   // 1), every column of the type and form Append writes, and each hash equal
   // to RowHash of the stored fields. Stops at, and names, the first bad row.
-  // Does not create, migrate or write to the file. A broken chain is an OK
-  // status with report.ok == false; a file that cannot be verified at all is
-  // an error status: kNotFound (missing), kDataLoss (corrupt, or no evidence
-  // table), kFailedPrecondition (not a kvcanary evidence database, or a
-  // schema version this binary does not know).
+  // Opens the file read-only (OpenReadOnly's way, so read-only media work);
+  // does not create, migrate or write to it. Without a checkpoint this finds
+  // edits, swaps and middle deletions that left the chain as it was, but not
+  // a cut tail or a re-hashed chain: see storage/evidence_tlog.h. A broken
+  // chain is an OK status with report.ok == false; a file that cannot be
+  // verified at all is an error status: kNotFound (missing), kDataLoss
+  // (corrupt, or no evidence table), kFailedPrecondition (not a kvcanary
+  // evidence database, or a schema version this binary does not know).
   static absl::StatusOr<VerifyReport> Verify(const std::string& path);
 
   // The canonical text that is hashed:
@@ -131,6 +192,9 @@ class EvidenceStore {
 
  private:
   explicit EvidenceStore(std::unique_ptr<SqliteDb> db);
+  // Takes the writer lock (see Open). Failing to lock is not an error: a
+  // file system without OFD locks only loses the "writer active" signal.
+  void HoldWriterLock();
 
   absl::Status Migrate(int from_version);
   absl::StatusOr<std::vector<int64_t>> AppendInTransaction(
@@ -138,6 +202,7 @@ class EvidenceStore {
       const std::vector<EvidenceRecord>& records);
 
   std::unique_ptr<SqliteDb> db_;
+  int writer_lock_fd_ = -1;  // owned; -1: none held
 };
 
 }  // namespace kvcanary::storage

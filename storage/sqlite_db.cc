@@ -1,6 +1,7 @@
 #include "storage/sqlite_db.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,6 +20,26 @@ namespace {
 
 // quick_check reports up to 100 problems; a few are enough to act on.
 constexpr size_t kMaxReportedProblems = 5;
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// A path as the file part of an SQLite URI: '%', '?' and '#' (which would
+// end the path) percent-encoded, as SQLite's URI rules require.
+std::string UriPath(const std::string& path) {
+  std::string out;
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      absl::StrAppend(
+          &out, "%", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
+    } else {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -183,11 +204,24 @@ SqliteDb::~SqliteDb() { sqlite3_close_v2(db_); }
 
 absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(
     const std::string& path, const OpenOptions& options) {
-  int flags =
-      SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
-  if (options.create_if_missing) flags |= SQLITE_OPEN_CREATE;
+  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
+  std::string name = path;
+  bool immutable = false;
+  if (options.read_only) {
+    if (!Exists(path)) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    }
+    immutable = options.immutable_if_no_wal && !Exists(path + "-wal") &&
+                !Exists(path + "-shm");
+    flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+    name = absl::StrCat("file:", UriPath(path), "?mode=ro",
+                        immutable ? "&immutable=1" : "");
+  } else {
+    flags |= SQLITE_OPEN_READWRITE;
+    if (options.create_if_missing) flags |= SQLITE_OPEN_CREATE;
+  }
   sqlite3* raw = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  const int rc = sqlite3_open_v2(name.c_str(), &raw, flags, nullptr);
   if (raw == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat(path, ": out of memory opening the database"));
@@ -195,6 +229,8 @@ absl::StatusOr<std::unique_ptr<SqliteDb>> SqliteDb::Open(
   // Own the handle before anything can fail: open allocates one even on
   // error, and it must be closed.
   std::unique_ptr<SqliteDb> db(new SqliteDb(raw, path));
+  db->read_only_ = options.read_only;
+  db->immutable_ = immutable;
   if (rc != SQLITE_OK) return db->Error(rc, "cannot open");
   RETURN_IF_ERROR(db->Configure(options));
   return db;
@@ -214,6 +250,7 @@ absl::Status SqliteDb::Configure(const OpenOptions& options) {
   // First touch of the file: a non-database or a corrupt one fails here,
   // before any PRAGMA could write to it.
   RETURN_IF_ERROR(QuickCheck());
+  if (read_only_) return absl::OkStatus();  // reads only: change nothing
 
   ASSIGN_OR_RETURN(const std::string journal_mode,
                    QueryPragma("PRAGMA journal_mode=WAL"));

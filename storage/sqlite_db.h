@@ -41,6 +41,18 @@ struct SqliteOpenOptions {
   // How long a statement waits for another connection's lock before
   // failing with kUnavailable. Zero: fail at once.
   absl::Duration busy_timeout = absl::Seconds(5);
+  // Open with SQLITE_OPEN_READONLY through the URI `file:PATH?mode=ro`,
+  // adding `&immutable=1` when neither PATH-wal nor PATH-shm exists, so a
+  // file on read-only media (where SQLite could not create them) opens too.
+  // Nothing is written: no journal-mode or other PRAGMA changes, only the
+  // integrity check. A missing file is kNotFound (create_if_missing is
+  // ignored). Immutable means SQLite takes no locks and assumes nobody
+  // writes: right for an archived file, which is what a file with no WAL is.
+  bool read_only = false;
+  // With read_only: whether immutable=1 may be used when no -wal/-shm
+  // exist. Callers that know a writer may open the file meanwhile (an
+  // evidence store's writer lock is held) pass false.
+  bool immutable_if_no_wal = true;
 };
 
 class SqliteDb;
@@ -95,7 +107,8 @@ class SqliteDb {
  public:
   using OpenOptions = SqliteOpenOptions;
 
-  // Opens (or creates) the database at `path` with journal_mode=WAL,
+  // With options.read_only: see SqliteOpenOptions::read_only.
+  // Otherwise opens (or creates) the database at `path` with journal_mode=WAL,
   // synchronous=FULL, foreign_keys=ON and the given busy timeout, then runs
   // PRAGMA quick_check. Errors name the path:
   //   kDataLoss  "<path>: not a kvcanary evidence database / file is
@@ -122,6 +135,9 @@ class SqliteDb {
   int64_t LastInsertRowId() const;
 
   const std::string& path() const { return path_; }
+  bool read_only() const { return read_only_; }
+  // True when opened with immutable=1 (read-only, no -wal and no -shm).
+  bool immutable() const { return immutable_; }
 
  private:
   SqliteDb(sqlite3* db, std::string path);
@@ -133,6 +149,8 @@ class SqliteDb {
 
   sqlite3* db_;  // owned
   const std::string path_;
+  bool read_only_ = false;
+  bool immutable_ = false;
 };
 
 }  // namespace kvcanary

@@ -19,6 +19,7 @@
 #include "auditor/accept.h"
 #include "auditor/cache_audit.h"
 #include "auditor/campaign.h"
+#include "auditor/evidence_commands.h"
 #include "auditor/facts.h"
 #include "auditor/findings.h"
 #include "auditor/forensics.h"
@@ -27,6 +28,7 @@
 #include "auditor/report.h"
 #include "auditor/result_text.h"
 #include "auditor/test_break.h"
+#include "auditor/tlog_commands.h"
 #include "common/cli.h"
 #include "httplib.h"
 #include "storage/evidence_store.h"
@@ -139,6 +141,34 @@ ABSL_FLAG(std::string, calibration_target, "",
 ABSL_FLAG(double, window, 3600,
           "forensics: seconds per time window of the counts.");
 ABSL_FLAG(bool, quiet, false, "Print no progress lines on stderr.");
+ABSL_FLAG(std::string, out, "",
+          "keygen: the private key file to write (PKCS#8 PEM); the public key "
+          "goes to the same name plus .pub.");
+ABSL_FLAG(bool, force, false, "keygen: replace an existing key pair.");
+ABSL_FLAG(std::string, key, "",
+          "Ed25519 private key (PKCS#8 PEM, from keygen or `openssl genpkey "
+          "-algorithm ed25519`) that signs checkpoints.");
+ABSL_FLAG(std::string, origin, "",
+          "Checkpoint origin and key name (default: kvcanary/<hostname>).");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "checkpoint, sidecar: directory for signed checkpoints (sidecar: "
+          "one after every campaign; needs --key).");
+ABSL_FLAG(std::string, checkpoint_mirror, "",
+          "checkpoint, sidecar: a second checkpoint directory (a mounted "
+          "bucket, another host's share).");
+ABSL_FLAG(std::string, checkpoint, "",
+          "verify: a checkpoint file, or a directory of them, to verify the "
+          "log against (with --pubkey).");
+ABSL_FLAG(std::string, pubkey, "",
+          "verify: the Ed25519 public key (PEM) checkpoints are signed with.");
+ABSL_FLAG(int64_t, row, 0, "prove: the row (seq) to prove included.");
+ABSL_FLAG(uint64_t, tree_size, 0,
+          "prove: the tree size the row is proved in (0: every row).");
+ABSL_FLAG(uint64_t, from_size, 0,
+          "prove: the older tree size of a consistency proof.");
+ABSL_FLAG(uint64_t, to_size, 0,
+          "prove: the newer tree size of a consistency proof (0: every "
+          "row).");
 ABSL_FLAG(std::string, test_break, "",
           "Testing only: break these detectors (comma-separated) to show their "
           "positive controls fail.");
@@ -177,7 +207,9 @@ CliSpec Cli() {
                                        "max_incident_lines",
                                        "quiet"};
   std::vector<std::string> sidecar = campaign;
-  sidecar.insert(sidecar.end(), {"interval", "metrics_port", "host"});
+  sidecar.insert(sidecar.end(),
+                 {"interval", "metrics_port", "host", "key", "origin",
+                  "checkpoint_dir", "checkpoint_mirror"});
   campaign.push_back("metrics_file");
   const std::vector<std::string> reports = {
       "db",   "json", "junit", "html", "metrics_file", "max_incident_lines",
@@ -235,9 +267,24 @@ CliSpec Cli() {
                      "window"}),
        {}},
       {"verify",
-       "Checks the evidence database's hash chain and names the first bad "
-       "row.",
-       {"db"},
+       "Checks the evidence database's hash chain, and with --checkpoint its "
+       "signed Merkle log: names the first bad or diverging row and the rows "
+       "missing.",
+       {"db", "checkpoint", "pubkey"},
+       {}},
+      {"keygen",
+       "Writes an Ed25519 key pair for signing checkpoints.",
+       {"out", "force"},
+       {}},
+      {"checkpoint",
+       "Signs a C2SP checkpoint of the evidence log's RFC 6962 Merkle tree "
+       "into --checkpoint-dir (and --checkpoint-mirror).",
+       {"db", "key", "origin", "checkpoint_dir", "checkpoint_mirror"},
+       {}},
+      {"prove",
+       "Prints an inclusion proof (--row) or a consistency proof "
+       "(--from-size, --to-size) of the evidence log.",
+       {"db", "row", "tree_size", "from_size", "to_size"},
        {}},
       {"findings",
        "Lists the incidents (or, with --rows, the finding rows) recorded in "
@@ -321,6 +368,16 @@ absl::StatusOr<std::vector<std::string>> TraceUrlsFromFlags() {
     }
   }
   return urls;
+}
+
+// The checkpoint directories: --checkpoint-dir and --checkpoint-mirror.
+std::vector<std::string> CheckpointDirs() {
+  std::vector<std::string> dirs;
+  for (const std::string& d : {absl::GetFlag(FLAGS_checkpoint_dir),
+                               absl::GetFlag(FLAGS_checkpoint_mirror)}) {
+    if (!d.empty()) dirs.push_back(d);
+  }
+  return dirs;
 }
 
 absl::StatusOr<std::string> DbFromFlags() {
@@ -545,6 +602,16 @@ void OnSignal(int) { g_stop = true; }
 int Sidecar() {
   auto o = OptionsFromFlags();
   if (!o.ok()) return Fail(o.status());
+  const std::vector<std::string> checkpoint_dirs = CheckpointDirs();
+  if (!checkpoint_dirs.empty() && absl::GetFlag(FLAGS_key).empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--checkpoint-dir and --checkpoint-mirror need --key"));
+  }
+  if (!absl::GetFlag(FLAGS_checkpoint_mirror).empty() &&
+      absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "--checkpoint-mirror needs --checkpoint-dir"));
+  }
   AuditorMetrics metrics;
   httplib::Server server;
   server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
@@ -580,6 +647,13 @@ int Sidecar() {
       std::fprintf(stderr, "kvcanary-auditor: %s\n",
                    std::string(s.message()).c_str());
     }
+    // A signed checkpoint after every campaign; a failure is reported and
+    // the sidecar goes on (the next one covers these rows too).
+    if (!checkpoint_dirs.empty() &&
+        Checkpoint({o->db_path, absl::GetFlag(FLAGS_key),
+                    absl::GetFlag(FLAGS_origin), checkpoint_dirs}) != 0) {
+      std::fprintf(stderr, "kvcanary-auditor: no checkpoint written\n");
+    }
     std::fflush(stdout);
     while (!g_stop.load() && absl::Now() < next) {
       absl::SleepFor(absl::Milliseconds(100));
@@ -590,136 +664,49 @@ int Sidecar() {
   return kExitOk;  // a sidecar asked to stop stopped cleanly
 }
 
-int Verify() {
-  const std::string db = absl::GetFlag(FLAGS_db);
-  if (db.empty()) return Fail(absl::InvalidArgumentError("--db is required"));
-  auto report = storage::EvidenceStore::Verify(db);
-  if (!report.ok()) return Fail(report.status());
-  if (report->ok) {
-    std::printf("%s: hash chain intact, %lld rows verified\n", db.c_str(),
-                static_cast<long long>(report->rows_checked));
-    return kExitOk;
-  }
-  std::printf("%s: TAMPERED: first bad row %lld: %s\n", db.c_str(),
-              static_cast<long long>(report->first_bad_seq),
-              report->problem.c_str());
-  return kExitFindings;
-}
-
-// Raw finding rows, one line each, never cut mid-field.
-void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
-  std::printf("%-6s %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n", "SEQ",
-              "CAMPAIGN", "KIND", "SEVERITY", "DETECTOR", "WRITER", "READER",
-              "PROBE", "ENGINE_REQUEST/PAGE");
-  for (const storage::EvidenceRow& r : rows) {
-    const nlohmann::json& b = r.record.body;
-    const nlohmann::json d = b.value("detail", nlohmann::json::object());
-    std::string where = absl::StrCat(b.value("engine_request", uint64_t{0}));
-    if (d.contains("page")) absl::StrAppend(&where, "/", d["page"].dump());
-    auto dash = [](const std::string& s) { return s.empty() ? "-" : s; };
-    std::printf(
-        "%-6lld %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n",
-        static_cast<long long>(r.seq), r.record.campaign.c_str(),
-        b.value("kind", "").c_str(), b.value("severity", "").c_str(),
-        b.value("detector", "").c_str(), dash(b.value("writer", "")).c_str(),
-        dash(b.value("reader", "")).c_str(),
-        b.contains("probe") ? b["probe"].dump().c_str() : "-", where.c_str());
-  }
-  std::printf("%zu finding rows\n", rows.size());
-}
-
-// The rows of `kind` (of --campaign, if given).
-absl::StatusOr<std::vector<storage::EvidenceRow>> Rows(
-    const storage::EvidenceStore& store, const std::string& kind) {
-  storage::EvidenceFilter filter;
-  filter.campaign = absl::GetFlag(FLAGS_campaign);
-  filter.kind = kind;
-  return store.Query(filter);
-}
-
 int Findings() {
-  const std::string db = absl::GetFlag(FLAGS_db);
-  if (db.empty()) return Fail(absl::InvalidArgumentError("--db is required"));
-  std::string format = absl::GetFlag(FLAGS_format);
-  if (format.empty()) format = "table";
-  if (format != "table" && format != "json") {
-    return Fail(absl::InvalidArgumentError("--format: table or json"));
+  FindingsOptions o;
+  o.db = absl::GetFlag(FLAGS_db);
+  o.campaign = absl::GetFlag(FLAGS_campaign);
+  o.format = absl::GetFlag(FLAGS_format);
+  if (o.format.empty()) o.format = "table";
+  o.rows = absl::GetFlag(FLAGS_rows);
+  o.max_lines = absl::GetFlag(FLAGS_max_incident_lines);
+  return FindingsCommand(o);
+}
+
+int Keygen() {
+  return kvcanary::auditor::Keygen(
+      {absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_force)});
+}
+
+int CheckpointCmd() {
+  if (absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    return Fail(absl::InvalidArgumentError("--checkpoint-dir is required"));
   }
-  std::ifstream exists(db);
-  if (!exists)
-    return Fail(absl::NotFoundError(absl::StrCat(db, ": no such file")));
-  auto store = storage::EvidenceStore::Open(db);
-  if (!store.ok()) return Fail(store.status());
-  auto findings = Rows(**store, "finding");
-  if (!findings.ok()) return Fail(findings.status());
-  if (absl::GetFlag(FLAGS_rows)) {
-    if (format == "table") {
-      PrintRows(*findings);
-      return kExitOk;
-    }
-    nlohmann::json out = nlohmann::json::array();
-    for (const storage::EvidenceRow& r : *findings) {
-      nlohmann::json j = r.record.body;
-      j["seq"] = r.seq;
-      j["campaign"] = r.record.campaign;
-      out.push_back(std::move(j));
-    }
-    std::printf("%s\n", out.dump(2).c_str());
-    return kExitOk;
+  return Checkpoint({absl::GetFlag(FLAGS_db), absl::GetFlag(FLAGS_key),
+                     absl::GetFlag(FLAGS_origin), CheckpointDirs()});
+}
+
+int Prove() {
+  ProveOptions o;
+  o.db = absl::GetFlag(FLAGS_db);
+  o.row = absl::GetFlag(FLAGS_row);
+  o.tree_size = absl::GetFlag(FLAGS_tree_size);
+  o.from_size = absl::GetFlag(FLAGS_from_size);
+  o.to_size = absl::GetFlag(FLAGS_to_size);
+  if (o.row < 0 || (o.row == 0) == (o.from_size == 0)) {
+    return Fail(absl::InvalidArgumentError(
+        "prove: --row N (inclusion) or --from-size A [--to-size B] "
+        "(consistency), not both"));
   }
-  auto starts = Rows(**store, "campaign_start");
-  auto ends = Rows(**store, "campaign_end");
-  auto incident_rows = Rows(**store, "incident");
-  if (!starts.ok() || !ends.ok() || !incident_rows.ok()) {
-    return Fail(!starts.ok() ? starts.status()
-                : !ends.ok() ? ends.status()
-                             : incident_rows.status());
-  }
-  std::map<std::string, std::vector<Incident>> incidents;
-  for (const storage::EvidenceRow& r : *incident_rows) {
-    incidents[r.record.campaign].push_back(Incident::FromJson(r.record.body));
-  }
-  // A campaign that ended before grouping (killed, or an error) still has
-  // its finding rows: grouped here.
-  std::map<std::string, std::vector<Finding>> ungrouped;
-  for (const storage::EvidenceRow& r : *findings) {
-    if (!incidents.count(r.record.campaign)) {
-      ungrouped[r.record.campaign].push_back(Finding::FromJson(r.record.body));
-    }
-  }
-  for (auto& [campaign, rows] : ungrouped) {
-    JoinWriters(&rows);
-    incidents[campaign] = GroupIncidents(campaign, rows);
-  }
-  std::map<std::string, nlohmann::json> end_of;
-  for (const storage::EvidenceRow& e : *ends) {
-    end_of[e.record.campaign] = e.record.body;
-  }
-  nlohmann::json out = nlohmann::json::array();
-  for (const storage::EvidenceRow& start : *starts) {
-    const std::string& c = start.record.campaign;
-    const auto& list = incidents[c];
-    const auto end = end_of.find(c);
-    const std::string verdict =
-        end == end_of.end()
-            ? "no end recorded (interrupted)"
-            : end->second.value("verdict", end->second.value("result", "?"));
-    if (format == "json") {
-      nlohmann::json is = nlohmann::json::array();
-      for (const Incident& i : list) is.push_back(i.ToJson());
-      out.push_back({{"campaign", c}, {"verdict", verdict}, {"incidents", is}});
-      continue;
-    }
-    std::printf("campaign %s: %s, %zu incidents\n", c.c_str(), verdict.c_str(),
-                list.size());
-    if (!list.empty()) {
-      std::printf(
-          "%s",
-          IncidentTable(list, absl::GetFlag(FLAGS_max_incident_lines)).c_str());
-    }
-  }
-  if (format == "json") std::printf("%s\n", out.dump(2).c_str());
-  return kExitOk;
+  return kvcanary::auditor::Prove(o);
+}
+
+int Verify() {
+  return VerifyCommand({absl::GetFlag(FLAGS_db),
+                        absl::GetFlag(FLAGS_checkpoint),
+                        absl::GetFlag(FLAGS_pubkey)});
 }
 
 }  // namespace
@@ -746,5 +733,8 @@ int main(int argc, char** argv) {
   if (command == "forensics") return Forensics();
   if (command == "sidecar") return Sidecar();
   if (command == "verify") return Verify();
+  if (command == "keygen") return Keygen();
+  if (command == "checkpoint") return CheckpointCmd();
+  if (command == "prove") return Prove();
   return Findings();  // ParseCli admits only the subcommands listed
 }

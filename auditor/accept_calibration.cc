@@ -360,20 +360,7 @@ json AcceptCalibration::ToEvidence() const {
               {"golden_disabled", golden_disabled},
               {"golden_failure", golden_failure},
               {"requests", requests}};
-  if (ladder.has_value()) {
-    json steps = json::array();
-    for (const LadderStep& s : ladder->steps) {
-      steps.push_back({{"units", s.units},
-                       {"predicted", s.predicted},
-                       {"status", s.answer.status},
-                       {"prompt_tokens", s.answer.prompt_tokens}});
-    }
-    out["ladder"] = {{"found", ladder->found},
-                     {"limit", ladder->limit},
-                     {"truncates", ladder->truncates},
-                     {"how", ladder->how},
-                     {"steps", steps}};
-  }
+  if (ladder.has_value()) out["ladder"] = ladder->ToJson();
   return out;
 }
 

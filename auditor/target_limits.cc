@@ -261,4 +261,19 @@ LadderResult MeasureLimit(const std::function<LadderAnswer(int units)>& send,
   return r;
 }
 
+nlohmann::json LadderResult::ToJson() const {
+  nlohmann::json out_steps = nlohmann::json::array();
+  for (const LadderStep& s : steps) {
+    out_steps.push_back({{"units", s.units},
+                         {"predicted", s.predicted},
+                         {"status", s.answer.status},
+                         {"prompt_tokens", s.answer.prompt_tokens}});
+  }
+  return {{"found", found},
+          {"limit", limit},
+          {"truncates", truncates},
+          {"how", how},
+          {"steps", out_steps}};
+}
+
 }  // namespace kvcanary::auditor

@@ -88,6 +88,10 @@ struct LadderResult {
   bool refused_other = false;  // a status other than 200/400/413/422 stopped it
   std::string how;             // for people: what bounded it
   std::vector<LadderStep> steps;
+
+  // For evidence: found, limit, truncates, how, and each step's units,
+  // prediction, status and prompt_tokens.
+  nlohmann::json ToJson() const;
 };
 
 // Doubles the prompt (1, 2, 4, ... units of `unit_tokens`, on top of

@@ -17,9 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "auditor/accept.h"
+#include "auditor/bundle_verify.h"
 #include "auditor/cache_audit.h"
 #include "auditor/campaign.h"
 #include "auditor/evidence_commands.h"
+#include "auditor/export_command.h"
 #include "auditor/facts.h"
 #include "auditor/findings.h"
 #include "auditor/forensics.h"
@@ -143,7 +145,8 @@ ABSL_FLAG(double, window, 3600,
 ABSL_FLAG(bool, quiet, false, "Print no progress lines on stderr.");
 ABSL_FLAG(std::string, out, "",
           "keygen: the private key file to write (PKCS#8 PEM); the public key "
-          "goes to the same name plus .pub.");
+          "goes to the same name plus .pub. export: the bundle directory "
+          "(new or empty).");
 ABSL_FLAG(bool, force, false, "keygen: replace an existing key pair.");
 ABSL_FLAG(std::string, key, "",
           "Ed25519 private key (PKCS#8 PEM, from keygen or `openssl genpkey "
@@ -160,7 +163,17 @@ ABSL_FLAG(std::string, checkpoint, "",
           "verify: a checkpoint file, or a directory of them, to verify the "
           "log against (with --pubkey).");
 ABSL_FLAG(std::string, pubkey, "",
-          "verify: the Ed25519 public key (PEM) checkpoints are signed with.");
+          "verify, verify-bundle: the Ed25519 public key (PEM) checkpoints "
+          "and bundles are signed with.");
+ABSL_FLAG(std::string, since, "",
+          "export: campaigns started at or after this time (RFC 3339, e.g. "
+          "2026-11-01T00:00:00Z).");
+ABSL_FLAG(std::string, until, "",
+          "export: campaigns started at or before this time (RFC 3339; "
+          "default: now).");
+ABSL_FLAG(std::string, controls, "",
+          "export: the control map (docs/controls.md; default: the one built "
+          "in, docs/controls.json).");
 ABSL_FLAG(int64_t, row, 0, "prove: the row (seq) to prove included.");
 ABSL_FLAG(uint64_t, tree_size, 0,
           "prove: the tree size the row is proved in (0: every row).");
@@ -281,6 +294,17 @@ CliSpec Cli() {
        "into --checkpoint-dir (and --checkpoint-mirror).",
        {"db", "key", "origin", "checkpoint_dir", "checkpoint_mirror"},
        {}},
+      {"export",
+       "Writes a signed, self-contained bundle of the campaigns started in a "
+       "window: their verdicts, coverage, incidents and rows with inclusion "
+       "proofs, OSCAL assessment results and questionnaire answers.",
+       {"db", "since", "until", "key", "origin", "out", "controls"},
+       {}},
+      {"verify-bundle",
+       "Checks an export bundle offline, with no database: signatures, "
+       "proofs, every cited row and every file.",
+       {"pubkey"},
+       {"dir"}},
       {"prove",
        "Prints an inclusion proof (--row) or a consistency proof "
        "(--from-size, --to-size) of the evidence log.",
@@ -493,14 +517,26 @@ int Probe() {
   return Conclude(RunCampaign(*o, &metrics), metrics);
 }
 
+// --target/--tenants/... and --db of a command, and whether to print
+// progress.
+template <typename Options>
+absl::Status CommandFromFlags(bool tenants_required, Options* o) {
+  auto target = TargetFromFlags(tenants_required);
+  if (!target.ok()) return target.status();
+  o->target = *std::move(target);
+  auto db = DbFromFlags();
+  if (!db.ok()) return db.status();
+  o->db_path = *db;
+  o->progress = !absl::GetFlag(FLAGS_quiet);
+  return absl::OkStatus();
+}
+
 int Accept() {
   AcceptOptions o;
-  auto target = TargetFromFlags(/*tenants_required=*/true);
-  if (!target.ok()) return Fail(target.status());
-  o.target = *std::move(target);
-  auto db = DbFromFlags();
-  if (!db.ok()) return Fail(db.status());
-  o.db_path = *db;
+  if (absl::Status s = CommandFromFlags(/*tenants_required=*/true, &o);
+      !s.ok()) {
+    return Fail(s);
+  }
   o.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   o.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.max_ladder_tokens = absl::GetFlag(FLAGS_max_ladder_tokens);
@@ -509,7 +545,6 @@ int Accept() {
   o.concurrency = absl::GetFlag(FLAGS_concurrency);
   o.max_lengths = absl::GetFlag(FLAGS_max_lengths);
   o.seed = absl::GetFlag(FLAGS_seed);
-  o.progress = !absl::GetFlag(FLAGS_quiet);
   if (o.max_prompt_tokens < 0 || o.max_ladder_tokens < 16) {
     return Fail(absl::InvalidArgumentError(
         "--max-prompt-tokens must be >= 0, --max-ladder-tokens >= 16"));
@@ -526,35 +561,29 @@ int Accept() {
 
 int Facts() {
   FactsOptions o;
-  auto target = TargetFromFlags(/*tenants_required=*/false);
-  if (!target.ok()) return Fail(target.status());
-  o.target = *std::move(target);
+  if (absl::Status s = CommandFromFlags(/*tenants_required=*/false, &o);
+      !s.ok()) {
+    return Fail(s);
+  }
   auto node_urls = TraceUrlsFromFlags();
   if (!node_urls.ok()) return Fail(node_urls.status());
   o.node_urls = *std::move(node_urls);
-  auto db = DbFromFlags();
-  if (!db.ok()) return Fail(db.status());
-  o.db_path = *db;
   auto key = SecretKeyFromFlags();
   if (!key.ok()) return Fail(key.status());
   o.secret_key = *std::move(key);
-  o.progress = !absl::GetFlag(FLAGS_quiet);
   AuditorMetrics metrics;
   return Conclude(RunFacts(o, &metrics), metrics);
 }
 
 int CacheAudit() {
   CacheAuditOptions o;
-  auto target = TargetFromFlags(/*tenants_required=*/true);
-  if (!target.ok()) return Fail(target.status());
-  o.target = *std::move(target);
-  auto db = DbFromFlags();
-  if (!db.ok()) return Fail(db.status());
-  o.db_path = *db;
+  if (absl::Status s = CommandFromFlags(/*tenants_required=*/true, &o);
+      !s.ok()) {
+    return Fail(s);
+  }
   o.alpha = absl::GetFlag(FLAGS_alpha);
   o.max_samples = absl::GetFlag(FLAGS_max_samples);
   o.prefix_tokens = absl::GetFlag(FLAGS_prefix_tokens);
-  o.progress = !absl::GetFlag(FLAGS_quiet);
   o.seed = absl::GetFlag(FLAGS_seed);
   if (!(o.alpha > 0 && o.alpha < 1) || o.max_samples < 1 ||
       o.prefix_tokens < 0) {
@@ -675,11 +704,6 @@ int Findings() {
   return FindingsCommand(o);
 }
 
-int Keygen() {
-  return kvcanary::auditor::Keygen(
-      {absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_force)});
-}
-
 int CheckpointCmd() {
   if (absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
     return Fail(absl::InvalidArgumentError("--checkpoint-dir is required"));
@@ -703,10 +727,34 @@ int Prove() {
   return kvcanary::auditor::Prove(o);
 }
 
-int Verify() {
-  return VerifyCommand({absl::GetFlag(FLAGS_db),
-                        absl::GetFlag(FLAGS_checkpoint),
-                        absl::GetFlag(FLAGS_pubkey)});
+int Export() {
+  ExportOptions o;
+  o.db = absl::GetFlag(FLAGS_db);
+  o.key = absl::GetFlag(FLAGS_key);
+  o.origin = absl::GetFlag(FLAGS_origin);
+  o.out_dir = absl::GetFlag(FLAGS_out);
+  if (o.db.empty() || o.key.empty() || o.out_dir.empty() ||
+      absl::GetFlag(FLAGS_since).empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "export needs --db, --since, --key and --out"));
+  }
+  auto since = ParseRfc3339Us(absl::GetFlag(FLAGS_since));
+  if (!since.ok()) return Fail(since.status());
+  o.since_us = *since;
+  if (const std::string until = absl::GetFlag(FLAGS_until); !until.empty()) {
+    auto u = ParseRfc3339Us(until);
+    if (!u.ok()) return Fail(u.status());
+    o.until_us = *u;
+  }
+  return ExportCommand(o, absl::GetFlag(FLAGS_controls));
+}
+
+int VerifyBundleCmd(const std::vector<std::string>& args) {
+  if (args.size() != 1 || absl::GetFlag(FLAGS_pubkey).empty()) {
+    return Fail(absl::InvalidArgumentError(
+        "usage: kvcanary-auditor verify-bundle DIR --pubkey P"));
+  }
+  return VerifyBundle(args[0], absl::GetFlag(FLAGS_pubkey));
 }
 
 }  // namespace
@@ -732,9 +780,17 @@ int main(int argc, char** argv) {
   if (command == "cache-audit") return CacheAudit();
   if (command == "forensics") return Forensics();
   if (command == "sidecar") return Sidecar();
-  if (command == "verify") return Verify();
-  if (command == "keygen") return Keygen();
+  if (command == "verify") {
+    return VerifyCommand({absl::GetFlag(FLAGS_db),
+                          absl::GetFlag(FLAGS_checkpoint),
+                          absl::GetFlag(FLAGS_pubkey)});
+  }
+  if (command == "keygen") {
+    return Keygen({absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_force)});
+  }
   if (command == "checkpoint") return CheckpointCmd();
   if (command == "prove") return Prove();
+  if (command == "export") return Export();
+  if (command == "verify-bundle") return VerifyBundleCmd(cli->positional);
   return Findings();  // ParseCli admits only the subcommands listed
 }

@@ -6,7 +6,7 @@ packages=(
   libabsl-dev libre2-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev prometheus clang-format
-  chromium fonts-dejavu-core python3-jsonschema curl openssl
+  chromium fonts-dejavu-core python3-jsonschema python3-regex curl openssl
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -9,30 +9,29 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "auditor/report_util.h"
 
 namespace kvcanary::auditor {
-namespace {
-
-using json = nlohmann::json;
-
-std::string Str(const json& j, const char* key, const char* alt = nullptr) {
+std::string RecordString(const nlohmann::json& j, const char* key,
+                         const char* alt) {
   if (j.is_object()) {
-    auto it = j.find(key);
-    if (it != j.end() && it->is_string()) return it->get<std::string>();
-    if (alt != nullptr) {
-      it = j.find(alt);
+    for (const char* k : {key, alt}) {
+      if (k == nullptr) continue;
+      auto it = j.find(k);
       if (it != j.end() && it->is_string()) return it->get<std::string>();
     }
   }
   return "";
 }
 
-const json& Arr(const json& j, const char* key) {
-  static const json kEmpty = json::array();
-  if (!j.is_object()) return kEmpty;
-  auto it = j.find(key);
-  return it != j.end() && it->is_array() ? *it : kEmpty;
+namespace {
+
+using json = nlohmann::json;
+
+std::string Str(const json& j, const char* key, const char* alt = nullptr) {
+  return RecordString(j, key, alt);
 }
+using report_internal::Arr;
 
 std::vector<std::string> Strings(const json& j, const char* key) {
   std::vector<std::string> out;

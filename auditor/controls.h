@@ -34,6 +34,11 @@ struct Control {
   std::vector<ControlEvidence> evidence;
 };
 
+// A campaign record's string at `key` (else at `alt`); "" if neither is a
+// string.
+std::string RecordString(const nlohmann::json& j, const char* key,
+                         const char* alt = nullptr);
+
 // Parses docs/controls.json. A row with `maps_to` takes that control's
 // evidence. kInvalidArgument naming the row: not JSON, a missing or
 // non-token oscal_id, a duplicate oscal_id, an unknown maps_to.

@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "auditor/findings.h"
+#include "auditor/report_util.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -29,23 +30,9 @@ constexpr uint8_t kNamespace[16] = {0x6f, 0x1c, 0x7a, 0x52, 0x1d, 0x0e,
                                     0x5d, 0x2f, 0x0a, 0x11};
 
 std::string Str(const json& j, const char* key, const char* alt = nullptr) {
-  if (j.is_object()) {
-    auto it = j.find(key);
-    if (it != j.end() && it->is_string()) return it->get<std::string>();
-    if (alt != nullptr) {
-      it = j.find(alt);
-      if (it != j.end() && it->is_string()) return it->get<std::string>();
-    }
-  }
-  return "";
+  return RecordString(j, key, alt);
 }
-
-const json& Arr(const json& j, const char* key) {
-  static const json kEmpty = json::array();
-  if (!j.is_object()) return kEmpty;
-  auto it = j.find(key);
-  return it != j.end() && it->is_array() ? *it : kEmpty;
-}
+using report_internal::Arr;
 
 // An RFC 3339 time in the form OSCAL's pattern takes (UTC, "Z"), or
 // `fallback` when `s` does not parse.

@@ -261,8 +261,9 @@ int Tokenizer::Lookup(absl::string_view piece) const {
 
 std::vector<int> Tokenizer::Encode(absl::string_view text, bool bos,
                                    bool eos) const {
-  // run.c takes a C string: the text ends at its first NUL.
-  text = text.substr(0, text.find('\0'));
+  // Unlike run.c, which takes a C string and would end the text at its
+  // first NUL, every byte is encoded: a NUL (no piece holds one) becomes
+  // the byte token <0x00>. A prompt is never cut short.
   std::vector<int> tokens;
   tokens.reserve(text.size() + 3);
   if (bos) tokens.push_back(kBosToken);

@@ -47,8 +47,9 @@ class Tokenizer {
   static absl::StatusOr<Tokenizer> FromPieces(std::vector<std::string> pieces,
                                               std::vector<float> scores);
 
-  // `text` ends at its first NUL byte (run.c takes a C string). Where " " is
-  // not a piece, the dummy prefix is the byte token for ' ' (run.c's is
+  // Every byte of `text` is encoded, a NUL included (as the byte token
+  // <0x00>, where run.c, taking a C string, would stop). Where " " is not a
+  // piece, the dummy prefix is the byte token for ' ' (run.c's is
   // undefined there). Pieces repeated in the vocabulary resolve to the lowest
   // id (run.c's bsearch picks an unspecified one).
   std::vector<int> Encode(absl::string_view text, bool bos, bool eos) const;

@@ -282,11 +282,38 @@ TEST(TokenizerTest, DummyPrefixFallsBackToSpaceByteWithoutSpacePiece) {
   EXPECT_THAT(t.Encode("ab", false, false), ElementsAre(' ' + 3, 261));
 }
 
-TEST(TokenizerTest, TextEndsAtNulLikeACString) {
+// A NUL is a byte token, never the end of the text: a prompt is not cut.
+TEST(TokenizerTest, NulIsTheByteTokenNeverTheEndOfTheText) {
   const Tokenizer t = Tokenizer::Default(512);
-  EXPECT_EQ(t.Encode(std::string("ab\0cd", 5), true, false),
-            t.Encode("ab", true, false));
-  EXPECT_THAT(t.Encode(std::string("\0x", 2), true, false), ElementsAre(1));
+  const std::vector<int> with_nul =
+      t.Encode(std::string("ab\0cd", 5), true, false);
+  EXPECT_THAT(with_nul, ::testing::Contains(0 + 3));  // <0x00>
+  EXPECT_GT(with_nul.size(), t.Encode("ab", true, false).size());
+  EXPECT_EQ(t.Encode(std::string("\0x", 2), true, false).size(),
+            t.Encode("x", true, false).size() + 1);
+}
+
+// Every code point U+0000..U+00FF, alone, encodes to tokens after BOS, and
+// in one text nothing after the NUL is dropped.
+TEST(TokenizerTest, EveryLatin1CharacterIsEncoded) {
+  const Tokenizer t = Tokenizer::Default(512);
+  std::string all;
+  for (int c = 0; c < 256; ++c) {
+    std::string utf8;
+    if (c < 0x80) {
+      utf8 = std::string(1, static_cast<char>(c));
+    } else {
+      utf8 = {static_cast<char>(0xC0 | (c >> 6)),
+              static_cast<char>(0x80 | (c & 0x3F))};
+    }
+    // BOS, then the dummy-prefix space and the character (merged or not).
+    EXPECT_GE(t.Encode(utf8, true, false).size(), 2u) << "U+" << c;
+    all += utf8;
+  }
+  // The NUL at the start is there, and so is everything after it.
+  const std::vector<int> ids = t.Encode(all, true, false);
+  EXPECT_THAT(ids, ::testing::Contains(0 + 3));  // <0x00>
+  EXPECT_GT(ids.size(), t.Encode(all.substr(128), true, false).size());
 }
 
 TEST(TokenizerTest, DecodesByteTokensAndStripsSpaceOnlyAfterBos) {

@@ -259,8 +259,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " prefix.
+  } catch (const json::exception& e) {
+    // A syntax error, or a number past double's range (1e400): either way
+    // the body is not JSON we can take. Drop nlohmann's
+    // "[json.exception.parse_error.101] " prefix.
     absl::string_view what = e.what();
     const size_t bracket = what.find("] ");
     if (bracket != absl::string_view::npos) what.remove_prefix(bracket + 2);
@@ -378,15 +380,27 @@ std::string ErrorReason(const absl::Status& status) {
   return ErrorType(HttpStatusFor(status.code()));
 }
 
+absl::Status ModelNotFound(absl::string_view model) {
+  absl::Status status = absl::NotFoundError(
+      absl::StrCat("The model `", model, "` does not exist."));
+  status.SetPayload(kOpenAiCodeUrl, absl::Cord("model_not_found"));
+  return status;
+}
+
 absl::Status ContextLengthExceeded(int prompt_tokens, int max_tokens,
-                                   int limit) {
-  absl::Status status = absl::InvalidArgumentError(absl::StrCat(
-      "This model's maximum context length is ", limit,
-      " tokens, however you requested ",
-      static_cast<int64_t>(prompt_tokens) + max_tokens, " tokens (",
-      prompt_tokens, " in your prompt; ", max_tokens,
-      " for the completion). Please reduce your prompt; or completion "
-      "length."));
+                                   int prompt_limit, int context_tokens) {
+  const int64_t requested = static_cast<int64_t>(prompt_tokens) + max_tokens;
+  absl::Status status = absl::InvalidArgumentError(
+      prompt_tokens > prompt_limit
+          ? absl::StrCat("This model's maximum prompt length is ", prompt_limit,
+                         " tokens, however your prompt has ", prompt_tokens,
+                         " tokens. Please reduce your prompt.")
+          : absl::StrCat("This model's maximum context length is ",
+                         context_tokens, " tokens, however you requested ",
+                         requested, " tokens (", prompt_tokens,
+                         " in your prompt; ", max_tokens,
+                         " for the completion). Please reduce your prompt; "
+                         "or completion length."));
   status.SetPayload(kOpenAiCodeUrl, absl::Cord("context_length_exceeded"));
   return status;
 }

@@ -82,9 +82,15 @@ std::string ErrorBody(const absl::Status& status, absl::string_view param = "");
 // which may quote the request. REQUIRES: !status.ok().
 std::string ErrorReason(const absl::Status& status);
 
-// kInvalidArgument with code "context_length_exceeded", worded as OpenAI's.
+// kNotFound with code "model_not_found", worded as OpenAI's (the router
+// serves one model; a request naming another is a 404, not served anyway).
+absl::Status ModelNotFound(absl::string_view model);
+
+// kInvalidArgument with code "context_length_exceeded", worded as OpenAI's:
+// a prompt over `prompt_limit` is named against the prompt limit; one
+// within it whose completion does not fit, against `context_tokens`.
 absl::Status ContextLengthExceeded(int prompt_tokens, int max_tokens,
-                                   int limit);
+                                   int prompt_limit, int context_tokens);
 
 struct CompletionResult {
   std::string id;  // "cmpl-..." or "chatcmpl-...", chosen by the router

@@ -309,6 +309,9 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
   record->tenant = (*tenant)->name;
   auto parsed = ParseCompletionRequest(req.body, chat);
   if (!parsed.ok()) return parsed.status();
+  if (!parsed->model.empty() && parsed->model != options_.model_name) {
+    return ModelNotFound(parsed->model);
+  }
   record->stream = parsed->stream;
   auto a = std::make_shared<Admitted>();
   a->prompt = tokenizer_->Encode(parsed->prompt, /*bos=*/true, /*eos=*/false);
@@ -324,7 +327,8 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
       prompt_tokens + parsed->max_tokens > settings_.context_tokens) {
     return ContextLengthExceeded(
         prompt_tokens, parsed->max_tokens,
-        std::min(settings_.max_prompt_tokens, settings_.context_tokens));
+        std::min(settings_.max_prompt_tokens, settings_.context_tokens),
+        settings_.context_tokens);
   }
   if (in_flight_.fetch_add(1) >= options_.max_in_flight) {
     in_flight_.fetch_sub(1);

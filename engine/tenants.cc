@@ -224,6 +224,14 @@ absl::StatusOr<const Tenant*> TenantRegistry::Authenticate(
         "missing API key: send \"Authorization: Bearer <key>\"");
   }
   constexpr absl::string_view kScheme = "Bearer ";
+  // "Bearer" and nothing after it (the header was stripped): the scheme is
+  // right, the key is missing.
+  if (absl::EqualsIgnoreCase(header,
+                             absl::StripTrailingAsciiWhitespace(kScheme))) {
+    return absl::UnauthenticatedError(
+        "missing API key after \"Bearer\": send \"Authorization: Bearer "
+        "<key>\"");
+  }
   if (!absl::StartsWithIgnoreCase(header, kScheme)) {
     return absl::UnauthenticatedError(
         "the Authorization header must use the Bearer scheme");

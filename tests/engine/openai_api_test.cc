@@ -302,7 +302,7 @@ TEST(OpenAiApiTest, ErrorBodyOfEmptyMessageNamesTheCode) {
 }
 
 TEST(OpenAiApiTest, ContextLengthExceededHasItsCode) {
-  const absl::Status status = ContextLengthExceeded(300, 50, 256);
+  const absl::Status status = ContextLengthExceeded(200, 350, 256, 512);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(HttpStatusFor(status.code()), 400);
   const json error = ParseErrorBody(ErrorBody(status, "prompt"));
@@ -310,8 +310,29 @@ TEST(OpenAiApiTest, ContextLengthExceededHasItsCode) {
   EXPECT_EQ(error["type"], "invalid_request_error");
   EXPECT_EQ(error["param"], "prompt");
   const std::string message = error["message"];
-  EXPECT_TRUE(absl::StrContains(message, "256")) << message;
-  EXPECT_TRUE(absl::StrContains(message, "350")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "maximum context length is 512"))
+      << message;
+  EXPECT_TRUE(absl::StrContains(message, "550")) << message;
+}
+
+// A prompt over the prompt limit is named against that limit, not the
+// context.
+TEST(OpenAiApiTest, APromptOverThePromptLimitIsCalledThat) {
+  const std::string message(ContextLengthExceeded(300, 8, 256, 512).message());
+  EXPECT_TRUE(absl::StrContains(message, "maximum prompt length is 256"))
+      << message;
+  EXPECT_TRUE(absl::StrContains(message, "your prompt has 300")) << message;
+  EXPECT_FALSE(absl::StrContains(message, "context")) << message;
+}
+
+// A number past double's range is a 400 naming the JSON, not a 500.
+TEST(OpenAiApiTest, NumberOverflowIsInvalidJson) {
+  auto req =
+      ParseCompletionRequest(R"({"prompt":"x","max_tokens":1e400})", false);
+  ASSERT_FALSE(req.ok());
+  EXPECT_EQ(req.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(req.status().message(), "invalid JSON"))
+      << req.status();
 }
 
 CompletionResult Result() {

@@ -79,7 +79,7 @@ TEST(OpenAiUsageTest, StreamOptionsOfTheWrongTypeAre400NamingTheField) {
 }
 
 TEST(OpenAiUsageTest, ErrorReasonIsTheCodeElseTheTypeNeverTheMessage) {
-  EXPECT_EQ(ErrorReason(ContextLengthExceeded(300, 8, 256)),
+  EXPECT_EQ(ErrorReason(ContextLengthExceeded(300, 8, 256, 512)),
             "context_length_exceeded");
   EXPECT_EQ(ErrorReason(absl::UnauthenticatedError("invalid API key")),
             "authentication_error");

@@ -127,6 +127,18 @@ TEST(TenantRegistryTest, RejectsBadMissingAndOtherSchemesWithoutEchoingKey) {
   }
 }
 
+// An empty key after the Bearer scheme is a missing key, not a wrong
+// scheme.
+TEST(TenantRegistryTest, BearerWithoutAKeyIsAMissingKey) {
+  const TenantRegistry registry = Registry();
+  for (const char* header : {"Bearer", "Bearer ", "bearer   "}) {
+    auto tenant = registry.Authenticate(header);
+    ASSERT_EQ(tenant.status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_TRUE(absl::StrContains(tenant.status().message(), "missing API key"))
+        << header << ": " << tenant.status().message();
+  }
+}
+
 TEST(TenantRegistryTest, DuplicateKeyAcrossTenantsRejectedWithoutEchoingIt) {
   const std::string message = ParseError(absl::StrCat(
       R"({"tenants":[{"id":"a","api_keys":[")", kAcmeKey,

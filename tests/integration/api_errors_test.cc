@@ -1,0 +1,66 @@
+// Errors through the router as a client sees them: an unknown model is the
+// documented 404, a number past double's range a 400 in the OpenAI shape
+// (not a 500 with an empty body), "Bearer" with no key a missing key, and a
+// prompt over the prompt limit named against the prompt limit.
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/cluster.h"
+
+namespace kvcanary::testing {
+namespace {
+
+class ApiErrorsTest : public SharedClusterTest {};
+
+TEST_F(ApiErrorsTest, AnUnknownModelIs404AndTheServedOneIsServed) {
+  HttpResult models = Get(cluster_->router(), "/v1/models", "sk-acme");
+  ASSERT_EQ(models.status, 200) << models.body;
+  const std::string served = models.json["data"][0]["id"];
+  HttpResult ok = Post(
+      cluster_->router(), "/v1/completions",
+      nlohmann::json{{"model", served}, {"prompt", "Once"}, {"max_tokens", 1}}
+          .dump(),
+      "sk-acme");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  HttpResult unknown =
+      Post(cluster_->router(), "/v1/completions",
+           nlohmann::json{
+               {"model", "gpt-none"}, {"prompt", "Once"}, {"max_tokens", 1}}
+               .dump(),
+           "sk-acme");
+  EXPECT_EQ(unknown.status, 404) << unknown.body;
+  EXPECT_EQ(unknown.json["error"]["code"], "model_not_found") << unknown.body;
+}
+
+TEST_F(ApiErrorsTest, ANumberPastDoublesRangeIsA400InTheOpenAiShape) {
+  HttpResult r = Post(cluster_->router(), "/v1/completions",
+                      R"({"prompt": "Once", "max_tokens": 1e400})", "sk-acme");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.json["error"]["type"], "invalid_request_error") << r.body;
+}
+
+TEST_F(ApiErrorsTest, BearerWithoutAKeyIsAMissingKey) {
+  httplib::Client client(cluster_->router());
+  auto res =
+      client.Post("/v1/completions", {{"Authorization", "Bearer "}},
+                  R"({"prompt": "Once", "max_tokens": 1})", "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  EXPECT_NE(res->body.find("missing API key"), std::string::npos) << res->body;
+}
+
+TEST_F(ApiErrorsTest, APromptOverThePromptLimitIsCalledThePromptLimit) {
+  std::string prompt;
+  for (int i = 0; i < 400; ++i) prompt += " once";
+  HttpResult r = Post(
+      cluster_->router(), "/v1/completions",
+      nlohmann::json{{"prompt", prompt}, {"max_tokens", 1}}.dump(), "sk-acme");
+  ASSERT_EQ(r.status, 400) << r.body;
+  const std::string message = r.json["error"]["message"];
+  EXPECT_NE(message.find("maximum prompt length"), std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace kvcanary::testing

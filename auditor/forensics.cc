@@ -163,8 +163,12 @@ absl::StatusOr<std::optional<storage::EvidenceRow>> LatestCalibration(
   }
   filter.kind = "calibration";
   ASSIGN_OR_RETURN(auto rows, store.Query(filter));
+  // Only calibrations that time first tokens (probe's; accept's does not).
   for (auto it = rows.rbegin(); it != rows.rend(); ++it) {
-    if (campaigns.count(it->record.campaign) > 0) return *it;
+    if (campaigns.count(it->record.campaign) > 0 &&
+        FindPath(it->record.body, "latency") != nullptr) {
+      return *it;
+    }
   }
   return std::nullopt;
 }
@@ -215,10 +219,10 @@ absl::StatusOr<TtftFloor> FindFloor(const ForensicsOptions& o) {
                     {"per_token_ms", per_token_ms},
                     {"base_ms", num("base_ms")},
                     {"r2", num("r2")}};
-  const std::string which =
-      absl::StrCat("the latest calibration against ", o.calibration_target,
-                   " in --db (campaign ", row.record.campaign, " at ",
-                   Rfc3339Utc(row.record.ts_us), ")");
+  const std::string which = absl::StrCat(
+      "the latest latency calibration against ", o.calibration_target,
+      " in --db (campaign ", row.record.campaign, " at ",
+      Rfc3339Utc(row.record.ts_us), ")");
   if (!fitted || per_token_ms <= 0) {
     const json* why = latency ? FindPath(*latency, "failure") : nullptr;
     floor.source = absl::StrCat(

@@ -350,6 +350,16 @@ TEST(ForensicsTest, TheFloorComesFromTheLatestCalibrationOfTheTarget) {
   // Later, but of another server: not used.
   RecordCalibration(o.db_path, "c20240501T120000-00000003", true, 5.0,
                     "http://10.0.0.9:8000");
+  // Later, of this server, but accept's: it times no first tokens.
+  {
+    auto log = EvidenceLog::Open(o.db_path, "c20240501T130000-00000004");
+    ASSERT_TRUE(log.ok()) << log.status();
+    ASSERT_TRUE((*log)
+                    ->Record("campaign_start",
+                             {{"target", kTarget}, {"command", "accept"}}, true)
+                    .ok());
+    ASSERT_TRUE((*log)->Record("calibration", {{"limit", 256}}, true).ok());
+  }
   o.calibration_target = std::string(kTarget) + "/";
   const CampaignResult r = RunLog(o);
   ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);

@@ -203,6 +203,31 @@ std::unique_ptr<httplib::Server> MakeHttpServer(int threads) {
   server->set_keep_alive_max_count(1000);
   server->set_read_timeout(30, 0);
   server->set_write_timeout(30, 0);
+  // A body over the limit is refused (413) before it is read, when its
+  // Content-Length says so, and as soon as it passes the limit otherwise.
+  server->set_payload_max_length(kMaxRequestBodyBytes);
+  // Errors httplib answers itself (413, an unknown path, a malformed
+  // request line) get the OpenAI error shape too; our handlers' own error
+  // bodies are left as they are.
+  server->set_error_handler(httplib::Server::HandlerWithResponse(
+      [](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty())
+          return httplib::Server::HandlerResponse::Unhandled;
+        absl::Status status;
+        if (res.status == 413) {
+          status = absl::InvalidArgumentError(
+              absl::StrCat("request body too large: the limit is ",
+                           kMaxRequestBodyBytes, " bytes"));
+        } else if (res.status == 404) {
+          status = absl::NotFoundError("unknown path");
+        } else if (res.status < 500) {
+          status = absl::InvalidArgumentError("malformed request");
+        } else {
+          status = absl::InternalError("internal error");
+        }
+        res.set_content(ErrorBody(status), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   return server;
 }
 

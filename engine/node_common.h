@@ -70,6 +70,11 @@ struct NodeRequest {
 // kInvalidArgument (HTTP 400) naming the field.
 absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body);
 
+// The largest request body any listener accepts (router and nodes): 1 MiB,
+// far above the longest prompt a context holds; a larger one is a 413 with
+// an OpenAI-shaped error, refused before it is read into memory.
+inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
+
 // A server with enough threads for long-lived streaming responses.
 std::unique_ptr<httplib::Server> MakeHttpServer(int threads);
 // Binds host:port (0 = any free port) and serves on a new thread.

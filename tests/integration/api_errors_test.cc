@@ -62,5 +62,27 @@ TEST_F(ApiErrorsTest, APromptOverThePromptLimitIsCalledThePromptLimit) {
       << message;
 }
 
+// A body over 1 MiB is a 413 in the OpenAI shape, and the router goes on
+// serving.
+TEST_F(ApiErrorsTest, ABodyOverOneMebibyteIs413) {
+  const std::string prompt(2 << 20, 'a');
+  HttpResult r = Post(
+      cluster_->router(), "/v1/completions",
+      nlohmann::json{{"prompt", prompt}, {"max_tokens", 1}}.dump(), "sk-acme");
+  EXPECT_EQ(r.status, 413) << r.body.substr(0, 200);
+  EXPECT_EQ(r.json["error"]["type"], "invalid_request_error") << r.body;
+  EXPECT_NE(r.body.find("too large"), std::string::npos) << r.body;
+  HttpResult ok = Post(cluster_->router(), "/v1/completions",
+                       R"({"prompt": "Once", "max_tokens": 1})", "sk-acme");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+// A path nobody serves is a 404 in the OpenAI shape.
+TEST_F(ApiErrorsTest, AnUnknownPathIsA404InTheOpenAiShape) {
+  HttpResult r = Get(cluster_->router(), "/v1/nothing-here", "sk-acme");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_TRUE(r.json.contains("error")) << r.body;
+}
+
 }  // namespace
 }  // namespace kvcanary::testing

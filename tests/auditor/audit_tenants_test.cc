@@ -49,9 +49,9 @@ TEST(AuditTenantsTest, TwoTenantsWithOneKeyAreRefused) {
 }
 
 TEST(AuditTenantsTest, OneTenantOrAMissingKeyIsRefused) {
-  EXPECT_FALSE(LoadAuditTenants(
-                   File(R"({"tenants": [{"id": "acme", "api_key": "k"}]})"))
-                   .ok());
+  EXPECT_FALSE(
+      LoadAuditTenants(File(R"({"tenants": [{"id": "acme", "api_key": "k"}]})"))
+          .ok());
   EXPECT_FALSE(LoadAuditTenants(File(R"({"tenants": [{"id": "acme"},
       {"id": "globex", "api_key": "k"}]})"))
                    .ok());

@@ -511,15 +511,8 @@ void Accept::Finish(const absl::Status& run) {
 }
 
 CampaignResult Accept::Run() {
-  r_.command = "accept";
-  metrics_->SetCommandDetectors({"echo", "golden", "boundary"});
-  r_.started_us = NowUs();
-  r_.campaign_id = NewCampaignId();
-  r_.target = o_.target.target;
-  r_.db_path = o_.db_path;
-  for (const AuditTenant& t : session_.options().tenants) {
-    r_.tenants.push_back(t.name);
-  }
+  StartResult(&r_, "accept", o_.target.target, session_.options().tenants,
+              o_.db_path, {"echo", "golden", "boundary"}, metrics_);
   absl::Status s = Steps();
   if (s.ok() && log_ != nullptr) s = log_->Flush();
   Finish(s);

@@ -432,15 +432,8 @@ void CacheAudit::Finish(const absl::Status& run) {
 }
 
 CampaignResult CacheAudit::Run() {
-  r_.command = "cache-audit";
-  metrics_->SetCommandDetectors({"cache_timing", "cached_tokens"});
-  r_.started_us = NowUs();
-  r_.campaign_id = NewCampaignId();
-  r_.target = o_.target.target;
-  r_.db_path = o_.db_path;
-  for (const AuditTenant& t : session_.options().tenants) {
-    r_.tenants.push_back(t.name);
-  }
+  StartResult(&r_, "cache-audit", o_.target.target, session_.options().tenants,
+              o_.db_path, {"cache_timing", "cached_tokens"}, metrics_);
   absl::Status s = Steps();
   if (s.ok() && log_ != nullptr) s = log_->Flush();
   Finish(s);

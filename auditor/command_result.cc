@@ -1,10 +1,26 @@
 #include "auditor/command_result.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace kvcanary::auditor {
 
 using json = nlohmann::json;
+
+void StartResult(CampaignResult* r, const std::string& command,
+                 const std::string& target,
+                 const std::vector<AuditTenant>& tenants,
+                 const std::string& db_path,
+                 const std::vector<std::string>& detectors,
+                 AuditorMetrics* metrics) {
+  r->command = command;
+  metrics->SetCommandDetectors(detectors);
+  r->started_us = absl::ToUnixMicros(absl::Now());
+  r->campaign_id = NewCampaignId();
+  r->target = target;
+  r->db_path = db_path;
+  for (const AuditTenant& t : tenants) r->tenants.push_back(t.name);
+}
 
 void SealResult(CampaignResult* r, EvidenceLog* log, json end,
                 AuditorMetrics* metrics) {

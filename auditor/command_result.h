@@ -1,16 +1,31 @@
-// The end every auditor command shares (probe, accept, facts, cache-audit,
-// forensics): findings joined and grouped into incidents, the `incident`
-// rows and `campaign_end` appended to the evidence, and the metrics of the
-// verdict. One place, so every command's verdict is recorded the same way.
+// The start and the end every auditor command shares (probe, accept, facts,
+// cache-audit, forensics): findings joined and grouped into incidents, the
+// `incident` rows and `campaign_end` appended to the evidence, and the metrics
+// of the verdict. One place, so every command's verdict is recorded the same
+// way.
 #ifndef KVCANARY_AUDITOR_COMMAND_RESULT_H_
 #define KVCANARY_AUDITOR_COMMAND_RESULT_H_
 
+#include <string>
+#include <vector>
+
+#include "auditor/audit_tenants.h"
 #include "auditor/campaign.h"
 #include "auditor/evidence_log.h"
 #include "auditor/metrics.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::auditor {
+
+// The start: the command's name, a new campaign id, the start time, the
+// target (a URL, or forensics' log path), the tenants, the database; and
+// the metrics told which detectors this command has.
+void StartResult(CampaignResult* r, const std::string& command,
+                 const std::string& target,
+                 const std::vector<AuditTenant>& tenants,
+                 const std::string& db_path,
+                 const std::vector<std::string>& detectors,
+                 AuditorMetrics* metrics);
 
 // REQUIRES: r->verdict and r->reasons decided, r->ended_us set. `log` may
 // be null (the store could not be opened: nothing to append). `end` holds

@@ -409,14 +409,9 @@ absl::Status Facts::Steps() {
 }
 
 CampaignResult Facts::Run() {
-  r_.command = "facts";
-  metrics_->SetCommandDetectors(
-      {std::begin(kFactsDetectorNames), std::end(kFactsDetectorNames)});
-  r_.started_us = NowUs();
-  r_.campaign_id = NewCampaignId();
-  r_.target = o_.target.target;
-  r_.db_path = o_.db_path;
-  for (const AuditTenant& t : tenants()) r_.tenants.push_back(t.name);
+  StartResult(&r_, "facts", o_.target.target, tenants(), o_.db_path,
+              {std::begin(kFactsDetectorNames), std::end(kFactsDetectorNames)},
+              metrics_);
   run_.target = r_.target;
   run_.tenants = r_.tenants;
   run_.no_plant = "no --tenants: no marker could be planted";

@@ -374,12 +374,8 @@ void Forensics::Finish(const absl::Status& run) {
 }
 
 CampaignResult Forensics::Run() {
-  r_.command = "forensics";
-  metrics_->SetCommandDetectors({"log_forensics"});
-  r_.started_us = NowUs();
-  r_.campaign_id = NewCampaignId();
-  r_.target = o_.log_path;
-  r_.db_path = o_.db_path;
+  StartResult(&r_, "forensics", o_.log_path, {}, o_.db_path, {"log_forensics"},
+              metrics_);
   Finish(Steps());
   return std::move(r_);
 }

@@ -31,6 +31,7 @@
 #include "auditor/result_text.h"
 #include "auditor/test_break.h"
 #include "auditor/tlog_commands.h"
+#include "auditor/trace_follower.h"
 #include "common/cli.h"
 #include "httplib.h"
 #include "storage/evidence_store.h"
@@ -43,6 +44,9 @@ ABSL_FLAG(
     "Tenants file, {\"tenants\": [{\"id\", \"api_key\"}]}, whose keys the "
     "probes use: at least two (facts: optional; without it only what needs "
     "no key is read).");
+ABSL_FLAG(std::string, trace_token_file, "",
+          "File holding the nodes' /v1/trace admin token (kvcanary-engine "
+          "up prints its path); facts reads the nodes without it.");
 ABSL_FLAG(std::vector<std::string>, trace, {},
           "Base URLs of engine nodes, comma-separated. probe, sidecar: whose "
           "/v1/trace (kvt1/kvt2) to follow; without it the trace detector is "
@@ -201,6 +205,7 @@ CliSpec Cli() {
   std::vector<std::string> campaign = {"target",
                                        "tenants",
                                        "trace",
+                                       "trace_token_file",
                                        "db",
                                        "duration",
                                        "max_probes",
@@ -383,15 +388,7 @@ absl::StatusOr<std::string> SecretKeyFromFlags() {
 }
 
 absl::StatusOr<std::vector<std::string>> TraceUrlsFromFlags() {
-  std::vector<std::string> urls = absl::GetFlag(FLAGS_trace);
-  for (std::string& u : urls) {
-    while (!u.empty() && u.back() == '/') u.pop_back();
-    if (u.rfind("http://", 0) != 0 && u.rfind("https://", 0) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--trace '", u, "' is not an http(s) URL"));
-    }
-  }
-  return urls;
+  return NormalizeTraceUrls(absl::GetFlag(FLAGS_trace));
 }
 
 // The checkpoint directories: --checkpoint-dir and --checkpoint-mirror.
@@ -422,6 +419,9 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
   auto trace_urls = TraceUrlsFromFlags();
   if (!trace_urls.ok()) return trace_urls.status();
   o.trace_urls = *std::move(trace_urls);
+  auto token = ReadTraceToken(absl::GetFlag(FLAGS_trace_token_file));
+  if (!token.ok()) return token.status();
+  o.trace_token = *std::move(token);
   auto db = DbFromFlags();
   if (!db.ok()) return db.status();
   o.db_path = *db;

@@ -151,7 +151,7 @@ void Campaign::Progress(const char* what) {
 
 absl::Status Campaign::StartTrace() {
   for (const std::string& url : o_.trace_urls) {
-    followers_.push_back(std::make_unique<TraceFollower>(url));
+    followers_.push_back(std::make_unique<TraceFollower>(url, o_.trace_token));
     RETURN_IF_ERROR(followers_.back()->Start());
   }
   return absl::OkStatus();

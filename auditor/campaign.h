@@ -31,6 +31,7 @@ struct CampaignOptions {
   std::string target;  // base URL, e.g. http://127.0.0.1:8000
   std::vector<AuditTenant> tenants;
   std::vector<std::string> trace_urls;  // engine nodes (base URLs)
+  std::string trace_token;  // their /v1/trace admin token ("" sends none)
   std::string db_path;
   absl::Duration duration = absl::Seconds(30);
   int max_probes = 0;  // 0: until `duration`

@@ -2,6 +2,10 @@
 
 #include <curl/curl.h>
 
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -10,8 +14,33 @@
 
 namespace kvcanary::auditor {
 
-TraceFollower::TraceFollower(std::string node_url)
-    : url_(std::move(node_url)) {}
+absl::StatusOr<std::vector<std::string>> NormalizeTraceUrls(
+    std::vector<std::string> urls) {
+  for (std::string& u : urls) {
+    while (!u.empty() && u.back() == '/') u.pop_back();
+    if (u.rfind("http://", 0) != 0 && u.rfind("https://", 0) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--trace '", u, "' is not an http(s) URL"));
+    }
+  }
+  return urls;
+}
+
+absl::StatusOr<std::string> ReadTraceToken(const std::string& path) {
+  if (path.empty()) return std::string();
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  if (!in || token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--trace-token-file ", path, ": unreadable or empty"));
+  }
+  return token;
+}
+
+TraceFollower::TraceFollower(std::string node_url, std::string token)
+    : url_(std::move(node_url)), token_(std::move(token)) {}
 
 TraceFollower::~TraceFollower() {
   if (thread_.joinable()) (void)Stop(absl::ZeroDuration());
@@ -67,11 +96,20 @@ absl::Status TraceFollower::Start(absl::Duration connect_timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   answered_cv_.wait_for(lock, absl::ToChronoMilliseconds(connect_timeout),
                         [this] { return answered_ || !status_.ok(); });
-  if (!status_.ok()) return status_;
+  // A refusal's body is short: the stream may have ended (status_ set)
+  // before this thread looked; the answer's status is what tells.
+  if (!status_.ok() && !(answered_ && http_status_ != 200)) return status_;
   if (!answered_) {
     return absl::DeadlineExceededError(
         absl::StrCat(url_, "/v1/trace: no answer within ",
                      absl::FormatDuration(connect_timeout)));
+  }
+  if (http_status_ == 401 || http_status_ == 403) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        url_, "/v1/trace answered HTTP ", http_status_,
+        token_.empty()
+            ? ": the node requires a trace token (--trace-token-file)"
+            : ": the node refused the trace token"));
   }
   if (http_status_ != 200) {
     return absl::FailedPreconditionError(
@@ -103,8 +141,15 @@ void TraceFollower::Run() {
   curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &TraceFollower::OnProgress);
   curl_easy_setopt(curl, CURLOPT_XFERINFODATA, this);
+  curl_slist* headers = nullptr;
+  if (!token_.empty()) {
+    const std::string auth = "Authorization: Bearer " + token_;
+    headers = curl_slist_append(headers, auth.c_str());
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  }
   const CURLcode rc = curl_easy_perform(curl);
   curl_easy_cleanup(curl);
+  curl_slist_free_all(headers);
   std::lock_guard<std::mutex> lock(mu_);
   if (rc != CURLE_OK && !(rc == CURLE_ABORTED_BY_CALLBACK && stop_.load()) &&
       status_.ok()) {

@@ -14,15 +14,28 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "auditor/shadow_ledger.h"
 #include "common/trace_event.h"
 
 namespace kvcanary::auditor {
 
+// The admin token a node's GET /v1/trace requires, from the file
+// --trace-token-file names (one line; "" when `path` is empty).
+// kInvalidArgument naming the file (never its content) if unreadable or
+// empty.
+absl::StatusOr<std::string> ReadTraceToken(const std::string& path);
+
+// --trace's node base URLs without trailing slashes; kInvalidArgument for
+// one that is not http(s).
+absl::StatusOr<std::vector<std::string>> NormalizeTraceUrls(
+    std::vector<std::string> urls);
+
 class TraceFollower {
  public:
-  explicit TraceFollower(std::string node_url);
+  // `token`: sent as "Authorization: Bearer <token>"; "" sends none.
+  explicit TraceFollower(std::string node_url, std::string token = "");
   ~TraceFollower();  // stops
   TraceFollower(const TraceFollower&) = delete;
   TraceFollower& operator=(const TraceFollower&) = delete;
@@ -49,6 +62,7 @@ class TraceFollower {
   void Run();
 
   const std::string url_;
+  const std::string token_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;

@@ -81,6 +81,14 @@ void DecodeNode::ReleaseSlot(int slot) {
 DecodeNode::~DecodeNode() { Stop(); }
 
 absl::Status DecodeNode::Start() {
+  if (!options_.creds.internal.set()) {
+    return absl::FailedPreconditionError(
+        "the decode node needs the internal secret (--internal_secret_file)");
+  }
+  if (options_.prefill_urls.empty()) {
+    return absl::FailedPreconditionError(
+        "the decode node needs at least one prefill node (--prefill)");
+  }
   ASSIGN_OR_RETURN(trace_file_,
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
   server_ = MakeHttpServer(options_.http_threads);
@@ -89,7 +97,7 @@ absl::Status DecodeNode::Start() {
                   HandleGenerate(req, res);
                 });
   AddEngineNodeRoutes(server_.get(), "decode", options_.max_prompt_tokens,
-                      &loop_, &metrics_, &trace_);
+                      &loop_, &metrics_, &trace_, &options_.creds);
   auto listener = kv::FrameListener::Listen(options_.host, options_.kv_port);
   if (!listener.ok()) return listener.status();
   listener_ = *std::move(listener);
@@ -137,12 +145,11 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
                          {{"prefill_outcome", prefill_outcome},
                           {"decode_outcome", OutcomeText(status)}});
   };
+  if (!Authorized(req, options_.creds.internal, "internal secret", res)) return;
   auto body = ParseJsonObject(req.body);
   if (!body.ok()) return fail(body.status());
   auto parsed = ParseNodeRequest(*body);
   if (!parsed.ok()) return fail(parsed.status());
-  auto prefill_url = JsonString(*body, "prefill_url");
-  if (!prefill_url.ok()) return fail(prefill_url.status());
   NodeRequest& request = *parsed;
   if (static_cast<int>(request.prompt.size()) > options_.max_prompt_tokens) {
     return fail(absl::InvalidArgumentError(
@@ -182,42 +189,15 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   pending->prompt_tokens = prompt_tokens;
   pending->prompt_pages = loop_.pool().PagesFor(prompt_tokens);
   pending->reserved_pages = static_cast<int>(reserved->block_table.size());
+  pending->token = NewTransferToken();
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_[id] = pending;
   }
 
-  // Ask the prefill node to compute the prompt's K/V and ship it here.
-  nlohmann::json pj;
-  pj["request_id"] = id.value();
-  pj["tenant_id"] = tenant.value();
-  pj["prompt"] = *prompt;
-  pj["temperature"] = sampling.temperature;
-  pj["top_p"] = sampling.top_p;
-  pj["seed"] = sampling.seed;
-  pj["reserved_pages"] = pending->reserved_pages;
-  pj["kv_host"] = options_.host;
-  pj["kv_port"] = kv_port_;
-  absl::Status transfer;
-  {
-    httplib::Client client(*prefill_url);
-    const int64_t us = absl::ToInt64Microseconds(options_.transfer_timeout);
-    client.set_connection_timeout(5, 0);
-    client.set_read_timeout(us / 1000000, us % 1000000);
-    client.set_write_timeout(us / 1000000, us % 1000000);
-    auto pres =
-        client.Post("/internal/v1/prefill", pj.dump(), "application/json");
-    if (!pres) {
-      transfer = absl::UnavailableError(
-          absl::StrCat("prefill node ", *prefill_url,
-                       " unreachable: ", httplib::to_string(pres.error())));
-    } else if (pres->status != 200) {
-      transfer = StatusFromInternalResponse(pres->status, pres->body);
-      prefill_outcome = OutcomeText(transfer);
-    } else {
-      ReadPrefillAnswer(pres->body, &prefill_outcome, &cached_tokens);
-    }
-  }
+  // Ask a prefill node to compute the prompt's K/V and ship it here.
+  absl::Status transfer =
+      RequestPrefill(request, *pending, &prefill_outcome, &cached_tokens);
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending->cancelled =
@@ -333,6 +313,41 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
       });
 }
 
+absl::Status DecodeNode::RequestPrefill(const NodeRequest& request,
+                                        const PendingTransfer& pending,
+                                        nlohmann::json* prefill_outcome,
+                                        int* cached_tokens) {
+  nlohmann::json pj;
+  pj["request_id"] = request.id.value();
+  pj["tenant_id"] = request.tenant.value();
+  pj["prompt"] = request.prompt;
+  pj["temperature"] = request.sampling.temperature;
+  pj["top_p"] = request.sampling.top_p;
+  pj["seed"] = request.sampling.seed;
+  pj["reserved_pages"] = pending.reserved_pages;
+  pj["kv_peer"] = options_.name;
+  pj["transfer_token"] = TransferTokenHex(pending.token);
+  const std::string& url = options_.prefill_urls[next_prefill_.fetch_add(1) %
+                                                 options_.prefill_urls.size()];
+  httplib::Client client(url);
+  const int64_t us = absl::ToInt64Microseconds(options_.transfer_timeout);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(us / 1000000, us % 1000000);
+  client.set_write_timeout(us / 1000000, us % 1000000);
+  auto pres = client.Post(
+      "/internal/v1/prefill",
+      {{"Authorization", options_.creds.internal.AuthorizationHeader()}},
+      pj.dump(), "application/json");
+  if (!pres) return NodeCallError("prefill", url, pres.error());
+  if (pres->status != 200) {
+    absl::Status s = StatusFromInternalResponse(pres->status, pres->body);
+    *prefill_outcome = OutcomeText(s);
+    return s;
+  }
+  ReadPrefillAnswer(pres->body, prefill_outcome, cached_tokens);
+  return absl::OkStatus();
+}
+
 void DecodeNode::AcceptLoop() {
   while (true) {
     auto conn = listener_->Accept(absl::Seconds(1));
@@ -354,6 +369,11 @@ void DecodeNode::AcceptLoop() {
       } else {
         ++i;
       }
+    }
+    if (static_cast<int>(transfer_threads_.size()) >=
+        options_.max_kv_connections) {
+      metrics_.CountKvRefused("connection cap");
+      continue;  // closed: the sender retries or fails its request
     }
     auto done = std::make_shared<std::atomic<bool>>(false);
     transfer_threads_.emplace_back(
@@ -387,36 +407,58 @@ void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
   if (claimed) loop_.Abort(id, verdict);
 }
 
+absl::Status DecodeNode::Authenticate(kv::FrameConnection& conn) {
+  const SharedSecret::Nonce nonce = SharedSecret::NewNonce();
+  RETURN_IF_ERROR(conn.Send(kv::Hello{nonce}, kFrameTimeout));
+  auto first = conn.Receive(kFrameTimeout);
+  if (!first.ok()) return first.status();
+  const auto* auth = std::get_if<kv::Auth>(&*first);
+  if (auth == nullptr ||
+      !options_.creds.internal.CheckKvProof(nonce, auth->proof)) {
+    metrics_.CountKvRefused("authentication");
+    return absl::UnauthenticatedError("KV connection failed authentication");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<DecodeNode::PendingTransfer>> DecodeNode::Claim(
+    const kv::Metadata& meta) {
+  std::shared_ptr<PendingTransfer> pending = FindPending(meta.request);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pending == nullptr || !SameToken(pending->token, meta.transfer_token) ||
+      pending->claimed || pending->cancelled) {
+    metrics_.CountKvRefused("no matching reservation");
+    return absl::PermissionDeniedError(
+        "no reservation matches this request id and transfer token");
+  }
+  pending->claimed = true;
+  return pending;
+}
+
 absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
                                          RequestId* id, bool* claimed) {
+  // Nothing larger than one page of this geometry is buffered.
+  const ModelConfig& geometry = model_->config;
+  conn.set_max_page_payload(static_cast<uint32_t>(
+      kv::kPageFixedPayloadSize + 2ull * loop_.pool().layout().page_tokens *
+                                      geometry.kv_dim() * sizeof(float)));
+  RETURN_IF_ERROR(Authenticate(conn));
   auto first = conn.Receive(kFrameTimeout);
   if (!first.ok()) return first.status();
   const auto* meta = std::get_if<kv::Metadata>(&*first);
   if (meta == nullptr)
     return absl::DataLossError("transfer did not start with metadata");
-  *id = meta->request;
   if (options_.test_receive_delay > absl::ZeroDuration()) {
     absl::SleepFor(options_.test_receive_delay);
   }
-  std::shared_ptr<PendingTransfer> pending = FindPending(meta->request);
-  if (pending == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no reservation for request ", meta->request.value()));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<PendingTransfer> pending, Claim(*meta));
+  *id = meta->request;
+  *claimed = true;
   auto finish = [&](absl::Status status) {
     std::lock_guard<std::mutex> lock(mu_);
     pending->result = status;
     return status;
   };
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (pending->claimed || pending->cancelled) {
-      return absl::FailedPreconditionError(
-          "transfer already claimed or cancelled");
-    }
-    pending->claimed = true;
-    *claimed = true;
-  }
   const KvPageLayout& layout = loop_.pool().layout();
   const ModelConfig& cfg = model_->config;
   // admission-abort-lost: decode takes the transfer's word for how much was

@@ -28,6 +28,7 @@
 #include "engine/engine_loop.h"
 #include "engine/faults.h"
 #include "engine/kv_connection.h"
+#include "engine/node_common.h"
 #include "engine/node_metrics.h"
 #include "engine/trace_bus.h"
 #include "httplib.h"
@@ -35,6 +36,16 @@
 namespace kvcanary::engine {
 
 struct DecodeNodeOptions {
+  // This node's name, as the prefill nodes' configuration lists its KV
+  // port (PrefillNodeOptions::kv_peers); sent to them with each request.
+  std::string name = "decode-0";
+  // The prefill nodes this node asks to fill its reservations, round-robin
+  // (http://host:port). Configuration only: no request names an address.
+  std::vector<std::string> prefill_urls;
+  // The internal secret (mandatory), the trace token, the trace reader cap.
+  NodeCredentials creds;
+  // KV connections served at once; one more is closed at accept.
+  int max_kv_connections = 64;
   std::string host = "127.0.0.1";
   int http_port = 0;  // 0: any free port
   int kv_port = 0;
@@ -75,6 +86,7 @@ class DecodeNode {
     int reserved_pages = 0;            // pages reserved for prompt + generation
     std::vector<PageRef> block_table;  // the reservation
     int slot = -1;                     // its metadata slot
+    TransferToken token{};             // the prefill node must present it
     bool claimed = false;              // a receiver took it
     bool cancelled = false;            // the generate handler gave up
     std::optional<absl::Status> result;  // the receiver's verdict, once done
@@ -102,6 +114,20 @@ class DecodeNode {
   // failure abort the request).
   absl::Status ReceiveTransfer(kv::FrameConnection& conn, RequestId* id,
                                bool* claimed);
+  // The handshake: Hello, then the sender's Auth within the frame timeout.
+  // kUnauthenticated for anything else.
+  absl::Status Authenticate(kv::FrameConnection& conn);
+  // The reservation a Metadata frame names, claimed for this connection if
+  // its transfer token matches and nobody claimed it. One answer for every
+  // refusal (unknown id, wrong token, taken), so a refusal reveals nothing.
+  absl::StatusOr<std::shared_ptr<PendingTransfer>> Claim(
+      const kv::Metadata& meta);
+  // Asks a prefill node to fill the reservation; its answer's outcome and
+  // cached tokens into *prefill_outcome / *cached_tokens.
+  absl::Status RequestPrefill(const NodeRequest& request,
+                              const PendingTransfer& pending,
+                              nlohmann::json* prefill_outcome,
+                              int* cached_tokens);
   std::shared_ptr<PendingTransfer> FindPending(RequestId id);
 
   const Model* model_;
@@ -126,6 +152,7 @@ class DecodeNode {
   std::vector<MetadataSlot> slots_;  // guarded by mu_
   std::condition_variable slot_freed_;
   uint64_t next_slot_ = 0;  // guarded by mu_ (metadata-slot-reuse)
+  std::atomic<uint64_t> next_prefill_{0};
 };
 
 }  // namespace kvcanary::engine

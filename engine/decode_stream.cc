@@ -6,9 +6,10 @@
 
 namespace kvcanary::engine {
 
-DecodeStream::DecodeStream(const std::string& url, std::string body,
-                           absl::Duration timeout) {
-  thread_ = std::thread([this, url, body = std::move(body), timeout] {
+DecodeStream::DecodeStream(const std::string& url, std::string authorization,
+                           std::string body, absl::Duration timeout) {
+  thread_ = std::thread([this, url, authorization = std::move(authorization),
+                         body = std::move(body), timeout] {
     httplib::Client client(url);
     const auto secs = absl::ToChronoSeconds(timeout).count();
     client.set_connection_timeout(5, 0);
@@ -18,6 +19,7 @@ DecodeStream::DecodeStream(const std::string& url, std::string body,
     r.method = "POST";
     r.path = "/internal/v1/generate";
     r.set_header("Content-Type", "application/json");
+    r.set_header("Authorization", authorization);
     r.body = body;
     r.response_handler = [this](const httplib::Response& resp) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -48,8 +50,7 @@ DecodeStream::DecodeStream(const std::string& url, std::string body,
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
     if (!result && !cancel_.load()) {
-      transport_ = absl::UnavailableError(absl::StrCat(
-          "decode node ", url, ": ", httplib::to_string(result.error())));
+      transport_ = NodeCallError("decode", url, result.error());
     }
     cv_.notify_all();
   });

@@ -23,9 +23,10 @@ namespace kvcanary::engine {
 
 class DecodeStream {
  public:
-  // Starts the request to `url` (the decode node's base URL) with `body`.
-  DecodeStream(const std::string& url, std::string body,
-               absl::Duration timeout);
+  // Starts the request to `url` (the decode node's base URL) with `body`,
+  // sending `authorization` as its Authorization header.
+  DecodeStream(const std::string& url, std::string authorization,
+               std::string body, absl::Duration timeout);
   ~DecodeStream();  // cancels and joins
   DecodeStream(const DecodeStream&) = delete;
   DecodeStream& operator=(const DecodeStream&) = delete;

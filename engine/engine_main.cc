@@ -74,7 +74,24 @@ ABSL_FLAG(std::string, tenants, "",
           "Tenants JSON file (docs/api.md); required by up and the router "
           "role.");
 ABSL_FLAG(std::vector<std::string>, prefill, {},
-          "Router role: base URLs of the prefill nodes, comma-separated.");
+          "Router and decode roles: base URLs of the prefill nodes, "
+          "comma-separated (the decode node calls them; no request names "
+          "an address).");
+ABSL_FLAG(std::vector<std::string>, decode_kv, {},
+          "Prefill role: the decode nodes' KV ports it may send to, as "
+          "NAME=HOST:PORT, comma-separated.");
+ABSL_FLAG(std::string, name, "decode-0",
+          "Decode role: this node's name in the prefill nodes' --decode-kv.");
+ABSL_FLAG(std::string, internal_secret_file, "",
+          "The deployment's internal secret (one line, >= 32 characters, "
+          "mode 0600): required by serve; up generates one when empty.");
+ABSL_FLAG(std::string, trace_token_file, "",
+          "Prefill and decode roles: the admin token GET /v1/trace requires "
+          "(same file rules); none: the trace stream is off. up generates "
+          "one when empty and prints its path.");
+ABSL_FLAG(int, max_trace_readers, 8,
+          "Prefill and decode roles: concurrent GET /v1/trace readers; one "
+          "more gets 503.");
 ABSL_FLAG(std::vector<std::string>, decode, {},
           "Router role: base URLs of the decode nodes, comma-separated.");
 ABSL_FLAG(int, max_prompt_tokens, 0,
@@ -145,12 +162,28 @@ CliSpec Cli() {
                                          "test_transfer_damage"};
   const std::vector<std::string> access_log = {
       "access_log", "access_log_max_bytes", "access_log_keep"};
-  std::vector<std::string> up = {"host", "port", "tenants"};
+  std::vector<std::string> up = {"host",
+                                 "port",
+                                 "tenants",
+                                 "internal_secret_file",
+                                 "trace_token_file",
+                                 "max_trace_readers"};
   up.insert(up.end(), node.begin(), node.end());
   up.insert(up.end(), access_log.begin(), access_log.end());
-  std::vector<std::string> serve = {"role",    "host",          "port",
-                                    "kv_port", "tenants",       "prefill",
-                                    "decode",  "max_in_flight", "trace_file"};
+  std::vector<std::string> serve = {"role",
+                                    "host",
+                                    "port",
+                                    "kv_port",
+                                    "tenants",
+                                    "prefill",
+                                    "decode",
+                                    "decode_kv",
+                                    "name",
+                                    "internal_secret_file",
+                                    "trace_token_file",
+                                    "max_trace_readers",
+                                    "max_in_flight",
+                                    "trace_file"};
   serve.insert(serve.end(), access_log.begin(), access_log.end());
   serve.insert(serve.end(), node.begin(), node.end());
   CliSpec spec;
@@ -316,6 +349,15 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.tenants_path = absl::GetFlag(FLAGS_tenants);
   o.prefill_urls = absl::GetFlag(FLAGS_prefill);
   o.decode_urls = absl::GetFlag(FLAGS_decode);
+  o.decode_kv = absl::GetFlag(FLAGS_decode_kv);
+  o.node_name = absl::GetFlag(FLAGS_name);
+  o.internal_secret_file = absl::GetFlag(FLAGS_internal_secret_file);
+  o.trace_token_file = absl::GetFlag(FLAGS_trace_token_file);
+  o.max_trace_readers = absl::GetFlag(FLAGS_max_trace_readers);
+  if (o.max_trace_readers < 1 || o.max_trace_readers > 1024) {
+    return absl::InvalidArgumentError(
+        "--max-trace-readers must be in [1, 1024]");
+  }
   o.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.max_waiting = absl::GetFlag(FLAGS_max_waiting);
   o.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);

@@ -58,6 +58,12 @@ class FrameConnection {
   // connection for the peer. Idempotent.
   void Shutdown();
 
+  // Receiver thread only: Page frames over `max` payload bytes are refused
+  // from their header, before they are buffered (kDataLoss).
+  void set_max_page_payload(uint32_t max) {
+    decoder_.set_max_page_payload(max);
+  }
+
   uint64_t bytes_sent() const { return bytes_sent_.load(); }
   uint64_t bytes_received() const { return bytes_received_.load(); }
 

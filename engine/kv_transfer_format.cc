@@ -42,6 +42,8 @@ uint64_t PayloadSizeOf(const Frame& frame) {
           [](const Ack& a) -> uint64_t {
             return kMessageFixedPayloadSize + CappedMessage(a.message).size();
           },
+          [](const Hello&) -> uint64_t { return kHelloPayloadSize; },
+          [](const Auth&) -> uint64_t { return kAuthPayloadSize; },
       },
       frame);
 }
@@ -56,42 +58,52 @@ void EncodeMessage(RequestId request, uint32_t code, const std::string& message,
 }
 
 void EncodePayload(const Frame& frame, std::string* out) {
-  std::visit(Overloaded{
-                 [out](const Metadata& m) {
-                   PutFixed64(out, m.request.value());
-                   PutFixed32(out, m.tenant.value());
-                   PutFixed32(out, m.prompt_tokens);
-                   PutFixed32(out, m.reserved_pages);
-                   PutFixed32(out, m.page_tokens);
-                   PutFixed32(out, m.n_layers);
-                   PutFixed32(out, m.kv_heads);
-                   PutFixed32(out, m.head_dim);
-                 },
-                 [out](const Page& p) {
-                   const size_t start = out->size();
-                   PutFixed32(out, p.index);
-                   PutFixed32(out, p.layer);
-                   p.stamp.EncodeTo(out);
-                   PutFixed32(out, p.slots);
-                   PutFixed32(out, static_cast<uint32_t>(p.kv_bytes.size()));
-                   out->append(p.kv_bytes);
-                   PutFixed32(out,
-                              Crc32c(out->data() + start, out->size() - start));
-                 },
-                 [out](const Commit& c) {
-                   PutFixed64(out, c.request.value());
-                   PutFixed32(out, c.pages_sent);
-                   PutFixed32(out, c.tokens_sent);
-                   PutFixed32(out, static_cast<uint32_t>(c.first_token));
-                 },
-                 [out](const Abort& a) {
-                   EncodeMessage(a.request, a.code, a.message, out);
-                 },
-                 [out](const Ack& a) {
-                   EncodeMessage(a.request, a.code, a.message, out);
-                 },
-             },
-             frame);
+  std::visit(
+      Overloaded{
+          [out](const Metadata& m) {
+            PutFixed64(out, m.request.value());
+            PutFixed32(out, m.tenant.value());
+            PutFixed32(out, m.prompt_tokens);
+            PutFixed32(out, m.reserved_pages);
+            PutFixed32(out, m.page_tokens);
+            PutFixed32(out, m.n_layers);
+            PutFixed32(out, m.kv_heads);
+            PutFixed32(out, m.head_dim);
+            out->append(reinterpret_cast<const char*>(m.transfer_token.data()),
+                        m.transfer_token.size());
+          },
+          [out](const Page& p) {
+            const size_t start = out->size();
+            PutFixed32(out, p.index);
+            PutFixed32(out, p.layer);
+            p.stamp.EncodeTo(out);
+            PutFixed32(out, p.slots);
+            PutFixed32(out, static_cast<uint32_t>(p.kv_bytes.size()));
+            out->append(p.kv_bytes);
+            PutFixed32(out, Crc32c(out->data() + start, out->size() - start));
+          },
+          [out](const Commit& c) {
+            PutFixed64(out, c.request.value());
+            PutFixed32(out, c.pages_sent);
+            PutFixed32(out, c.tokens_sent);
+            PutFixed32(out, static_cast<uint32_t>(c.first_token));
+          },
+          [out](const Abort& a) {
+            EncodeMessage(a.request, a.code, a.message, out);
+          },
+          [out](const Ack& a) {
+            EncodeMessage(a.request, a.code, a.message, out);
+          },
+          [out](const Hello& h) {
+            out->append(reinterpret_cast<const char*>(h.nonce.data()),
+                        h.nonce.size());
+          },
+          [out](const Auth& a) {
+            out->append(reinterpret_cast<const char*>(a.proof.data()),
+                        a.proof.size());
+          },
+      },
+      frame);
 }
 
 // Checks a payload size against its type's layout, so that a stream
@@ -120,6 +132,10 @@ absl::Status CheckPayloadSize(FrameType type, uint32_t size) {
     case FrameType::kAck:
       return range(kMessageFixedPayloadSize,
                    kMessageFixedPayloadSize + kMaxMessageSize);
+    case FrameType::kHello:
+      return exact(kHelloPayloadSize);
+    case FrameType::kAuth:
+      return exact(kAuthPayloadSize);
   }
   return absl::DataLossError("kv frame: unknown type");  // not reached
 }
@@ -149,7 +165,7 @@ absl::StatusOr<FrameHeader> DecodeHeader(absl::string_view in) {
                                             kProtocolVersion));
   }
   if (type < static_cast<uint8_t>(FrameType::kMetadata) ||
-      type > static_cast<uint8_t>(FrameType::kAck)) {
+      type > static_cast<uint8_t>(FrameType::kAuth)) {
     return absl::DataLossError(
         absl::StrCat("kv frame header: unknown frame type ", int{type}));
   }
@@ -193,7 +209,21 @@ absl::StatusOr<Frame> DecodeMetadata(absl::string_view in) {
   m.n_layers = r.Fixed32();
   m.kv_heads = r.Fixed32();
   m.head_dim = r.Fixed32();
+  const absl::string_view token = r.Bytes(m.transfer_token.size());
+  std::copy(token.begin(), token.end(), m.transfer_token.begin());
   return Frame(std::move(m));
+}
+
+// Hello and Auth: a fixed-size byte string.
+template <typename T, size_t N>
+absl::StatusOr<Frame> DecodeBytes(absl::string_view in,
+                                  std::array<uint8_t, N> T::*field) {
+  if (in.size() != N) {
+    return absl::DataLossError("kv handshake frame: bad payload size");
+  }
+  T t;
+  std::copy(in.begin(), in.end(), (t.*field).begin());
+  return Frame(std::move(t));
 }
 
 absl::StatusOr<Frame> DecodePage(absl::string_view in) {
@@ -307,6 +337,10 @@ absl::StatusOr<Frame> DecodePayload(FrameType type, absl::string_view payload) {
       return DecodeMessage<Abort>(type, payload);
     case FrameType::kAck:
       return DecodeMessage<Ack>(type, payload);
+    case FrameType::kHello:
+      return DecodeBytes(payload, &Hello::nonce);
+    case FrameType::kAuth:
+      return DecodeBytes(payload, &Auth::proof);
   }
   return absl::DataLossError("kv frame: unknown type");  // not reached
 }
@@ -320,6 +354,8 @@ FrameType TypeOf(const Frame& frame) {
                         [](const Commit&) { return FrameType::kCommit; },
                         [](const Abort&) { return FrameType::kAbort; },
                         [](const Ack&) { return FrameType::kAck; },
+                        [](const Hello&) { return FrameType::kHello; },
+                        [](const Auth&) { return FrameType::kAuth; },
                     },
                     frame);
 }
@@ -336,6 +372,10 @@ const char* FrameTypeName(FrameType type) {
       return "abort";
     case FrameType::kAck:
       return "ack";
+    case FrameType::kHello:
+      return "hello";
+    case FrameType::kAuth:
+      return "auth";
   }
   return "unknown";
 }
@@ -361,6 +401,12 @@ absl::StatusOr<std::optional<Frame>> FrameDecoder::Next() {
       absl::string_view(buffer_).substr(offset_, buffer_.size() - offset_);
   if (avail.size() < kFrameHeaderSize) return std::nullopt;
   absl::StatusOr<FrameHeader> header = DecodeHeader(avail);
+  if (header.ok() && header->type == FrameType::kPage &&
+      header->payload_size > max_page_payload_) {
+    header = absl::DataLossError(absl::StrCat(
+        "kv page frame: payload_size ", header->payload_size,
+        " exceeds this receiver's page limit ", max_page_payload_));
+  }
   if (!header.ok()) {
     failed_ = header.status();
     return failed_;

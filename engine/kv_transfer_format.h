@@ -2,11 +2,14 @@
 // encoding. Written down in docs/kv-transfer.md; this header is the contract.
 //
 // One TCP connection carries one request's transfer:
-//   prefill -> decode: Metadata, Page x N, Commit      (or Abort at any point)
+//   decode -> prefill: Hello (a fresh nonce) as soon as it accepts
+//   prefill -> decode: Auth (HMAC of the nonce under the deployment secret),
+//                      Metadata (with the reservation's transfer token),
+//                      Page x N, Commit                (or Abort at any point)
 //   decode -> prefill: Ack after verifying the commit  (or Abort at any point)
 //
 // Every frame: a 16-byte header, then `payload_size` bytes of payload.
-//   header: magic u32 "KVTF" (0x4654564B), version u16 (2), type u8,
+//   header: magic u32 "KVTF" (0x4654564B), version u16 (3), type u8,
 //           flags u8 (0), payload_size u32, header_crc u32 (CRC32C of the
 //           first 12 header bytes)
 // All integers little-endian. The payload of each type is below; a Page
@@ -14,6 +17,7 @@
 #ifndef KVCANARY_ENGINE_KV_TRANSFER_FORMAT_H_
 #define KVCANARY_ENGINE_KV_TRANSFER_FORMAT_H_
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,14 +35,17 @@ namespace kvcanary::engine::kv {
 inline constexpr uint32_t kFrameMagic = 0x4654564B;  // "KVTF"
 // 2: Page frames carry the version-2 page stamp (52 bytes, with flags), and
 // a Metadata frame naming kReservedRequestId is refused.
-inline constexpr uint16_t kProtocolVersion = 2;
+// 3: the Hello/Auth handshake, and Metadata carries the transfer token.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kFrameHeaderSize = 16;
 // Upper bound on one payload; a header claiming more is corrupt.
 inline constexpr uint32_t kMaxPayloadSize = 64u << 20;
 // Longest Abort/Ack message; EncodeFrame truncates a longer one.
 inline constexpr uint32_t kMaxMessageSize = 4096;
 // Payload sizes by type (field offsets: docs/kv-transfer.md).
-inline constexpr uint32_t kMetadataPayloadSize = 36;
+inline constexpr uint32_t kMetadataPayloadSize = 52;
+inline constexpr uint32_t kHelloPayloadSize = 16;
+inline constexpr uint32_t kAuthPayloadSize = 32;
 inline constexpr uint32_t kCommitPayloadSize = 20;
 inline constexpr uint32_t kPageFixedPayloadSize = 72;     // + kv bytes
 inline constexpr uint32_t kMessageFixedPayloadSize = 16;  // + message bytes
@@ -52,6 +59,8 @@ enum class FrameType : uint8_t {
   kCommit = 3,
   kAbort = 4,
   kAck = 5,
+  kHello = 6,
+  kAuth = 7,
 };
 
 // What the prefill node is about to send, and what it believes decode
@@ -66,6 +75,9 @@ struct Metadata {
   uint32_t n_layers = 0;
   uint32_t kv_heads = 0;
   uint32_t head_dim = 0;
+  // The reservation's transfer token, as the decode node gave it with the
+  // request (engine/internal_auth.h).
+  std::array<uint8_t, 16> transfer_token{};
 };
 
 // One page of one layer: its stamp as the prefill node wrote it, and the K/V
@@ -109,10 +121,22 @@ struct Ack {
   std::string message;
 };
 
-using Frame = std::variant<Metadata, Page, Commit, Abort, Ack>;
+// The receiver's challenge, sent as soon as it accepts a connection.
+struct Hello {
+  std::array<uint8_t, 16> nonce{};
+};
+
+// The sender's answer: HMAC-SHA256 of the nonce under the deployment secret
+// (SharedSecret::KvProof). The receiver reads nothing else before it.
+struct Auth {
+  std::array<uint8_t, 32> proof{};
+};
+
+using Frame = std::variant<Metadata, Page, Commit, Abort, Ack, Hello, Auth>;
 
 FrameType TypeOf(const Frame& frame);
-// "metadata", "page", "commit", "abort", "ack"; "unknown" otherwise.
+// "metadata", "page", "commit", "abort", "ack", "hello", "auth"; "unknown"
+// otherwise.
 const char* FrameTypeName(FrameType type);
 
 // Appends the frame (header + payload) to *out. An Abort/Ack message longer
@@ -123,6 +147,10 @@ void EncodeFrame(const Frame& frame, std::string* out);
 // Incremental decoder over a byte stream. Not thread-safe.
 class FrameDecoder {
  public:
+  // A Page frame whose payload exceeds `max` is refused from its header,
+  // before its payload is buffered (receivers set it from the KV geometry).
+  // REQUIRES: max <= kMaxPayloadSize.
+  void set_max_page_payload(uint32_t max) { max_page_payload_ = max; }
   void Feed(absl::string_view bytes) {
     buffer_.append(bytes.data(), bytes.size());
   }
@@ -137,6 +165,7 @@ class FrameDecoder {
  private:
   std::string buffer_;
   size_t offset_ = 0;
+  uint32_t max_page_payload_ = kMaxPayloadSize;
   absl::Status failed_;
 };
 

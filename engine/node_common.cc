@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +47,32 @@ void RespondInternalError(httplib::Response& res, const absl::Status& status,
   nlohmann::json j = extra;
   j["error"] = nlohmann::json::parse(InternalErrorBody(status))["error"];
   res.set_content(j.dump(), "application/json");
+}
+
+absl::Status NodeCallError(const char* role, const std::string& url,
+                           httplib::Error error) {
+  const char* what = "the call failed";
+  switch (error) {
+    case httplib::Error::Connection:
+      what = "connection refused or unreachable";
+      break;
+    case httplib::Error::ConnectionTimeout:
+      what = "did not accept the connection in time";
+      break;
+    case httplib::Error::Read:
+      what = "connection lost or timed out while reading its answer";
+      break;
+    case httplib::Error::Write:
+      what = "connection lost while sending the request";
+      break;
+    case httplib::Error::Canceled:
+      what = "the call was cancelled";
+      break;
+    default:
+      break;
+  }
+  return absl::UnavailableError(absl::StrCat(
+      role, " node ", url, ": ", what, " (", httplib::to_string(error), ")"));
 }
 
 std::string OutcomeText(const absl::Status& status) {
@@ -117,27 +144,60 @@ EngineOptions WithTrace(EngineOptions options, TraceBus* trace) {
   return options;
 }
 
+bool Authorized(const httplib::Request& req, const SharedSecret& secret,
+                const char* what, httplib::Response& res) {
+  if (secret.CheckAuthorization(req.get_header_value("Authorization"))) {
+    return true;
+  }
+  RespondInternalError(res, absl::UnauthenticatedError(absl::StrCat(
+                                "this route requires the ", what)));
+  return false;
+}
+
 void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
                          int max_prompt_tokens, const EngineLoop* loop,
-                         NodeMetrics* metrics, TraceBus* trace) {
+                         NodeMetrics* metrics, TraceBus* trace,
+                         const NodeCredentials* creds) {
   // The trace stream (docs/trace-format.md): one line per event, for as
-  // long as the reader stays; a slow reader gets `dropped` events.
-  server->Get("/v1/trace",
-              [trace](const httplib::Request&, httplib::Response& res) {
-                auto reader = trace->Subscribe();
-                res.set_chunked_content_provider(
-                    "text/plain",
-                    [trace, reader](size_t, httplib::DataSink& sink) {
-                      for (const std::string& line :
-                           reader->Wait(absl::Milliseconds(200))) {
-                        if (!sink.write(line.data(), line.size())) return false;
-                      }
-                      return sink.is_writable();
-                    },
-                    [trace, reader](bool) { trace->Unsubscribe(reader); });
-              });
-  server->Get("/internal/v1/limits", [=](const httplib::Request&,
+  // long as the reader stays; a slow reader gets `dropped` events. It
+  // carries every tenant's request ids, lengths and timings: admin token
+  // only, and a bounded number of readers.
+  auto readers = std::make_shared<std::atomic<int>>(0);
+  server->Get("/v1/trace", [trace, creds, readers](const httplib::Request& req,
+                                                   httplib::Response& res) {
+    if (!creds->trace.set()) {
+      RespondInternalError(
+          res, absl::PermissionDeniedError(
+                   "the trace stream is off: the node has no trace token"));
+      return;
+    }
+    if (!Authorized(req, creds->trace, "trace token", res)) return;
+    if (readers->fetch_add(1) >= creds->max_trace_readers) {
+      readers->fetch_sub(1);
+      RespondInternalError(
+          res, absl::UnavailableError(absl::StrCat("the trace stream has its ",
+                                                   creds->max_trace_readers,
+                                                   " readers; retry later")));
+      return;
+    }
+    auto reader = trace->Subscribe();
+    res.set_chunked_content_provider(
+        "text/plain",
+        [trace, reader](size_t, httplib::DataSink& sink) {
+          for (const std::string& line :
+               reader->Wait(absl::Milliseconds(200))) {
+            if (!sink.write(line.data(), line.size())) return false;
+          }
+          return sink.is_writable();
+        },
+        [trace, reader, readers](bool) {
+          trace->Unsubscribe(reader);
+          readers->fetch_sub(1);
+        });
+  });
+  server->Get("/internal/v1/limits", [=](const httplib::Request& req,
                                          httplib::Response& res) {
+    if (!Authorized(req, creds->internal, "internal secret", res)) return;
     const NodeSettings settings = NodeSettings::Of(
         loop->options(), max_prompt_tokens, loop->model().config.seq_len);
     res.set_content(settings.ToJson().dump(), "application/json");

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/ids.h"
+#include "engine/internal_auth.h"
 #include "engine/sampler.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -33,6 +34,12 @@ void RespondInternalError(httplib::Response& res, const absl::Status& status,
 // counts and ids, never prompt or output text.
 std::string OutcomeText(const absl::Status& status);
 
+// A call to another node that got no HTTP answer, as kUnavailable naming
+// the node and what failed: "decode node http://…: connection refused or
+// unreachable", "…: connection lost while reading its answer", …
+absl::Status NodeCallError(const char* role, const std::string& url,
+                           httplib::Error error);
+
 // Parses a JSON object body; kInvalidArgument if it is not one.
 absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& body);
 // Reads a field with a type check; kInvalidArgument naming it otherwise.
@@ -44,16 +51,36 @@ absl::StatusOr<std::string> JsonString(const nlohmann::json& j,
 absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
                                                 const char* field);
 
+// What a node's listeners require (docs/nodes.md, "Internal plane").
+struct NodeCredentials {
+  // Every /internal/ route and the KV port; mandatory (a node refuses to
+  // start without it).
+  SharedSecret internal;
+  // GET /v1/trace; unset: the trace stream is off (403).
+  SharedSecret trace;
+  // Concurrent GET /v1/trace readers; one more gets 503.
+  int max_trace_readers = 8;
+};
+
+// Whether the request carries "Authorization: Bearer <secret>"; if not,
+// answers 401 with the internal error body (naming neither the secret nor
+// what was sent) and returns false.
+bool Authorized(const httplib::Request& req, const SharedSecret& secret,
+                const char* what, httplib::Response& res);
+
 // The routes every engine node serves: GET /internal/v1/limits (the node's
-// NodeSettings, engine/node_settings.h), /health and /metrics. `loop` and
-// `metrics` must outlive the server.
+// NodeSettings, engine/node_settings.h; internal secret), /v1/trace (trace
+// token, capped readers), /health and /metrics (open: no request or tenant
+// identifiers beyond the configured tenant ids). `loop`, `metrics`, `trace`
+// and `creds` must outlive the server.
 class EngineLoop;
 class NodeMetrics;
 class TraceBus;
 struct EngineOptions;
 void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
                          int max_prompt_tokens, const EngineLoop* loop,
-                         NodeMetrics* metrics, TraceBus* trace);
+                         NodeMetrics* metrics, TraceBus* trace,
+                         const NodeCredentials* creds);
 
 // `options` with its trace bus set.
 EngineOptions WithTrace(EngineOptions options, TraceBus* trace);

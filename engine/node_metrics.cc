@@ -65,6 +65,17 @@ NodeMetrics::NodeMetrics(const std::string& role)
                  .Labels(labels)
                  .Register(*registry_)
                  .Add({});
+  kv_refused_ = &prometheus::BuildCounter()
+                     .Name("kvcanary_node_kv_connections_refused_total")
+                     .Help(
+                         "KV connections refused before touching a "
+                         "reservation, by reason")
+                     .Labels(labels)
+                     .Register(*registry_);
+}
+
+void NodeMetrics::CountKvRefused(const char* reason) {
+  kv_refused_->Add({{"reason", reason}}).Increment();
 }
 
 void NodeMetrics::CountViolations(

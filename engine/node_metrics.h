@@ -27,6 +27,9 @@ class NodeMetrics {
   void CountTransfer(uint64_t bytes, const absl::Status& status);
   // Watermark violations of one finished request, by kind.
   void CountViolations(const std::vector<WatermarkViolation>& violations);
+  // A KV connection refused before it could touch a reservation, by
+  // reason: "connection cap", "authentication", "no matching reservation".
+  void CountKvRefused(const char* reason);
   // Refreshes gauges from an engine loop, then serializes everything.
   std::string Serialize(const EngineLoop* loop);
 
@@ -47,6 +50,7 @@ class NodeMetrics {
   prometheus::Counter* tokens_;
   prometheus::Family<prometheus::Counter>* violations_;
   uint64_t tokens_seen_ = 0;
+  prometheus::Family<prometheus::Counter>* kv_refused_;
   std::string role_;
 };
 

@@ -1,5 +1,6 @@
 #include "engine/prefill_node.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "common/status_macros.h"
@@ -26,7 +27,49 @@ PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
 
 PrefillNode::~PrefillNode() { Stop(); }
 
+absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec) {
+  const size_t eq = spec.find('=');
+  const size_t colon = spec.rfind(':');
+  KvPeer peer;
+  if (eq == absl::string_view::npos || colon == absl::string_view::npos ||
+      colon < eq || eq == 0 || colon == eq + 1 ||
+      !absl::SimpleAtoi(spec.substr(colon + 1), &peer.port) || peer.port <= 0 ||
+      peer.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV peer '", spec, "' is not NAME=HOST:PORT"));
+  }
+  peer.name = std::string(spec.substr(0, eq));
+  peer.host = std::string(spec.substr(eq + 1, colon - eq - 1));
+  return peer;
+}
+
+void PrefillNode::AddKvPeer(const KvPeer& peer) {
+  absl::MutexLock lock(&peers_mu_);
+  for (KvPeer& p : peers_) {
+    if (p.name == peer.name) {
+      p = peer;
+      return;
+    }
+  }
+  peers_.push_back(peer);
+}
+
+absl::StatusOr<KvPeer> PrefillNode::FindKvPeer(const std::string& name) {
+  absl::MutexLock lock(&peers_mu_);
+  if (name.empty() && peers_.size() == 1) return peers_[0];
+  for (const KvPeer& p : peers_) {
+    if (p.name == name) return p;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no KV peer named '", name, "' in this prefill node's configuration"));
+}
+
 absl::Status PrefillNode::Start() {
+  if (!options_.creds.internal.set()) {
+    return absl::FailedPreconditionError(
+        "the prefill node needs the internal secret (--internal_secret_file)");
+  }
+  for (const KvPeer& p : options_.kv_peers) AddKvPeer(p);
   ASSIGN_OR_RETURN(trace_file_,
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
   server_ = MakeHttpServer(options_.http_threads);
@@ -35,7 +78,7 @@ absl::Status PrefillNode::Start() {
                   HandlePrefill(req, res);
                 });
   AddEngineNodeRoutes(server_.get(), "prefill", options_.max_prompt_tokens,
-                      &loop_, &metrics_, &trace_);
+                      &loop_, &metrics_, &trace_, &options_.creds);
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
                            &server_thread_);
   if (!port.ok()) return port.status();
@@ -55,17 +98,26 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
     metrics_.CountRequest(status);
     RespondInternalError(res, status);
   };
+  if (!Authorized(req, options_.creds.internal, "internal secret", res)) return;
   auto body = ParseJsonObject(req.body);
   if (!body.ok()) return fail(body.status());
   auto parsed = ParseNodeRequest(*body);
   if (!parsed.ok()) return fail(parsed.status());
   auto reserved_pages = JsonUint(*body, "reserved_pages");
-  auto kv_host = JsonString(*body, "kv_host");
-  auto kv_port = JsonUint(*body, "kv_port");
-  for (const absl::Status& s :
-       {reserved_pages.status(), kv_host.status(), kv_port.status()}) {
+  auto token_hex = JsonString(*body, "transfer_token");
+  for (const absl::Status& s : {reserved_pages.status(), token_hex.status()}) {
     if (!s.ok()) return fail(s);
   }
+  auto token = TransferTokenFromHex(*token_hex);
+  if (!token.ok()) return fail(token.status());
+  std::string peer_name;
+  if (body->contains("kv_peer")) {
+    auto name = JsonString(*body, "kv_peer");
+    if (!name.ok()) return fail(name.status());
+    peer_name = *name;
+  }
+  auto peer = FindKvPeer(peer_name);
+  if (!peer.ok()) return fail(peer.status());
   NodeRequest& request = *parsed;
   std::vector<int>* prompt = &request.prompt;
   // The prefill scheduler's own admission check. Its verdict belongs in
@@ -120,10 +172,10 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
   meta.n_layers = static_cast<uint32_t>(cfg.n_layers);
   meta.kv_heads = static_cast<uint32_t>(cfg.n_kv_heads);
   meta.head_dim = static_cast<uint32_t>(cfg.head_dim());
+  meta.transfer_token = *token;
   uint64_t bytes = 0;
-  absl::Status verdict =
-      SendKv(*kv_host, static_cast<int>(*kv_port), meta, prefilled->block_table,
-             prefilled->first_token, &bytes);
+  absl::Status verdict = SendKv(*peer, meta, prefilled->block_table,
+                                prefilled->first_token, &bytes);
   // Only now can no write into the pages still arrive: free them.
   loop_.FinishTransfer(id, verdict);
   for (auto e = channel->Wait(options_.transfer_timeout); e.has_value();
@@ -149,18 +201,28 @@ void PrefillNode::HandlePrefill(const httplib::Request& req,
   res.set_content(j.dump(), "application/json");
 }
 
-absl::Status PrefillNode::SendKv(const std::string& host, int port,
-                                 const kv::Metadata& meta,
+absl::Status PrefillNode::SendKv(const KvPeer& peer, const kv::Metadata& meta,
                                  const std::vector<PageRef>& block_table,
                                  int first_token, uint64_t* bytes_sent) {
-  auto conn = kv::FrameConnection::Connect(host, port, kFrameTimeout);
+  auto conn = kv::FrameConnection::Connect(peer.host, peer.port, kFrameTimeout);
   if (!conn.ok()) return conn.status();
   kv::FrameConnection& c = **conn;
   auto done = [&](absl::Status s) {
     *bytes_sent = c.bytes_sent();
     return s;
   };
-  absl::Status s = c.Send(meta, kFrameTimeout);
+  // The handshake: answer the decode node's nonce under the secret.
+  auto hello = c.Receive(kFrameTimeout);
+  if (!hello.ok()) return done(hello.status());
+  const auto* h = std::get_if<kv::Hello>(&*hello);
+  if (h == nullptr) {
+    return done(absl::DataLossError(absl::StrCat(
+        "decode node ", peer.name, " did not open the transfer with hello")));
+  }
+  absl::Status s = c.Send(kv::Auth{options_.creds.internal.KvProof(h->nonce)},
+                          kFrameTimeout);
+  if (!s.ok()) return done(s);
+  s = c.Send(meta, kFrameTimeout);
   if (!s.ok()) return done(s);
   int tokens_to_ship = static_cast<int>(meta.prompt_tokens);
   if (options_.faults.has(Fault::kPageCountMismatch)) {

@@ -16,10 +16,13 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/engine_loop.h"
 #include "engine/faults.h"
+#include "engine/node_common.h"
 #include "engine/node_metrics.h"
 #include "engine/trace_bus.h"
 #include "httplib.h"
@@ -29,7 +32,21 @@ namespace kvcanary::engine {
 // Test-only damage to outgoing transfers, to prove the receiver's checks.
 enum class TransferDamage { kNone, kFlipPageByte, kTruncateFrame };
 
+// A decode node's KV port, as this node's configuration names it.
+struct KvPeer {
+  std::string name;  // what the decode node calls itself (its --name)
+  std::string host;
+  int port = 0;
+};
+// "NAME=HOST:PORT"; kInvalidArgument otherwise.
+absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec);
+
 struct PrefillNodeOptions {
+  // Where this node may send K/V: the decode nodes' KV ports, by name.
+  // Configuration only: a request names a peer, never an address.
+  std::vector<KvPeer> kv_peers;
+  // The internal secret (mandatory), the trace token, the trace reader cap.
+  NodeCredentials creds;
   std::string host = "127.0.0.1";
   int http_port = 0;
   // Longest prompt this node accepts; 0: half the model's context (as the
@@ -52,12 +69,17 @@ class PrefillNode {
   absl::Status Start();
   void Stop();
   int http_port() const { return http_port_; }
+  // Adds (or replaces, by name) a KV peer: for a process that starts the
+  // decode node after this one and learns its KV port then.
+  void AddKvPeer(const KvPeer& peer);
 
  private:
+  // The configured peer a request names; with one peer, an unnamed
+  // request goes to it. kFailedPrecondition for an unknown name.
+  absl::StatusOr<KvPeer> FindKvPeer(const std::string& name);
   void HandlePrefill(const httplib::Request& req, httplib::Response& res);
   // KvSender: one transfer to the decode node; returns decode's verdict.
-  absl::Status SendKv(const std::string& host, int port,
-                      const kv::Metadata& meta,
+  absl::Status SendKv(const KvPeer& peer, const kv::Metadata& meta,
                       const std::vector<PageRef>& block_table, int first_token,
                       uint64_t* bytes_sent);
 
@@ -70,6 +92,8 @@ class PrefillNode {
   std::unique_ptr<httplib::Server> server_;
   std::thread server_thread_;
   int http_port_ = 0;
+  absl::Mutex peers_mu_;
+  std::vector<KvPeer> peers_ ABSL_GUARDED_BY(peers_mu_);
 };
 
 }  // namespace kvcanary::engine

@@ -160,6 +160,10 @@ Router::Router(const Tokenizer* tokenizer, const TenantRegistry* tenants,
 Router::~Router() { Stop(); }
 
 absl::Status Router::FetchSettings() {
+  if (!options_.internal_secret.set()) {
+    return absl::FailedPreconditionError(
+        "the router needs the internal secret (--internal_secret_file)");
+  }
   if (options_.prefill_urls.empty() || options_.decode_urls.empty()) {
     return absl::InvalidArgumentError(
         "the router needs at least one prefill and one decode node");
@@ -169,7 +173,13 @@ absl::Status Router::FetchSettings() {
     while (true) {
       httplib::Client client(url);
       client.set_connection_timeout(1, 0);
-      auto res = client.Get("/internal/v1/limits");
+      auto res = client.Get(
+          "/internal/v1/limits",
+          {{"Authorization", options_.internal_secret.AuthorizationHeader()}});
+      if (res && res->status == 401) {
+        return absl::UnauthenticatedError(absl::StrCat(
+            "node ", url, " refused this router's internal secret"));
+      }
       if (res && res->status == 200) {
         auto s = NodeSettings::FromJson(
             nlohmann::json::parse(res->body, nullptr, false));
@@ -366,10 +376,9 @@ void Router::Relay(std::shared_ptr<Admitted> a, httplib::Response& res,
   body["temperature"] = request.temperature;
   body["top_p"] = request.top_p;
   if (request.seed.has_value()) body["seed"] = *request.seed;
-  body["prefill_url"] =
-      options_.prefill_urls[node % options_.prefill_urls.size()];
   auto stream = std::make_shared<DecodeStream>(
-      options_.decode_urls[node % options_.decode_urls.size()], body.dump(),
+      options_.decode_urls[node % options_.decode_urls.size()],
+      options_.internal_secret.AuthorizationHeader(), body.dump(),
       options_.node_timeout);
   absl::Status started = stream->WaitHeaders();
   if (!started.ok()) {

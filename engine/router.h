@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "engine/access_log.h"
 #include "engine/faults.h"
+#include "engine/internal_auth.h"
 #include "engine/node_metrics.h"
 #include "engine/node_settings.h"
 #include "engine/tenants.h"
@@ -39,6 +40,8 @@ struct RouterOptions {
   int http_port = 0;
   std::vector<std::string> prefill_urls;  // http://host:port
   std::vector<std::string> decode_urls;
+  // Sent to the nodes on every internal call; mandatory.
+  SharedSecret internal_secret;
   std::string model_name = "kvcanary";
   int http_threads = 96;
   int max_in_flight = 256;  // beyond: 429

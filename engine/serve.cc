@@ -1,9 +1,12 @@
 #include "engine/serve.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,13 +68,35 @@ absl::Status ServeUntilSignal(Node& node, const std::string& ready_line,
   return absl::OkStatus();
 }
 
+// The credentials a node's listeners require, from the files the options
+// name: the internal secret is mandatory, the trace token optional.
+absl::StatusOr<NodeCredentials> LoadCredentials(const ServeOptions& o) {
+  NodeCredentials c;
+  if (o.internal_secret_file.empty()) {
+    return absl::InvalidArgumentError(
+        "serve needs --internal-secret-file (up generates one)");
+  }
+  ASSIGN_OR_RETURN(c.internal, SharedSecret::FromFile(o.internal_secret_file));
+  if (!o.trace_token_file.empty()) {
+    ASSIGN_OR_RETURN(c.trace, SharedSecret::FromFile(o.trace_token_file));
+  }
+  c.max_trace_readers = o.max_trace_readers;
+  return c;
+}
+
 }  // namespace
 
 absl::Status RunServe(const ServeOptions& o) {
   sigset_t stop = BlockStopSignals();
   ASSIGN_OR_RETURN(Model model, LoadModel(o));
+  ASSIGN_OR_RETURN(NodeCredentials creds, LoadCredentials(o));
   if (o.role == "prefill") {
     PrefillNodeOptions p;
+    p.creds = creds;
+    for (const std::string& spec : o.decode_kv) {
+      ASSIGN_OR_RETURN(KvPeer peer, ParseKvPeer(spec));
+      p.kv_peers.push_back(peer);
+    }
     p.host = o.host;
     p.http_port = o.port;
     p.max_prompt_tokens = o.max_prompt_tokens;
@@ -88,6 +113,9 @@ absl::Status RunServe(const ServeOptions& o) {
   }
   if (o.role == "decode") {
     DecodeNodeOptions d;
+    d.creds = creds;
+    d.name = o.node_name;
+    d.prefill_urls = o.prefill_urls;
     d.host = o.host;
     d.http_port = o.port;
     d.kv_port = o.kv_port;
@@ -116,6 +144,7 @@ absl::Status RunServe(const ServeOptions& o) {
     ASSIGN_OR_RETURN(TenantRegistry tenants,
                      TenantRegistry::LoadFile(o.tenants_path));
     RouterOptions r;
+    r.internal_secret = creds.internal;
     r.host = o.host;
     r.http_port = o.port;
     r.prefill_urls = o.prefill_urls;
@@ -211,6 +240,29 @@ absl::Status WaitReady(Child& c, absl::Duration timeout, int* kv_port) {
       absl::StrCat("the ", c.role, " node did not start"));
 }
 
+// A port on `host` free now: bound to 0, read back, released. (Another
+// process could take it before the node binds it; the node then fails to
+// start, loudly.)
+absl::StatusOr<int> PickFreePort(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
+  socklen_t len = sizeof(addr);
+  const bool ok =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) {
+    return absl::UnavailableError(absl::StrCat("no free port on ", host));
+  }
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
 void StopAll(std::vector<Child>& children) {
   for (Child& c : children) {
     if (c.pid > 0) kill(c.pid, SIGTERM);
@@ -255,7 +307,7 @@ absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args) {
   std::string line;
   std::vector<std::string> urls;
   char ch;
-  while (urls.size() < 3 && read(fds[0], &ch, 1) == 1) {
+  while (urls.size() < 4 && read(fds[0], &ch, 1) == 1) {
     if (ch != '\n') {
       line.push_back(ch);
       continue;
@@ -265,13 +317,14 @@ absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args) {
     line.clear();
   }
   close(fds[0]);
-  if (urls.size() < 3) {
+  if (urls.size() < 4) {
     StopUpProcess(up);
     return absl::UnavailableError("kvcanary-engine up did not start");
   }
   up.router = urls[0];
   up.prefill = urls[1];
   up.decode = urls[2];
+  up.trace_token_file = urls[3];
   return up;
 }
 
@@ -286,32 +339,76 @@ absl::Status RunUp(const ServeOptions& o,
                    const std::vector<std::string>& node_args) {
   sigset_t stop = BlockStopSignals();
   std::vector<Child> children;
+  // The deployment's secrets: the operator's files, or fresh ones in a
+  // private directory removed on exit.
+  std::string secrets_dir;
+  auto remove_secrets = [&] {
+    if (secrets_dir.empty()) return;
+    for (const char* f : {"/internal.secret", "/trace.token"}) {
+      ::unlink((secrets_dir + f).c_str());
+    }
+    ::rmdir(secrets_dir.c_str());
+  };
   auto fail = [&](absl::Status s) {
     StopAll(children);
+    remove_secrets();
     return s;
   };
+  std::string secret_file = o.internal_secret_file;
+  std::string trace_file = o.trace_token_file;
+  if (secret_file.empty() || trace_file.empty()) {
+    char tmpl[] = "/tmp/kvcanary-up-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr)
+      return absl::InternalError("cannot create a directory for the secrets");
+    secrets_dir = tmpl;
+    if (secret_file.empty()) {
+      secret_file = secrets_dir + "/internal.secret";
+      auto s = SharedSecret::GenerateToFile(secret_file);
+      if (!s.ok()) return fail(s.status());
+    }
+    if (trace_file.empty()) {
+      trace_file = secrets_dir + "/trace.token";
+      auto s = SharedSecret::GenerateToFile(trace_file);
+      if (!s.ok()) return fail(s.status());
+    }
+  }
   std::vector<std::string> model_args;
   if (!o.model_path.empty()) {
     model_args = {"--model=" + o.model_path, "--tokenizer=" + o.tokenizer_path};
   }
-  std::vector<std::string> node = model_args;
+  std::vector<std::string> common = model_args;
+  common.push_back("--internal_secret_file=" + secret_file);
+  std::vector<std::string> node = common;
   node.insert(node.end(), node_args.begin(), node_args.end());
-  for (const char* role : {"prefill", "decode"}) {
-    auto c = Spawn(role, node);
-    if (!c.ok()) return fail(c.status());
-    children.push_back(*c);
-  }
-  int kv_port = 0;
-  for (Child& c : children) {
-    absl::Status s = WaitReady(c, absl::Seconds(60),
-                               c.role == "decode" ? &kv_port : nullptr);
-    if (!s.ok()) return fail(s);
-  }
+  node.push_back("--trace_token_file=" + trace_file);
+  node.push_back(absl::StrCat("--max_trace_readers=", o.max_trace_readers));
+  // The prefill node's configuration names the decode node's KV port, and
+  // the decode node's names the prefill node: the KV port is chosen first.
+  auto kv_port = PickFreePort(o.host);
+  if (!kv_port.ok()) return fail(kv_port.status());
+  std::vector<std::string> prefill_args = node;
+  prefill_args.push_back(
+      absl::StrCat("--decode_kv=decode-0=", o.host, ":", *kv_port));
+  auto prefill = Spawn("prefill", prefill_args);
+  if (!prefill.ok()) return fail(prefill.status());
+  children.push_back(*prefill);
+  absl::Status ready = WaitReady(children.back(), absl::Seconds(60), nullptr);
+  if (!ready.ok()) return fail(ready);
   const std::string prefill_url =
       absl::StrCat("http://", o.host, ":", children[0].http_port);
+  std::vector<std::string> decode_args = node;
+  decode_args.push_back("--prefill=" + prefill_url);
+  decode_args.push_back(absl::StrCat("--kv_port=", *kv_port));
+  decode_args.push_back("--name=decode-0");
+  auto decode = Spawn("decode", decode_args);
+  if (!decode.ok()) return fail(decode.status());
+  children.push_back(*decode);
+  int decode_kv_port = 0;
+  ready = WaitReady(children.back(), absl::Seconds(60), &decode_kv_port);
+  if (!ready.ok()) return fail(ready);
   const std::string decode_url =
       absl::StrCat("http://", o.host, ":", children[1].http_port);
-  std::vector<std::string> router_args = model_args;
+  std::vector<std::string> router_args = common;
   router_args.push_back(absl::StrCat("--port=", o.port));
   router_args.push_back("--tenants=" + o.tenants_path);
   router_args.push_back("--prefill=" + prefill_url);
@@ -332,7 +429,8 @@ absl::Status RunUp(const ServeOptions& o,
   PrintReady(
       absl::StrCat("router http://", o.host, ":", children[2].http_port));
   PrintReady("prefill " + prefill_url);
-  PrintReady(absl::StrCat("decode ", decode_url, " kv=", kv_port));
+  PrintReady(absl::StrCat("decode ", decode_url, " kv=", decode_kv_port));
+  PrintReady("trace-token-file " + trace_file);
   // Serve until asked to stop, or until a node dies.
   absl::Status result = absl::OkStatus();
   while (true) {
@@ -351,6 +449,7 @@ absl::Status RunUp(const ServeOptions& o,
     if (died) break;
   }
   StopAll(children);
+  remove_secrets();
   return result;
 }
 

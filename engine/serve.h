@@ -28,6 +28,11 @@ struct ServeOptions {
   std::string tenants_path;               // router
   std::vector<std::string> prefill_urls;  // router
   std::vector<std::string> decode_urls;   // router
+  std::vector<std::string> decode_kv;     // prefill: NAME=HOST:PORT
+  std::string node_name = "decode-0";     // decode
+  std::string internal_secret_file;       // every role (up: generated if "")
+  std::string trace_token_file;           // nodes (up: generated if "")
+  int max_trace_readers = 8;              // nodes
   int max_prompt_tokens = 0;              // nodes; 0 = role default
   int max_waiting = 256;
   EngineOptions engine;
@@ -56,6 +61,7 @@ absl::Status RunServe(const ServeOptions& options);
 struct UpProcess {
   pid_t pid = -1;
   std::string router, prefill, decode;
+  std::string trace_token_file;  // GET /v1/trace's admin token
 };
 absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args);
 // SIGTERM, then waits for it (and so for its nodes).

@@ -40,6 +40,11 @@ start_up() {
   router=$(awk '$1 == "router" {print $2}' "$work/up.out")
   prefill=$(awk '$1 == "prefill" {print $2}' "$work/up.out")
   decode=$(awk '$1 == "decode" {print $2}' "$work/up.out")
+  for _ in $(seq 1 50); do
+    grep -q '^trace-token-file ' "$work/up.out" && break
+    sleep 0.1
+  done
+  trace_token_file=$(awk '$1 == "trace-token-file" {print $2}' "$work/up.out")
   if [ -z "$router" ] || [ -z "$decode" ]; then
     echo "kvcanary-engine up did not start:" >&2
     cat "$work/up.err" >&2
@@ -55,7 +60,8 @@ audit() {  # $1: db, then extra auditor flags
   local db="$1"
   shift
   "$bin/kvcanary-auditor" probe --target="$router" \
-    --tenants="$work/tenants.json" --trace="$prefill,$decode" --db="$db" \
+    --tenants="$work/tenants.json" --trace="$prefill,$decode" \
+    --trace-token-file="$trace_token_file" --db="$db" \
     --max-probes=600 --duration=60 --concurrency=8 --quiet "$@"
 }
 

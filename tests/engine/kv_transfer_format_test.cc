@@ -116,7 +116,7 @@ TEST(KvTransferFormatTest, HeaderHasTheDocumentedLayout) {
   EXPECT_EQ(bytes.substr(0, 4), "KVTF");
   WireReader r(bytes);
   EXPECT_EQ(r.Fixed32(), kFrameMagic);
-  EXPECT_EQ(r.Fixed16(), 2u);  // version
+  EXPECT_EQ(r.Fixed16(), 3u);  // version
   EXPECT_EQ(r.Bytes(1)[0], static_cast<char>(FrameType::kCommit));
   EXPECT_EQ(r.Bytes(1)[0], 0);  // flags
   EXPECT_EQ(r.Fixed32(), kCommitPayloadSize);
@@ -138,6 +138,54 @@ TEST(KvTransferFormatTest, MetadataRoundTrips) {
   EXPECT_EQ(got.kv_heads, m.kv_heads);
   EXPECT_EQ(got.head_dim, m.head_dim);
   EXPECT_EQ(TypeOf(Frame(m)), FrameType::kMetadata);
+}
+
+TEST(KvTransferFormatTest, MetadataCarriesTheTransferTokenAfterTheGeometry) {
+  Metadata m = TestMetadata();
+  for (size_t i = 0; i < m.transfer_token.size(); ++i) {
+    m.transfer_token[i] = static_cast<uint8_t>(0xA0 + i);
+  }
+  const std::string bytes = Encode(m);
+  ASSERT_EQ(kMetadataPayloadSize, 52u);
+  EXPECT_EQ(
+      bytes.substr(kFrameHeaderSize + 36, 16),
+      std::string(reinterpret_cast<const char*>(m.transfer_token.data()), 16));
+  EXPECT_EQ(DecodeAs<Metadata>(bytes).transfer_token, m.transfer_token);
+}
+
+TEST(KvTransferFormatTest, HelloAndAuthRoundTripWithTheirExactSizes) {
+  Hello h;
+  h.nonce[0] = 7;
+  h.nonce[15] = 9;
+  const std::string hello = Encode(h);
+  EXPECT_EQ(hello.size(), kFrameHeaderSize + kHelloPayloadSize);
+  EXPECT_EQ(DecodeAs<Hello>(hello).nonce, h.nonce);
+  Auth a;
+  a.proof[31] = 0xFF;
+  const std::string auth = Encode(a);
+  EXPECT_EQ(auth.size(), kFrameHeaderSize + kAuthPayloadSize);
+  EXPECT_EQ(DecodeAs<Auth>(auth).proof, a.proof);
+  ExpectDataLoss(
+      RawFrame(static_cast<uint8_t>(FrameType::kAuth), std::string(31, 'x')),
+      "payload_size");
+}
+
+TEST(KvTransferFormatTest, PageOverTheReceiversLimitIsRefusedFromItsHeader) {
+  const std::string bytes = Encode(TestPage());
+  FrameDecoder d;
+  d.set_max_page_payload(kPageFixedPayloadSize + 64);
+  d.Feed(absl::string_view(bytes).substr(0, kFrameHeaderSize));
+  absl::StatusOr<std::optional<Frame>> next = d.Next();
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(next.status().message().find("page limit"), absl::string_view::npos)
+      << next.status();
+  FrameDecoder roomy;
+  roomy.set_max_page_payload(static_cast<uint32_t>(bytes.size()));
+  roomy.Feed(bytes);
+  next = roomy.Next();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(next->has_value());
 }
 
 TEST(KvTransferFormatTest, RealSizedPageRoundTrips) {
@@ -317,10 +365,11 @@ TEST(KvTransferFormatTest, UnknownVersionTypeAndFlagsAreDataLoss) {
   const std::string payload = commit.substr(kFrameHeaderSize);
   // 1: the layout before the page stamp carried its flags.
   ExpectDataLoss(RawFrame(3, payload, /*version=*/1), "unknown version 1");
-  ExpectDataLoss(RawFrame(3, payload, /*version=*/3), "unknown version 3");
+  ExpectDataLoss(RawFrame(3, payload, /*version=*/2), "unknown version 2");
+  ExpectDataLoss(RawFrame(3, payload, /*version=*/4), "unknown version 4");
   ExpectDataLoss(RawFrame(3, payload, /*version=*/0), "unknown version 0");
   ExpectDataLoss(RawFrame(0, payload), "unknown frame type 0");
-  ExpectDataLoss(RawFrame(6, payload), "unknown frame type 6");
+  ExpectDataLoss(RawFrame(8, payload), "unknown frame type 8");
   ExpectDataLoss(RawFrame(3, payload, kProtocolVersion, /*flags=*/1), "flags");
   ExpectDataLoss("XXXX" + commit.substr(4), "bad magic");
 }

@@ -53,7 +53,8 @@ TEST_F(AlertsTest, ACriticalFindingFiresKvcanaryCriticalFinding) {
   std::unique_ptr<Process> sidecar =
       StartSidecar(cluster, "critical.db",
                    {"--max-probes=150", "--floor=2",
-                    "--trace=" + cluster.prefill() + "," + cluster.decode()});
+                    "--trace=" + cluster.prefill() + "," + cluster.decode(),
+                    "--trace-token-file=" + cluster.trace_token_file()});
   const std::string target = SidecarTarget(*sidecar);
   ASSERT_FALSE(target.empty());
   Prometheus prometheus({target});
@@ -70,7 +71,8 @@ TEST_F(AlertsTest, ACleanEngineKeepsTheFindingAlertsInactive) {
   std::unique_ptr<Process> sidecar = StartSidecar(
       cluster, "quiet.db",
       {"--max-probes=150", "--floor=2", "--require=output_scan,trace",
-       "--trace=" + cluster.prefill() + "," + cluster.decode()});
+       "--trace=" + cluster.prefill() + "," + cluster.decode(),
+       "--trace-token-file=" + cluster.trace_token_file()});
   const std::string target = SidecarTarget(*sidecar);
   ASSERT_FALSE(target.empty());
   Prometheus prometheus({target});

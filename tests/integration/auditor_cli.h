@@ -59,6 +59,7 @@ inline std::vector<std::string> ProbeArgs(const Cluster& c,
           "--target=" + c.router(),
           "--tenants=" + WriteTenantsFile(),
           "--trace=" + c.prefill() + "," + c.decode(),
+          "--trace-token-file=" + c.trace_token_file(),
           "--db=" + db,
           "--max-probes=" + std::to_string(max_probes),
           "--duration=120",
@@ -89,19 +90,6 @@ inline std::string SidecarTarget(Process& sidecar) {
   const std::string line = sidecar.ReadLine();
   if (line.rfind("metrics http://", 0) != 0) return "";
   return line.substr(15, line.find("/metrics") - 15);
-}
-
-// A port nothing listens on right now (for servers that cannot take 0).
-inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 inline bool HavePrometheus() {

@@ -4,9 +4,12 @@
 #ifndef KVCANARY_TESTS_INTEGRATION_CLUSTER_H_
 #define KVCANARY_TESTS_INTEGRATION_CLUSTER_H_
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +18,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +52,49 @@ inline std::string WriteTenantsFile(const std::string& contents = "") {
     {"id": "initech", "api_keys": ["sk-initech"]},
     {"id": "umbrella", "api_keys": ["sk-umbrella"]}]})";
   return path;
+}
+
+// Writes a fresh internal secret (64 hex characters, mode 0600) and
+// returns its path.
+inline std::string WriteSecretFile() {
+  static std::atomic<int> counter{0};
+  const std::string path = ::testing::TempDir() + "/kvcanary-secret-" +
+                           std::to_string(getpid()) + "-" +
+                           std::to_string(counter++);
+  std::remove(path.c_str());
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return "";
+  static const char kHex[] = "0123456789abcdef";
+  std::string secret;
+  std::random_device rd;
+  for (int i = 0; i < 64; ++i) secret.push_back(kHex[rd() % 16]);
+  secret.push_back('\n');
+  const bool ok = write(fd, secret.data(), secret.size()) ==
+                  static_cast<ssize_t>(secret.size());
+  close(fd);
+  return ok ? path : "";
+}
+
+// The first line of a file, without its end.
+inline std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// A port on 127.0.0.1 nothing listens on right now (for servers that
+// cannot take 0, and KV ports a configuration names before the node starts).
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
 }
 
 // A child process running the engine binary, with its stdout lines.
@@ -127,27 +174,43 @@ inline std::string UrlOf(const std::string& line) {
 // `kvcanary-engine up` with the given extra flags.
 class Cluster {
  public:
+  // The deployment's internal secret is a file of the test's, so that a
+  // test can call the internal routes as a node would.
   explicit Cluster(std::vector<std::string> extra,
-                   const std::string& tenants_json = "") {
+                   const std::string& tenants_json = "")
+      : secret_file_(WriteSecretFile()) {
     std::vector<std::string> args = {
-        "up", "--port=0", "--tenants=" + WriteTenantsFile(tenants_json)};
+        "up", "--port=0", "--tenants=" + WriteTenantsFile(tenants_json),
+        "--internal_secret_file=" + secret_file_};
     args.insert(args.end(), extra.begin(), extra.end());
     process_ = std::make_unique<Process>(args);
     router_ = UrlOf(process_->ReadLine());
     prefill_ = UrlOf(process_->ReadLine());
-    decode_ = UrlOf(process_->ReadLine());
+    const std::string decode_line = process_->ReadLine();
+    decode_ = UrlOf(decode_line);
+    const size_t kv = decode_line.find(" kv=");
+    if (kv != std::string::npos) kv_port_ = std::atoi(&decode_line[kv + 4]);
+    trace_token_file_ = UrlOf(process_->ReadLine());
   }
   bool ok() const {
-    return !router_.empty() && !prefill_.empty() && !decode_.empty();
+    return !router_.empty() && !prefill_.empty() && !decode_.empty() &&
+           !trace_token_file_.empty();
   }
+  // The internal secret, the trace token, and the file holding it.
+  std::string internal_secret() const { return ReadFirstLine(secret_file_); }
+  std::string trace_token() const { return ReadFirstLine(trace_token_file_); }
+  const std::string& trace_token_file() const { return trace_token_file_; }
   const std::string& router() const { return router_; }
   const std::string& prefill() const { return prefill_; }
   const std::string& decode() const { return decode_; }
+  int kv_port() const { return kv_port_; }  // the decode node's KV port
   Process& process() { return *process_; }
 
  private:
+  std::string secret_file_;
   std::unique_ptr<Process> process_;
-  std::string router_, prefill_, decode_;
+  std::string router_, prefill_, decode_, trace_token_file_;
+  int kv_port_ = 0;
 };
 
 // A fixture whose tests share one `up` with default flags.
@@ -246,15 +309,17 @@ inline double MetricValue(const std::string& metrics, const std::string& name,
   return -1;
 }
 
-// Reads a node's trace stream on a thread until Stop().
+// Reads a node's trace stream (with the admin token) on a thread until
+// Stop().
 class TraceTap {
  public:
-  explicit TraceTap(const std::string& node) {
+  TraceTap(const std::string& node, const std::string& token) {
     client_ = std::make_unique<httplib::Client>(node);
-    thread_ = std::thread([this] {
+    thread_ = std::thread([this, token] {
       httplib::Client& client = *client_;
       client.set_read_timeout(60, 0);
-      client.Get("/v1/trace", [this](const char* data, size_t n) {
+      const httplib::Headers auth = {{"Authorization", "Bearer " + token}};
+      client.Get("/v1/trace", auth, [this](const char* data, size_t n) {
         std::lock_guard<std::mutex> lock(mu_);
         reader_.Feed(absl::string_view(data, n));
         while (true) {

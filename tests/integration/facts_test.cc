@@ -119,32 +119,29 @@ TEST_F(FactsCliTest, WithoutTenantsOnlyKeylessFactsAndExposureInconclusive) {
   EXPECT_NE(out.find("no --tenants"), std::string::npos) << out;
 }
 
-// The engine nodes' /v1/trace checks no credential: whoever reaches a node
-// reads every tenant's request ids and timings. facts plants as acme and
-// finds the plant's request in the trace read without a key.
-TEST_F(FactsCliTest, NodeTraceReadableWithoutAKeyIsAFinding) {
+// The engine nodes' /v1/trace needs the admin token, and the internal
+// routes the internal secret: facts, reading them without either after
+// planting as acme, finds nothing exposed and says the trace refused it.
+TEST_F(FactsCliTest, NodeTraceAndInternalRoutesRefuseAReaderWithoutTokens) {
   int exit_code = -1;
   std::string out;
   const json doc =
       Facts({"--tenants=" + WriteTenantsFile(),
              "--trace=" + cluster_->prefill() + "," + cluster_->decode()},
             &exit_code, &out);
-  ASSERT_EQ(exit_code, 1) << out;
-  ASSERT_FALSE(doc["incidents"].empty());
-  bool trace = false;
-  for (const json& i : doc["incidents"]) {
-    EXPECT_EQ(i["detector"], "exposure");
-    EXPECT_EQ(i["kind"], "activity_exposed");
-    EXPECT_EQ(i["severity"], "high");  // the internal plane: no text
-    EXPECT_EQ(i["writer"], "acme");
-    EXPECT_EQ(i["reader"], "(no key)");
-    const std::string where = i["key"].value("node", "");
-    trace = trace || where.find("/v1/trace") != std::string::npos;
+  ASSERT_EQ(exit_code, 0) << out;
+  EXPECT_TRUE(doc["incidents"].empty()) << doc["incidents"].dump(2);
+  ASSERT_EQ(doc["facts"]["exposure"]["traces"].size(), 2u)
+      << doc["facts"]["exposure"].dump(2);
+  for (const json& t : doc["facts"]["exposure"]["traces"]) {
+    EXPECT_FALSE(t["followed"].get<bool>()) << t.dump();
+    EXPECT_EQ(t["events"], 0) << t.dump();
+    EXPECT_NE(t["error"].get<std::string>().find("HTTP 401"), std::string::npos)
+        << t.dump();
   }
-  EXPECT_TRUE(trace) << doc["incidents"].dump(2);
-  // The nodes' own settings agree with the router's /version.
+  EXPECT_EQ(doc["facts"]["exposure"]["planted"], true);
+  // The nodes' /health still answers, and the router's /version agrees.
   EXPECT_EQ(doc["facts"]["watermark"], "enforce");
-  EXPECT_FALSE(doc["facts"]["sources"]["watermark"]["also"].empty());
 }
 
 }  // namespace

@@ -46,16 +46,35 @@ struct Node {
   std::string url;
 };
 
+// A hand-built topology's shared flags: one secret, and the decode nodes'
+// KV ports chosen up front (the prefill node's configuration names them).
+struct Topology {
+  std::string secret = "--internal_secret_file=" + WriteSecretFile();
+  std::string KvPeer(const std::string& name, int port) const {
+    return name + "=127.0.0.1:" + std::to_string(port);
+  }
+};
+
 TEST(FailureTest,
      DecodeKilledDuringTransferFailsTheRequestAndFreesPrefillPages) {
   const std::string tenants = WriteTenantsFile();
-  Node prefill({"serve", "--role=prefill"});
-  auto decode = std::make_unique<Node>(std::vector<std::string>{
-      "serve", "--role=decode", "--test_kv_receive_delay_ms=3000"});
+  Topology t;
+  const int kv = FreePort();
+  Node prefill({"serve", "--role=prefill", t.secret,
+                "--decode_kv=" + t.KvPeer("decode-0", kv)});
+  auto decode_args = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"serve", "--role=decode", t.secret,
+                                  "--prefill=" + prefill.url,
+                                  "--kv_port=" + std::to_string(kv)};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto decode =
+      std::make_unique<Node>(decode_args({"--test_kv_receive_delay_ms=3000"}));
   ASSERT_FALSE(prefill.url.empty());
   ASSERT_FALSE(decode->url.empty());
   const std::string decode_url = decode->url;
-  Node router({"serve", "--role=router", "--tenants=" + tenants,
+  Node router({"serve", "--role=router", "--tenants=" + tenants, t.secret,
                "--prefill=" + prefill.url, "--decode=" + decode_url});
   ASSERT_FALSE(router.url.empty());
 
@@ -82,8 +101,7 @@ TEST(FailureTest,
   // A decode node comes back on the same address: the router serves again.
   decode.reset();
   decode = std::make_unique<Node>(
-      std::vector<std::string>{"serve", "--role=decode",
-                               "--port=" + std::to_string(PortOf(decode_url))});
+      decode_args({"--port=" + std::to_string(PortOf(decode_url))}));
   ASSERT_EQ(decode->url, decode_url);
   HttpResult again = Post(router.url, "/v1/completions",
                           Completion("back again", 8), "sk-acme");
@@ -92,10 +110,18 @@ TEST(FailureTest,
 
 TEST(FailureTest, RouterSpreadsRequestsOverSeveralDecodeNodes) {
   const std::string tenants = WriteTenantsFile();
-  Node prefill({"serve", "--role=prefill"});
-  Node decode_a({"serve", "--role=decode"});
-  Node decode_b({"serve", "--role=decode"});
-  Node router({"serve", "--role=router", "--tenants=" + tenants,
+  Topology t;
+  const int kv_a = FreePort(), kv_b = FreePort();
+  Node prefill(
+      {"serve", "--role=prefill", t.secret,
+       "--decode_kv=" + t.KvPeer("a", kv_a) + "," + t.KvPeer("b", kv_b)});
+  Node decode_a({"serve", "--role=decode", t.secret, "--name=a",
+                 "--prefill=" + prefill.url,
+                 "--kv_port=" + std::to_string(kv_a)});
+  Node decode_b({"serve", "--role=decode", t.secret, "--name=b",
+                 "--prefill=" + prefill.url,
+                 "--kv_port=" + std::to_string(kv_b)});
+  Node router({"serve", "--role=router", "--tenants=" + tenants, t.secret,
                "--prefill=" + prefill.url,
                "--decode=" + decode_a.url + "," + decode_b.url});
   ASSERT_FALSE(router.url.empty());
@@ -115,10 +141,14 @@ TEST(FailureTest, RouterSpreadsRequestsOverSeveralDecodeNodes) {
 
 TEST(FailureTest, UnreachableDecodeNodeIs503) {
   const std::string tenants = WriteTenantsFile();
-  Node prefill({"serve", "--role=prefill"});
-  auto decode = std::make_unique<Node>(
-      std::vector<std::string>{"serve", "--role=decode"});
-  Node router({"serve", "--role=router", "--tenants=" + tenants,
+  Topology t;
+  const int kv = FreePort();
+  Node prefill({"serve", "--role=prefill", t.secret,
+                "--decode_kv=" + t.KvPeer("decode-0", kv)});
+  auto decode = std::make_unique<Node>(std::vector<std::string>{
+      "serve", "--role=decode", t.secret, "--prefill=" + prefill.url,
+      "--kv_port=" + std::to_string(kv)});
+  Node router({"serve", "--role=router", "--tenants=" + tenants, t.secret,
                "--prefill=" + prefill.url, "--decode=" + decode->url});
   ASSERT_FALSE(router.url.empty());
   decode.reset();  // SIGTERM, gone

@@ -63,7 +63,7 @@ TEST(NoScrubReuseTest, DetectAttributesTheStaleTailToThePreviousTenant) {
   Cluster cluster(
       {"--fault=no-scrub-reuse", "--watermark=detect", "--num_pages=64"});
   ASSERT_TRUE(cluster.ok());
-  TraceTap tap(cluster.decode());
+  TraceTap tap(cluster.decode(), cluster.trace_token());
   HttpResult r = RunNoScrubReuse(cluster);
   ASSERT_EQ(r.status, 200) << r.body;
   const auto found =
@@ -88,7 +88,7 @@ TEST(NoScrubReuseTest, EnforceFailsTheRequestWithNoText) {
 TEST(NoScrubReuseTest, FaultOffTheSameRequestsAreClean) {
   Cluster cluster({"--watermark=detect", "--num_pages=64", "--scrub=none"});
   ASSERT_TRUE(cluster.ok());
-  TraceTap tap(cluster.decode());
+  TraceTap tap(cluster.decode(), cluster.trace_token());
   HttpResult r = RunNoScrubReuse(cluster);
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(CountViolations(tap.Stop()), 0);
@@ -117,7 +117,7 @@ RaceRun RunAbortTransferRace(const std::vector<std::string>& flags) {
   RaceRun run;
   EXPECT_TRUE(cluster.ok());
   if (!cluster.ok()) return run;
-  TraceTap tap(cluster.decode());
+  TraceTap tap(cluster.decode(), cluster.trace_token());
   // globex's client hears of the abort at once; its transfer goes on for
   // about 2.4 s more.
   run.globex = Post(cluster.router(), "/v1/completions",
@@ -194,7 +194,7 @@ SlotRun RunMetadataSlotReuse(const std::vector<std::string>& flags,
   SlotRun run;
   EXPECT_TRUE(cluster.ok());
   if (!cluster.ok()) return run;
-  TraceTap tap(cluster.decode());
+  TraceTap tap(cluster.decode(), cluster.trace_token());
   for (int round = 0; round < 5; ++round) {
     std::atomic<int> left{16};
     auto results = RunClients(
@@ -282,7 +282,7 @@ PrefixRun RunPrefixCollision(const std::vector<std::string>& flags) {
   PrefixRun run;
   EXPECT_TRUE(cluster.ok());
   if (!cluster.ok()) return run;
-  TraceTap tap(cluster.prefill());
+  TraceTap tap(cluster.prefill(), cluster.trace_token());
   const std::string shared = LongPrompt(30);
   run.acme = Post(cluster.router(), "/v1/completions",
                   Completion(shared + " cat", 8), "sk-acme");

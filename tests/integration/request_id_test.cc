@@ -35,7 +35,7 @@ std::string Chat(const std::string& content, int max_tokens) {
 class RequestIdTest : public SharedClusterTest {};
 
 TEST_F(RequestIdTest, CompletionNamesItsIdInTheHeaderTheBodyAndTheTrace) {
-  TraceTap tap(cluster_->decode());
+  TraceTap tap(cluster_->decode(), cluster_->trace_token());
   HttpResult a = Post(cluster_->router(), "/v1/completions",
                       Completion("a cat sat", 4), "sk-acme");
   const auto events = tap.Stop();
@@ -102,16 +102,14 @@ TEST_F(RequestIdTest, NodesRefuseTheReservedRequestIdWith400) {
   body["tenant_id"] = 1u;
   body["prompt"] = {1, 5, 9};
   body["max_tokens"] = 2u;
-  body["prefill_url"] = cluster_->prefill();  // decode's generate
-  body["reserved_pages"] = 1u;                // prefill's prefill
-  body["kv_host"] = "127.0.0.1";
-  body["kv_port"] = 1u;
+  body["reserved_pages"] = 1u;  // prefill's prefill
+  body["transfer_token"] = std::string(32, '0');
   for (const auto& [node, path] :
        {std::pair<std::string, std::string>{cluster_->decode(),
                                             "/internal/v1/generate"},
         {cluster_->prefill(), "/internal/v1/prefill"}}) {
     SCOPED_TRACE(path);
-    HttpResult r = Post(node, path, body.dump(), "");
+    HttpResult r = Post(node, path, body.dump(), cluster_->internal_secret());
     EXPECT_EQ(r.status, 400) << r.body;
     EXPECT_NE(r.body.find("reserved"), std::string::npos) << r.body;
   }

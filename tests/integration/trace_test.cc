@@ -17,7 +17,7 @@ namespace {
 TEST(TraceTest, ARequestsLifeOnTheDecodeNode) {
   Cluster cluster({});
   ASSERT_TRUE(cluster.ok());
-  TraceTap tap(cluster.decode());
+  TraceTap tap(cluster.decode(), cluster.trace_token());
   HttpResult r = Post(cluster.router(), "/v1/completions",
                       Completion("a cat sat", 6), "sk-acme");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -55,7 +55,7 @@ TEST(TraceTest, TheIncidentShowsAsViolationsAttributedToTheWriter) {
                   .status,
               200);
   }
-  TraceTap tap(cluster.decode());
+  TraceTap tap(cluster.decode(), cluster.trace_token());
   HttpResult r = Post(cluster.router(), "/v1/completions",
                       Completion(LongPrompt(150), 8), "sk-acme");
   ASSERT_EQ(r.status, 200) << r.body;
@@ -86,8 +86,8 @@ TEST(TraceTest, TheIncidentShowsAsViolationsAttributedToTheWriter) {
 TEST(TraceTest, ASharedPrefixKeepsItsRealWriterOnBothNodes) {
   Cluster cluster({"--watermark=detect"});
   ASSERT_TRUE(cluster.ok());
-  TraceTap prefill_tap(cluster.prefill());
-  TraceTap decode_tap(cluster.decode());
+  TraceTap prefill_tap(cluster.prefill(), cluster.trace_token());
+  TraceTap decode_tap(cluster.decode(), cluster.trace_token());
   const std::string prompt = LongPrompt(40);  // several full pages
   HttpResult first = Post(cluster.router(), "/v1/completions",
                           Completion(prompt + " cat", 4), "sk-acme");
@@ -135,12 +135,16 @@ TEST(TraceTest, ANodeCanAlsoWriteItsTraceToAFile) {
                : "http://127.0.0.1:" +
                      std::to_string(std::stoi(line.substr(at + 5)));
   };
-  Process prefill({"serve", "--role=prefill"});
+  const std::string secret = "--internal_secret_file=" + WriteSecretFile();
+  const int kv = FreePort();
+  Process prefill({"serve", "--role=prefill", secret,
+                   "--decode_kv=decode-0=127.0.0.1:" + std::to_string(kv)});
   const std::string prefill_url = ready_url(prefill);
   auto decode = std::make_unique<Process>(std::vector<std::string>{
-      "serve", "--role=decode", "--trace_file=" + path});
+      "serve", "--role=decode", secret, "--trace_file=" + path,
+      "--prefill=" + prefill_url, "--kv_port=" + std::to_string(kv)});
   const std::string decode_url = ready_url(*decode);
-  Process router({"serve", "--role=router", "--tenants=" + tenants,
+  Process router({"serve", "--role=router", "--tenants=" + tenants, secret,
                   "--prefill=" + prefill_url, "--decode=" + decode_url});
   const std::string router_url = ready_url(router);
   ASSERT_FALSE(router_url.empty());

@@ -1,0 +1,379 @@
+// Attacks on the engine's internal plane, each against `kvcanary-engine up`
+// as separate processes (docs/nodes.md, "Internal plane"): every internal
+// route and the KV port without or with a wrong credential, a reservation
+// claim race, addresses smuggled into requests (SSRF), the trace stream
+// without its token or past its reader cap, an oversized body.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/internal_auth.h"
+#include "engine/kv_connection.h"
+#include "engine/openai_api.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster.h"
+
+namespace kvcanary::testing {
+namespace {
+
+using engine::SharedSecret;
+using nlohmann::json;
+
+constexpr char kWrongSecret[] =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+double Requests(const std::string& node) {
+  const std::string m = Get(node, "/metrics").body;
+  double total = 0;
+  size_t pos = 0;
+  while ((pos = m.find("kvcanary_node_requests_total{", pos)) !=
+         std::string::npos) {
+    const size_t end = m.find('\n', pos);
+    total += std::stod(m.substr(m.rfind(' ', end) + 1, end));
+    pos = end;
+  }
+  return total;
+}
+
+double UsedPages(const std::string& node) {
+  return MetricValue(Get(node, "/metrics").body, "kvcanary_node_kv_pages",
+                     "state=\"used\"");
+}
+
+HttpResult GetWithAuth(const std::string& base, const std::string& path,
+                       const std::string& authorization) {
+  httplib::Client client(base);
+  client.set_read_timeout(5, 0);
+  httplib::Headers h;
+  if (!authorization.empty()) h.emplace("Authorization", authorization);
+  auto res = client.Get(path.c_str(), h);
+  HttpResult r;
+  if (!res) return r;
+  r.status = res->status;
+  r.body = res->body;
+  r.json = json::parse(r.body, nullptr, false);
+  return r;
+}
+
+// A generate / prefill body as a node would send it, for tenant 1.
+json InternalBody(uint64_t request_id) {
+  json b;
+  b["request_id"] = request_id;
+  b["tenant_id"] = 1u;
+  b["prompt"] = {1, 5, 9, 12};
+  b["max_tokens"] = 2u;
+  b["reserved_pages"] = 1u;
+  b["transfer_token"] = std::string(32, 'a');
+  return b;
+}
+
+class InternalPlaneTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new Cluster({}); }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override { ASSERT_TRUE(cluster_->ok()); }
+  static bool WaitForNoUsedPages() {
+    for (int i = 0; i < 100; ++i) {
+      if (UsedPages(cluster_->decode()) == 0 &&
+          UsedPages(cluster_->prefill()) == 0) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+  inline static Cluster* cluster_ = nullptr;
+};
+
+// The pid of `up`'s child whose command line holds `role_flag`; -1 if none.
+pid_t ChildOf(pid_t parent, const std::string& role_flag) {
+  std::ifstream children(
+      absl::StrCat("/proc/", parent, "/task/", parent, "/children"));
+  pid_t pid;
+  while (children >> pid) {
+    std::ifstream cmd(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::string line((std::istreambuf_iterator<char>(cmd)),
+                     std::istreambuf_iterator<char>());
+    if (line.find(role_flag) != std::string::npos) return pid;
+  }
+  return -1;
+}
+
+// Resident memory of `pid` in KiB (VmRSS); -1 if unreadable.
+long RssKib(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string key;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      long kib = -1;
+      status >> kib;
+      return kib;
+    }
+  }
+  return -1;
+}
+
+TEST_F(InternalPlaneTest, EveryInternalRouteRefusesMissingAndWrongSecrets) {
+  const double decode_before = Requests(cluster_->decode());
+  const double prefill_before = Requests(cluster_->prefill());
+  const std::string body = InternalBody(424242).dump();
+  for (const std::string& secret :
+       {std::string(), std::string(kWrongSecret), cluster_->trace_token()}) {
+    SCOPED_TRACE(secret.empty() ? "no secret" : "wrong secret");
+    for (const auto& [node, path] :
+         {std::pair<std::string, std::string>{cluster_->decode(),
+                                              "/internal/v1/generate"},
+          {cluster_->prefill(), "/internal/v1/prefill"}}) {
+      HttpResult r = Post(node, path, body, secret);
+      EXPECT_EQ(r.status, 401) << path << ": " << r.body;
+      EXPECT_EQ(r.body.find("424242"), std::string::npos) << r.body;
+    }
+    for (const std::string& node : {cluster_->decode(), cluster_->prefill()}) {
+      HttpResult r = GetWithAuth(node, "/internal/v1/limits",
+                                 secret.empty() ? "" : "Bearer " + secret);
+      EXPECT_EQ(r.status, 401) << r.body;
+      EXPECT_EQ(r.body.find("page_tokens"), std::string::npos) << r.body;
+    }
+  }
+  // A wrong scheme and a secret with a suffix are refused too.
+  EXPECT_EQ(GetWithAuth(cluster_->decode(), "/internal/v1/limits",
+                        "Basic " + cluster_->internal_secret())
+                .status,
+            401);
+  EXPECT_EQ(GetWithAuth(cluster_->decode(), "/internal/v1/limits",
+                        "Bearer " + cluster_->internal_secret() + "x")
+                .status,
+            401);
+  // Nothing ran, nothing is held.
+  EXPECT_EQ(Requests(cluster_->decode()), decode_before);
+  EXPECT_EQ(Requests(cluster_->prefill()), prefill_before);
+  EXPECT_EQ(UsedPages(cluster_->decode()), 0);
+  EXPECT_EQ(UsedPages(cluster_->prefill()), 0);
+  // The right secret opens them; /health stays open.
+  EXPECT_EQ(GetWithAuth(cluster_->decode(), "/internal/v1/limits",
+                        "Bearer " + cluster_->internal_secret())
+                .status,
+            200);
+  EXPECT_EQ(Get(cluster_->decode(), "/health").status, 200);
+}
+
+TEST_F(InternalPlaneTest, TraceNeedsItsTokenAndCapsItsReaders) {
+  for (const std::string& auth :
+       {std::string(), "Bearer " + std::string(kWrongSecret),
+        "Bearer " + cluster_->internal_secret()}) {
+    HttpResult r = GetWithAuth(cluster_->decode(), "/v1/trace", auth);
+    EXPECT_EQ(r.status, 401) << r.body;
+    EXPECT_EQ(r.body.find("\"req\""), std::string::npos) << r.body;
+  }
+  // Eight readers (up's default cap) hold the stream; a ninth gets 503
+  // while the router keeps serving.
+  std::vector<std::unique_ptr<TraceTap>> taps;
+  for (int i = 0; i < 8; ++i) {
+    taps.push_back(std::make_unique<TraceTap>(cluster_->decode(),
+                                              cluster_->trace_token()));
+  }
+  HttpResult ninth = GetWithAuth(cluster_->decode(), "/v1/trace",
+                                 "Bearer " + cluster_->trace_token());
+  EXPECT_EQ(ninth.status, 503) << ninth.body;
+  EXPECT_EQ(Post(cluster_->router(), "/v1/completions",
+                 Completion("while readers wait", 4), "sk-acme")
+                .status,
+            200);
+  for (auto& t : taps) t->Stop();
+}
+
+// A listener that records whether anything connected to it.
+class Trap {
+ public:
+  Trap() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    listen(fd_, 16);
+  }
+  ~Trap() { close(fd_); }
+  int port() const { return port_; }
+  // Whether a connection is waiting to be accepted.
+  bool Connected(int wait_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, wait_ms) > 0;
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+TEST_F(InternalPlaneTest, AddressesInARequestAreNeverCalled) {
+  Trap trap;
+  const std::string url = absl::StrCat("http://127.0.0.1:", trap.port());
+  // With the secret even: the nodes call only what their configuration
+  // names, whatever the body says.
+  json generate = InternalBody(777001);
+  generate["prefill_url"] = url;
+  generate["kv_host"] = "127.0.0.1";
+  generate["kv_port"] = trap.port();
+  Post(cluster_->decode(), "/internal/v1/generate", generate.dump(),
+       cluster_->internal_secret());
+  json prefill = InternalBody(777002);
+  prefill["kv_host"] = "127.0.0.1";
+  prefill["kv_port"] = trap.port();
+  prefill["kv_peer"] = url;
+  HttpResult p = Post(cluster_->prefill(), "/internal/v1/prefill",
+                      prefill.dump(), cluster_->internal_secret());
+  EXPECT_NE(p.status, 200) << p.body;  // no such peer: nothing sent
+  EXPECT_FALSE(trap.Connected(1000)) << "a node connected to an address "
+                                        "taken from a request";
+  EXPECT_TRUE(WaitForNoUsedPages());
+}
+
+// The KV port, spoken to directly.
+class KvPortTest : public InternalPlaneTest {
+ protected:
+  absl::StatusOr<std::unique_ptr<engine::kv::FrameConnection>> Connect() {
+    return engine::kv::FrameConnection::Connect(
+        "127.0.0.1", cluster_->kv_port(), absl::Seconds(5));
+  }
+  // Connects and answers the hello with a proof under `secret`.
+  std::unique_ptr<engine::kv::FrameConnection> Authenticated(
+      const SharedSecret& secret) {
+    auto conn = Connect();
+    if (!conn.ok()) return nullptr;
+    auto hello = (*conn)->Receive(absl::Seconds(5));
+    if (!hello.ok()) return nullptr;
+    const auto* h = std::get_if<engine::kv::Hello>(&*hello);
+    if (h == nullptr) return nullptr;
+    if (!(*conn)
+             ->Send(engine::kv::Auth{secret.KvProof(h->nonce)},
+                    absl::Seconds(5))
+             .ok()) {
+      return nullptr;
+    }
+    return *std::move(conn);
+  }
+  static engine::kv::Metadata Meta(uint64_t request) {
+    engine::kv::Metadata m;
+    m.request = RequestId(request);
+    m.tenant = TenantId(1);
+    m.prompt_tokens = 3;
+    m.reserved_pages = 1;
+    return m;
+  }
+  double Refused(const std::string& reason) {
+    return MetricValue(Get(cluster_->decode(), "/metrics").body,
+                       "kvcanary_node_kv_connections_refused_total",
+                       "reason=\"" + reason + "\"");
+  }
+};
+
+TEST_F(KvPortTest, AConnectionWithoutTheSecretIsRefusedBeforeItsMetadata) {
+  const double before = std::max(0.0, Refused("authentication"));
+  // Skipping the handshake: Metadata first.
+  auto conn = Connect();
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  ASSERT_TRUE((*conn)->Receive(absl::Seconds(5)).ok());  // the hello
+  ASSERT_TRUE((*conn)->Send(Meta(1), absl::Seconds(5)).ok());
+  auto answer = (*conn)->Receive(absl::Seconds(5));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  const auto* abort = std::get_if<engine::kv::Abort>(&*answer);
+  ASSERT_NE(abort, nullptr);
+  EXPECT_EQ(abort->code,
+            static_cast<uint32_t>(absl::StatusCode::kUnauthenticated));
+  EXPECT_EQ(abort->request, RequestId(0));
+  // A proof under the wrong secret: the same.
+  auto wrong =
+      Authenticated(SharedSecret::FromString(std::string(kWrongSecret)));
+  ASSERT_NE(wrong, nullptr);
+  auto answer2 = wrong->Receive(absl::Seconds(5));
+  ASSERT_TRUE(answer2.ok()) << answer2.status();
+  ASSERT_NE(std::get_if<engine::kv::Abort>(&*answer2), nullptr);
+  EXPECT_GE(Refused("authentication"), before + 2);
+}
+
+TEST_F(KvPortTest, ClaimRaceWithoutTheTransferTokenFailsNoVictim) {
+  const SharedSecret secret =
+      SharedSecret::FromString(cluster_->internal_secret());
+  // The attacker learns the current request id from a request of its own.
+  HttpResult mine = Post(cluster_->router(), "/v1/completions",
+                         Completion("the attacker's own", 2), "sk-globex");
+  ASSERT_EQ(mine.status, 200) << mine.body;
+  const uint64_t last = std::stoull(mine.Header(engine::kRequestIdHeader));
+  std::atomic<bool> stop{false};
+  std::set<std::string> messages;
+  std::mutex mu;
+  std::atomic<int> attempts{0};
+  std::thread attacker([&] {
+    while (!stop.load()) {
+      for (uint64_t id = last + 1; id <= last + 60 && !stop.load(); ++id) {
+        auto c = Authenticated(secret);
+        if (c == nullptr) continue;
+        engine::kv::Metadata m = Meta(id);
+        if (!c->Send(m, absl::Seconds(2)).ok()) continue;
+        ++attempts;
+        auto a = c->Receive(absl::Seconds(2));
+        if (!a.ok()) continue;
+        if (auto* abort = std::get_if<engine::kv::Abort>(&*a)) {
+          std::lock_guard<std::mutex> lock(mu);
+          messages.insert(abort->message);
+        }
+      }
+    }
+  });
+  std::vector<std::thread> victims;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    victims.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) {
+        HttpResult r = Post(cluster_->router(), "/v1/completions",
+                            Completion(LongPrompt(10 + i), 4), "sk-acme");
+        if (r.status != 200) ++failures;
+      }
+    });
+  }
+  for (auto& v : victims) v.join();
+  stop = true;
+  attacker.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(attempts.load(), 40);
+  // Every refusal reads the same: no prompt length, no tenant, no state.
+  EXPECT_EQ(messages.size(), 1u);
+  for (const std::string& m : messages) {
+    EXPECT_EQ(m, "no reservation matches this request id and transfer token");
+  }
+  EXPECT_TRUE(WaitForNoUsedPages());
+}
+
+TEST_F(InternalPlaneTest, AFiftyMegabyteBodyIs413WithoutTheRouterGrowing) {
+  const pid_t router = ChildOf(cluster_->process().pid(), "--role=router");
+  ASSERT_GT(router, 0);
+  const long before = RssKib(router);
+  const std::string big(50u << 20, 'a');
+  json j;
+  j["prompt"] = big;
+  j["max_tokens"] = 1;
+  HttpResult r =
+      Post(cluster_->router(), "/v1/completions", j.dump(), "sk-acme");
+  EXPECT_EQ(r.status, 413) << r.body.substr(0, 200);
+  EXPECT_EQ(r.json["error"]["type"], "invalid_request_error") << r.body;
+  EXPECT_LT(RssKib(router) - before, 64 * 1024)
+      << "router RSS grew from " << before << " KiB";
+}
+
+}  // namespace
+}  // namespace kvcanary::testing

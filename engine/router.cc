@@ -348,7 +348,7 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
       std::make_unique<Admitted::InFlight>(&in_flight_, &tenant_count);
   a->request = *std::move(parsed);
   a->tenant = (*tenant)->id;
-  a->request_id = next_request_.fetch_add(1);
+  a->request_id = request_ids_.Next().value();
   record->request_id = a->request_id;
   return a;
 }

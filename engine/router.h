@@ -28,6 +28,7 @@
 #include "engine/faults.h"
 #include "engine/node_metrics.h"
 #include "engine/node_settings.h"
+#include "engine/request_ids.h"
 #include "engine/tenants.h"
 #include "engine/tokenizer.h"
 #include "httplib.h"
@@ -93,7 +94,7 @@ class Router {
   std::thread server_thread_;
   int http_port_ = 0;
   ServingSettings settings_;  // from the nodes, at Start()
-  std::atomic<uint64_t> next_request_{1};
+  RequestIdSequence request_ids_;
   std::atomic<uint64_t> next_node_{0};
   std::atomic<int> in_flight_{0};
   // Requests in flight per tenant, indexed by TenantId (1..N).

@@ -282,9 +282,10 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   // node reported, then the tokens, then the final line.
   const std::string prefill_line = NdjsonLine(
       {{"prefill_outcome", prefill_outcome}, {"cached_tokens", cached_tokens}});
+  auto counted = std::make_shared<bool>(false);  // the final line's outcome
   res.set_chunked_content_provider(
       "application/x-ndjson",
-      [this, channel, id, prompt_tokens, cached_tokens, prefill_line,
+      [this, channel, id, prompt_tokens, cached_tokens, prefill_line, counted,
        prefill_sent = false](size_t, httplib::DataSink& sink) mutable {
         if (!prefill_sent) {
           prefill_sent = true;
@@ -316,6 +317,7 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
                 InternalErrorBody(event->status))["error"];
           }
           metrics_.CountRequest(event->status);
+          *counted = true;
           metrics_.CountViolations(event->violations);
         } else {
           return true;
@@ -328,8 +330,10 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
         if (event->kind == RequestEvent::Kind::kFinished) sink.done();
         return true;
       },
-      [this, id](bool success) {
+      [this, id, counted](bool success) {
         if (!success) loop_.Abort(id, absl::CancelledError("router went away"));
+        // Gone before the final line: requests_total{outcome="cancelled"}.
+        if (!*counted) metrics_.CountRequest(absl::CancelledError(""));
       });
 }
 

@@ -436,6 +436,7 @@ void Router::Relay(std::shared_ptr<Admitted> a, httplib::Response& res,
       [this, relay, record, logged](bool) {
         relay->Cancel();
         if (*logged) return;
+        metrics_.CountRequest(absl::CancelledError("client disconnected"));
         record->status = 200;
         record->reason = "client_disconnected";
         Log(record.get());

@@ -199,6 +199,7 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   pj["kv_host"] = options_.host;
   pj["kv_port"] = kv_port_;
   absl::Status transfer;
+  bool prefill_gone = false;  // no answer at all: the node went away
   {
     httplib::Client client(*prefill_url);
     const int64_t us = absl::ToInt64Microseconds(options_.transfer_timeout);
@@ -208,6 +209,7 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
     auto pres =
         client.Post("/internal/v1/prefill", pj.dump(), "application/json");
     if (!pres) {
+      prefill_gone = true;
       transfer = absl::UnavailableError(
           absl::StrCat("prefill node ", *prefill_url,
                        " unreachable: ", httplib::to_string(pres.error())));
@@ -223,9 +225,11 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
     pending->cancelled =
         true;  // a receiver that has not claimed it may not now
     pending_.erase(id);
-    // The receiver's verdict is the more precise one when it has one.
+    // The receiver's verdict is the more precise one when it has one
+    // (unless the prefill node went away: a transfer cut short by that is
+    // no corruption).
     if (pending->claimed && pending->result.has_value() &&
-        !pending->result->ok()) {
+        !pending->result->ok() && !prefill_gone) {
       transfer = *pending->result;
     }
     if (pending->claimed && !pending->result.has_value() && transfer.ok()) {

@@ -1,25 +1,23 @@
 #include "engine/serve.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <optional>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "engine/decode_node.h"
 #include "engine/model.h"
 #include "engine/router.h"
+#include "engine/supervisor.h"
 #include "engine/tenants.h"
 #include "engine/tokenizer.h"
 
@@ -123,6 +121,7 @@ absl::Status RunServe(const ServeOptions& o) {
     r.max_in_flight = o.max_in_flight;
     r.faults = o.faults;
     r.access_log = o.access_log;
+    r.up_status_file = o.up_status_file;
     Router router(&tokenizer, &tenants, r);
     RETURN_IF_ERROR(router.Start());
     return ServeUntilSignal(
@@ -132,106 +131,6 @@ absl::Status RunServe(const ServeOptions& o) {
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown --role '", o.role, "' (want router, prefill or decode)"));
 }
-
-namespace {
-
-struct Child {
-  std::string role;
-  pid_t pid = -1;
-  int stdout_fd = -1;
-  int http_port = 0;
-};
-
-// Starts `serve` with `args` in a child process whose stdout we read.
-absl::StatusOr<Child> Spawn(const std::string& role,
-                            const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  std::vector<std::string> argv_s = {"/proc/self/exe", "serve",
-                                     "--role=" + role};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    // No orphans: die with the parent.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    dup2(fds[1], STDOUT_FILENO);
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv("/proc/self/exe", argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return Child{role, pid, fds[0], 0};
-}
-
-// Reads the child's "ready ..." line; kUnavailable if it dies or is silent.
-absl::Status WaitReady(Child& c, absl::Duration timeout, int* kv_port) {
-  std::string line;
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    const int ms =
-        static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
-    if (ms <= 0) break;
-    pollfd p{c.stdout_fd, POLLIN, 0};
-    if (poll(&p, 1, ms) <= 0) continue;
-    char ch;
-    const ssize_t n = read(c.stdout_fd, &ch, 1);
-    if (n <= 0) break;
-    if (ch != '\n') {
-      line.push_back(ch);
-      continue;
-    }
-    if (line.rfind("ready ", 0) != 0) {
-      line.clear();
-      continue;
-    }
-    for (absl::string_view field : absl::StrSplit(line, ' ')) {
-      std::pair<std::string, std::string> kv =
-          absl::StrSplit(field, absl::MaxSplits('=', 1));
-      int value = 0;
-      if (kv.first == "http" && absl::SimpleAtoi(kv.second, &value))
-        c.http_port = value;
-      if (kv.first == "kv" && kv_port != nullptr &&
-          absl::SimpleAtoi(kv.second, &value)) {
-        *kv_port = value;
-      }
-    }
-    return c.http_port > 0
-               ? absl::OkStatus()
-               : absl::InternalError(absl::StrCat(c.role, ": bad ready line"));
-  }
-  return absl::UnavailableError(
-      absl::StrCat("the ", c.role, " node did not start"));
-}
-
-void StopAll(std::vector<Child>& children) {
-  for (Child& c : children) {
-    if (c.pid > 0) kill(c.pid, SIGTERM);
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  for (Child& c : children) {
-    if (c.pid <= 0) continue;
-    while (waitpid(c.pid, nullptr, WNOHANG) == 0) {
-      if (absl::Now() > deadline) {
-        kill(c.pid, SIGKILL);
-        waitpid(c.pid, nullptr, 0);
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    c.pid = -1;
-    if (c.stdout_fd >= 0) close(c.stdout_fd);
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args) {
   std::vector<std::string> up_args = {"/proc/self/exe", "up"};
@@ -282,41 +181,50 @@ void StopUpProcess(UpProcess& up) {
   up.pid = -1;
 }
 
+namespace {
+
+// Where `up` writes the status of its children for the router
+// (engine/supervisor_status.h): in $TMPDIR (or /tmp), removed on exit.
+std::string UpStatusPath() {
+  const char* tmp = std::getenv("TMPDIR");
+  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                      "/kvcanary-up-", getpid(), ".status.json");
+}
+
+}  // namespace
+
 absl::Status RunUp(const ServeOptions& o,
                    const std::vector<std::string>& node_args) {
   sigset_t stop = BlockStopSignals();
-  std::vector<Child> children;
-  auto fail = [&](absl::Status s) {
-    StopAll(children);
-    return s;
-  };
+  // Whoever reads our stdout may stop reading (StartUpProcess reads the
+  // URLs only): restart lines must not kill us.
+  signal(SIGPIPE, SIG_IGN);
+  SupervisorOptions so;
+  so.status_path = UpStatusPath();
+  Supervisor children(so);
   std::vector<std::string> model_args;
   if (!o.model_path.empty()) {
     model_args = {"--model=" + o.model_path, "--tokenizer=" + o.tokenizer_path};
   }
   std::vector<std::string> node = model_args;
   node.insert(node.end(), node_args.begin(), node_args.end());
-  for (const char* role : {"prefill", "decode"}) {
-    auto c = Spawn(role, node);
-    if (!c.ok()) return fail(c.status());
-    children.push_back(*c);
-  }
-  int kv_port = 0;
-  for (Child& c : children) {
-    absl::Status s = WaitReady(c, absl::Seconds(60),
-                               c.role == "decode" ? &kv_port : nullptr);
-    if (!s.ok()) return fail(s);
-  }
+  ASSIGN_OR_RETURN(const int prefill, children.Spawn("prefill", node));
+  ASSIGN_OR_RETURN(const int decode, children.Spawn("decode", node));
+  ASSIGN_OR_RETURN(const ReadyLine prefill_ready,
+                   children.WaitReady(prefill, absl::Seconds(60)));
+  ASSIGN_OR_RETURN(const ReadyLine decode_ready,
+                   children.WaitReady(decode, absl::Seconds(60)));
   const std::string prefill_url =
-      absl::StrCat("http://", o.host, ":", children[0].http_port);
+      absl::StrCat("http://", o.host, ":", prefill_ready.http_port);
   const std::string decode_url =
-      absl::StrCat("http://", o.host, ":", children[1].http_port);
+      absl::StrCat("http://", o.host, ":", decode_ready.http_port);
   std::vector<std::string> router_args = model_args;
   router_args.push_back(absl::StrCat("--port=", o.port));
   router_args.push_back("--tenants=" + o.tenants_path);
   router_args.push_back("--prefill=" + prefill_url);
   router_args.push_back("--decode=" + decode_url);
   router_args.push_back("--fault=" + o.faults.ToString());
+  router_args.push_back("--up_status_file=" + so.status_path);
   if (!o.access_log.path.empty()) {
     router_args.push_back("--access_log=" + o.access_log.path);
     router_args.push_back(
@@ -324,34 +232,17 @@ absl::Status RunUp(const ServeOptions& o,
     router_args.push_back(
         absl::StrCat("--access_log_keep=", o.access_log.keep));
   }
-  auto router = Spawn("router", router_args);
-  if (!router.ok()) return fail(router.status());
-  children.push_back(*router);
-  absl::Status s = WaitReady(children.back(), absl::Seconds(60), nullptr);
-  if (!s.ok()) return fail(s);
+  ASSIGN_OR_RETURN(const int router, children.Spawn("router", router_args));
+  ASSIGN_OR_RETURN(const ReadyLine router_ready,
+                   children.WaitReady(router, absl::Seconds(60)));
   PrintReady(
-      absl::StrCat("router http://", o.host, ":", children[2].http_port));
+      absl::StrCat("router http://", o.host, ":", router_ready.http_port));
   PrintReady("prefill " + prefill_url);
-  PrintReady(absl::StrCat("decode ", decode_url, " kv=", kv_port));
-  // Serve until asked to stop, or until a node dies.
-  absl::Status result = absl::OkStatus();
-  while (true) {
-    timespec tick{0, 200 * 1000 * 1000};
-    if (sigtimedwait(&stop, nullptr, &tick) > 0) break;
-    bool died = false;
-    for (Child& c : children) {
-      int status;
-      if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
-        c.pid = -1;
-        died = true;
-        result = absl::UnavailableError(
-            absl::StrCat("the ", c.role, " node exited"));
-      }
-    }
-    if (died) break;
-  }
-  StopAll(children);
-  return result;
+  PrintReady(absl::StrCat("decode ", decode_url, " kv=", decode_ready.kv_port));
+  // Serve until asked to stop, restarting whichever child dies.
+  children.Run(stop);
+  children.StopAll();
+  return absl::OkStatus();
 }
 
 }  // namespace kvcanary::engine

@@ -198,14 +198,19 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   // Ask a prefill node to compute the prompt's K/V and ship it here.
   absl::Status transfer =
       RequestPrefill(request, *pending, &prefill_outcome, &cached_tokens);
+  // No answer at all: the prefill node went away (a transfer it cut short
+  // is no corruption).
+  const bool prefill_gone = !transfer.ok() && prefill_outcome.is_null();
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending->cancelled =
         true;  // a receiver that has not claimed it may not now
     pending_.erase(id);
-    // The receiver's verdict is the more precise one when it has one.
+    // The receiver's verdict is the more precise one when it has one
+    // (unless the prefill node went away: a transfer cut short by that is
+    // no corruption).
     if (pending->claimed && pending->result.has_value() &&
-        !pending->result->ok()) {
+        !pending->result->ok() && !prefill_gone) {
       transfer = *pending->result;
     }
     if (pending->claimed && !pending->result.has_value() && transfer.ok()) {
@@ -262,9 +267,10 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   // node reported, then the tokens, then the final line.
   const std::string prefill_line = NdjsonLine(
       {{"prefill_outcome", prefill_outcome}, {"cached_tokens", cached_tokens}});
+  auto counted = std::make_shared<bool>(false);  // the final line's outcome
   res.set_chunked_content_provider(
       "application/x-ndjson",
-      [this, channel, id, prompt_tokens, cached_tokens, prefill_line,
+      [this, channel, id, prompt_tokens, cached_tokens, prefill_line, counted,
        prefill_sent = false](size_t, httplib::DataSink& sink) mutable {
         if (!prefill_sent) {
           prefill_sent = true;
@@ -296,6 +302,7 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
                 InternalErrorBody(event->status))["error"];
           }
           metrics_.CountRequest(event->status);
+          *counted = true;
           metrics_.CountViolations(event->violations);
         } else {
           return true;
@@ -308,8 +315,10 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
         if (event->kind == RequestEvent::Kind::kFinished) sink.done();
         return true;
       },
-      [this, id](bool success) {
+      [this, id, counted](bool success) {
         if (!success) loop_.Abort(id, absl::CancelledError("router went away"));
+        // Gone before the final line: requests_total{outcome="cancelled"}.
+        if (!*counted) metrics_.CountRequest(absl::CancelledError(""));
       });
 }
 

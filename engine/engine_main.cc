@@ -119,6 +119,10 @@ ABSL_FLAG(int, max_in_flight, 256,
 ABSL_FLAG(std::string, access_log, "",
           "Router role and up: append one JSON line per completion request "
           "to this file (docs/api.md); empty: none.");
+ABSL_FLAG(std::string, up_status_file, "",
+          "Router role: the status file of the `up` that started it "
+          "(engine/supervisor_status.h), served in /health and /metrics; up "
+          "sets it.");
 ABSL_FLAG(int64_t, access_log_max_bytes, int64_t{64} << 20,
           "Rotate the access log before it grows past this many bytes.");
 ABSL_FLAG(int, access_log_keep, 5,
@@ -183,7 +187,8 @@ CliSpec Cli() {
                                     "trace_token_file",
                                     "max_trace_readers",
                                     "max_in_flight",
-                                    "trace_file"};
+                                    "trace_file",
+                                    "up_status_file"};
   serve.insert(serve.end(), access_log.begin(), access_log.end());
   serve.insert(serve.end(), node.begin(), node.end());
   CliSpec spec;
@@ -373,6 +378,7 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.access_log.path = absl::GetFlag(FLAGS_access_log);
   o.access_log.max_bytes = absl::GetFlag(FLAGS_access_log_max_bytes);
   o.access_log.keep = absl::GetFlag(FLAGS_access_log_keep);
+  o.up_status_file = absl::GetFlag(FLAGS_up_status_file);
   if (o.access_log.max_bytes < 1 || o.access_log.keep < 0) {
     return absl::InvalidArgumentError(
         "--access-log-max-bytes must be >= 1 and --access-log-keep >= 0");

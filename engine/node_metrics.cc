@@ -90,8 +90,10 @@ void NodeMetrics::CountViolations(
 }
 
 void NodeMetrics::CountRequest(const absl::Status& status) {
-  const std::string outcome =
-      status.ok() ? "ok" : absl::StatusCodeToString(status.code());
+  const std::string outcome = status.ok() ? "ok"
+                              : absl::IsCancelled(status)
+                                  ? "cancelled"
+                                  : absl::StatusCodeToString(status.code());
   requests_->Add({{"outcome", outcome}}).Increment();
 }
 

@@ -22,7 +22,9 @@ class NodeMetrics {
  public:
   explicit NodeMetrics(const std::string& role);
 
-  // One finished request, by outcome: "ok" or the status code's name.
+  // One finished request, by outcome: "ok", "cancelled" (kCancelled: the
+  // client, or for a node the router, went away before the answer ended),
+  // or the status code's name.
   void CountRequest(const absl::Status& status);
   void CountTransfer(uint64_t bytes, const absl::Status& status);
   // Watermark violations of one finished request, by kind.

@@ -219,6 +219,9 @@ absl::Status Router::Start() {
   }
   absl::Status fetched = FetchSettings();
   if (!fetched.ok()) return fetched;
+  health_ = std::make_unique<NodeHealth>(NodeHealthOptions{
+      options_.prefill_urls, options_.decode_urls, options_.up_status_file});
+  health_->Start();
   server_ = MakeHttpServer(options_.http_threads);
   server_->set_default_headers(
       {{"Server", absl::StrCat(kEngineName, "/", kEngineVersion)}});
@@ -262,14 +265,15 @@ absl::Status Router::Start() {
                  v.page_tokens = settings_.page_tokens;
                  return VersionJson(v);
                }));
-  server_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("{\"status\":\"ok\",\"role\":\"router\"}",
-                    "application/json");
-  });
-  server_->Get("/metrics", [this](const httplib::Request&,
-                                  httplib::Response& res) {
-    res.set_content(metrics_.Serialize(nullptr), "text/plain; version=0.0.4");
-  });
+  server_->Get("/health",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 res.set_content(health_->HealthJson(), "application/json");
+               });
+  server_->Get(
+      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(metrics_.Serialize(nullptr) + health_->MetricsText(),
+                        "text/plain; version=0.0.4");
+      });
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
                            &server_thread_);
   if (!port.ok()) return port.status();
@@ -280,6 +284,7 @@ absl::Status Router::Start() {
 void Router::Stop() {
   if (server_ != nullptr) server_->stop();
   if (server_thread_.joinable()) server_thread_.join();
+  if (health_ != nullptr) health_->Stop();
 }
 
 void Router::Log(AccessRecord* record) {
@@ -358,7 +363,7 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
       std::make_unique<Admitted::InFlight>(&in_flight_, &tenant_count);
   a->request = *std::move(parsed);
   a->tenant = (*tenant)->id;
-  a->request_id = next_request_.fetch_add(1);
+  a->request_id = request_ids_.Next().value();
   record->request_id = a->request_id;
   return a;
 }
@@ -367,7 +372,9 @@ void Router::Relay(std::shared_ptr<Admitted> a, httplib::Response& res,
                    std::shared_ptr<AccessRecord> record) {
   const CompletionRequest& request = a->request;
   const bool chat = request.chat;
-  const uint64_t node = next_node_.fetch_add(1);
+  // Nodes that are down are skipped; none of a role up: 503 naming it.
+  auto route = health_->Pick(next_node_.fetch_add(1));
+  if (!route.ok()) return Fail(route.status(), res, record.get());
   nlohmann::json body;
   body["request_id"] = a->request_id;
   body["tenant_id"] = a->tenant.value();
@@ -376,10 +383,10 @@ void Router::Relay(std::shared_ptr<Admitted> a, httplib::Response& res,
   body["temperature"] = request.temperature;
   body["top_p"] = request.top_p;
   if (request.seed.has_value()) body["seed"] = *request.seed;
+  // The decode node asks a prefill node of its own configuration.
   auto stream = std::make_shared<DecodeStream>(
-      options_.decode_urls[node % options_.decode_urls.size()],
-      options_.internal_secret.AuthorizationHeader(), body.dump(),
-      options_.node_timeout);
+      route->decode_url, options_.internal_secret.AuthorizationHeader(),
+      body.dump(), options_.node_timeout);
   absl::Status started = stream->WaitHeaders();
   if (!started.ok()) {
     // What each node reported, if the decode node answered.
@@ -445,6 +452,7 @@ void Router::Relay(std::shared_ptr<Admitted> a, httplib::Response& res,
       [this, relay, record, logged](bool) {
         relay->Cancel();
         if (*logged) return;
+        metrics_.CountRequest(absl::CancelledError("client disconnected"));
         record->status = 200;
         record->reason = "client_disconnected";
         Log(record.get());

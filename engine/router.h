@@ -27,8 +27,10 @@
 #include "engine/access_log.h"
 #include "engine/faults.h"
 #include "engine/internal_auth.h"
+#include "engine/node_health.h"
 #include "engine/node_metrics.h"
 #include "engine/node_settings.h"
+#include "engine/request_ids.h"
 #include "engine/tenants.h"
 #include "engine/tokenizer.h"
 #include "httplib.h"
@@ -49,6 +51,7 @@ struct RouterOptions {
   absl::Duration startup_timeout = absl::Seconds(20);
   FaultSet faults;
   AccessLogOptions access_log;  // path "": no access log
+  std::string up_status_file;   // "": not run by up (engine/node_health.h)
 };
 
 class Router {
@@ -96,7 +99,8 @@ class Router {
   std::thread server_thread_;
   int http_port_ = 0;
   ServingSettings settings_;  // from the nodes, at Start()
-  std::atomic<uint64_t> next_request_{1};
+  RequestIdSequence request_ids_;
+  std::unique_ptr<NodeHealth> health_;  // from Start()
   std::atomic<uint64_t> next_node_{0};
   std::atomic<int> in_flight_{0};
   // Requests in flight per tenant, indexed by TenantId (1..N).

@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -11,18 +10,18 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <optional>
 
-#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "engine/decode_node.h"
 #include "engine/model.h"
 #include "engine/router.h"
+#include "engine/supervisor.h"
 #include "engine/tenants.h"
 #include "engine/tokenizer.h"
 
@@ -152,6 +151,7 @@ absl::Status RunServe(const ServeOptions& o) {
     r.max_in_flight = o.max_in_flight;
     r.faults = o.faults;
     r.access_log = o.access_log;
+    r.up_status_file = o.up_status_file;
     Router router(&tokenizer, &tenants, r);
     RETURN_IF_ERROR(router.Start());
     return ServeUntilSignal(
@@ -161,129 +161,6 @@ absl::Status RunServe(const ServeOptions& o) {
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown --role '", o.role, "' (want router, prefill or decode)"));
 }
-
-namespace {
-
-struct Child {
-  std::string role;
-  pid_t pid = -1;
-  int stdout_fd = -1;
-  int http_port = 0;
-};
-
-// Starts `serve` with `args` in a child process whose stdout we read.
-absl::StatusOr<Child> Spawn(const std::string& role,
-                            const std::vector<std::string>& args) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  std::vector<std::string> argv_s = {"/proc/self/exe", "serve",
-                                     "--role=" + role};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    // No orphans: die with the parent.
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
-    dup2(fds[1], STDOUT_FILENO);
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv("/proc/self/exe", argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  return Child{role, pid, fds[0], 0};
-}
-
-// Reads the child's "ready ..." line; kUnavailable if it dies or is silent.
-absl::Status WaitReady(Child& c, absl::Duration timeout, int* kv_port) {
-  std::string line;
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    const int ms =
-        static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
-    if (ms <= 0) break;
-    pollfd p{c.stdout_fd, POLLIN, 0};
-    if (poll(&p, 1, ms) <= 0) continue;
-    char ch;
-    const ssize_t n = read(c.stdout_fd, &ch, 1);
-    if (n <= 0) break;
-    if (ch != '\n') {
-      line.push_back(ch);
-      continue;
-    }
-    if (line.rfind("ready ", 0) != 0) {
-      line.clear();
-      continue;
-    }
-    for (absl::string_view field : absl::StrSplit(line, ' ')) {
-      std::pair<std::string, std::string> kv =
-          absl::StrSplit(field, absl::MaxSplits('=', 1));
-      int value = 0;
-      if (kv.first == "http" && absl::SimpleAtoi(kv.second, &value))
-        c.http_port = value;
-      if (kv.first == "kv" && kv_port != nullptr &&
-          absl::SimpleAtoi(kv.second, &value)) {
-        *kv_port = value;
-      }
-    }
-    return c.http_port > 0
-               ? absl::OkStatus()
-               : absl::InternalError(absl::StrCat(c.role, ": bad ready line"));
-  }
-  return absl::UnavailableError(
-      absl::StrCat("the ", c.role, " node did not start"));
-}
-
-// A port on `host` free now: bound to 0, read back, released. (Another
-// process could take it before the node binds it; the node then fails to
-// start, loudly.)
-absl::StatusOr<int> PickFreePort(const std::string& host) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError("socket failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  }
-  socklen_t len = sizeof(addr);
-  const bool ok =
-      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  if (!ok) {
-    return absl::UnavailableError(absl::StrCat("no free port on ", host));
-  }
-  return static_cast<int>(ntohs(addr.sin_port));
-}
-
-void StopAll(std::vector<Child>& children) {
-  for (Child& c : children) {
-    if (c.pid > 0) kill(c.pid, SIGTERM);
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  for (Child& c : children) {
-    if (c.pid <= 0) continue;
-    while (waitpid(c.pid, nullptr, WNOHANG) == 0) {
-      if (absl::Now() > deadline) {
-        kill(c.pid, SIGKILL);
-        waitpid(c.pid, nullptr, 0);
-        break;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    c.pid = -1;
-    if (c.stdout_fd >= 0) close(c.stdout_fd);
-  }
-}
-
-}  // namespace
 
 absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args) {
   std::vector<std::string> up_args = {"/proc/self/exe", "up"};
@@ -335,85 +212,122 @@ void StopUpProcess(UpProcess& up) {
   up.pid = -1;
 }
 
+namespace {
+
+// Where `up` writes the status of its children for the router
+// (engine/supervisor_status.h): in $TMPDIR (or /tmp), removed on exit.
+std::string UpStatusPath() {
+  const char* tmp = std::getenv("TMPDIR");
+  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                      "/kvcanary-up-", getpid(), ".status.json");
+}
+
+// A port on `host` free now: bound to 0, read back, released. (Another
+// process could take it before the node binds it; the node then fails to
+// start, loudly.)
+absl::StatusOr<int> PickFreePort(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
+  socklen_t len = sizeof(addr);
+  const bool ok =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) {
+    return absl::UnavailableError(absl::StrCat("no free port on ", host));
+  }
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+// The deployment's secrets for `up`: the operator's files, or fresh ones in
+// a private directory (removed with it).
+class UpSecrets {
+ public:
+  ~UpSecrets() {
+    if (dir_.empty()) return;
+    for (const std::string& f : {secret_, trace_}) {
+      if (absl::StartsWith(f, dir_)) ::unlink(f.c_str());
+    }
+    ::rmdir(dir_.c_str());
+  }
+  absl::Status Init(const ServeOptions& o) {
+    secret_ = o.internal_secret_file;
+    trace_ = o.trace_token_file;
+    if (!secret_.empty() && !trace_.empty()) return absl::OkStatus();
+    char tmpl[] = "/tmp/kvcanary-up-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      return absl::InternalError("cannot create a directory for the secrets");
+    }
+    dir_ = tmpl;
+    for (std::string* f : {&secret_, &trace_}) {
+      if (!f->empty()) continue;
+      *f = dir_ + (f == &secret_ ? "/internal.secret" : "/trace.token");
+      RETURN_IF_ERROR(SharedSecret::GenerateToFile(*f).status());
+    }
+    return absl::OkStatus();
+  }
+  const std::string& secret_file() const { return secret_; }
+  const std::string& trace_file() const { return trace_; }
+
+ private:
+  std::string dir_, secret_, trace_;
+};
+
+}  // namespace
+
 absl::Status RunUp(const ServeOptions& o,
                    const std::vector<std::string>& node_args) {
   sigset_t stop = BlockStopSignals();
-  std::vector<Child> children;
-  // The deployment's secrets: the operator's files, or fresh ones in a
-  // private directory removed on exit.
-  std::string secrets_dir;
-  auto remove_secrets = [&] {
-    if (secrets_dir.empty()) return;
-    for (const char* f : {"/internal.secret", "/trace.token"}) {
-      ::unlink((secrets_dir + f).c_str());
-    }
-    ::rmdir(secrets_dir.c_str());
-  };
-  auto fail = [&](absl::Status s) {
-    StopAll(children);
-    remove_secrets();
-    return s;
-  };
-  std::string secret_file = o.internal_secret_file;
-  std::string trace_file = o.trace_token_file;
-  if (secret_file.empty() || trace_file.empty()) {
-    char tmpl[] = "/tmp/kvcanary-up-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr)
-      return absl::InternalError("cannot create a directory for the secrets");
-    secrets_dir = tmpl;
-    if (secret_file.empty()) {
-      secret_file = secrets_dir + "/internal.secret";
-      auto s = SharedSecret::GenerateToFile(secret_file);
-      if (!s.ok()) return fail(s.status());
-    }
-    if (trace_file.empty()) {
-      trace_file = secrets_dir + "/trace.token";
-      auto s = SharedSecret::GenerateToFile(trace_file);
-      if (!s.ok()) return fail(s.status());
-    }
-  }
-  std::vector<std::string> model_args;
+  // Whoever reads our stdout may stop reading (StartUpProcess reads the
+  // URLs only): restart lines must not kill us.
+  signal(SIGPIPE, SIG_IGN);
+  SupervisorOptions so;
+  so.status_path = UpStatusPath();
+  Supervisor children(so);
+  UpSecrets secrets;
+  RETURN_IF_ERROR(secrets.Init(o));
+  std::vector<std::string> common;
   if (!o.model_path.empty()) {
-    model_args = {"--model=" + o.model_path, "--tokenizer=" + o.tokenizer_path};
+    common = {"--model=" + o.model_path, "--tokenizer=" + o.tokenizer_path};
   }
-  std::vector<std::string> common = model_args;
-  common.push_back("--internal_secret_file=" + secret_file);
+  common.push_back("--internal_secret_file=" + secrets.secret_file());
   std::vector<std::string> node = common;
   node.insert(node.end(), node_args.begin(), node_args.end());
-  node.push_back("--trace_token_file=" + trace_file);
+  node.push_back("--trace_token_file=" + secrets.trace_file());
   node.push_back(absl::StrCat("--max_trace_readers=", o.max_trace_readers));
   // The prefill node's configuration names the decode node's KV port, and
   // the decode node's names the prefill node: the KV port is chosen first.
-  auto kv_port = PickFreePort(o.host);
-  if (!kv_port.ok()) return fail(kv_port.status());
+  ASSIGN_OR_RETURN(const int kv_port, PickFreePort(o.host));
   std::vector<std::string> prefill_args = node;
   prefill_args.push_back(
-      absl::StrCat("--decode_kv=decode-0=", o.host, ":", *kv_port));
-  auto prefill = Spawn("prefill", prefill_args);
-  if (!prefill.ok()) return fail(prefill.status());
-  children.push_back(*prefill);
-  absl::Status ready = WaitReady(children.back(), absl::Seconds(60), nullptr);
-  if (!ready.ok()) return fail(ready);
+      absl::StrCat("--decode_kv=decode-0=", o.host, ":", kv_port));
+  ASSIGN_OR_RETURN(const int prefill, children.Spawn("prefill", prefill_args));
+  ASSIGN_OR_RETURN(const ReadyLine prefill_ready,
+                   children.WaitReady(prefill, absl::Seconds(60)));
   const std::string prefill_url =
-      absl::StrCat("http://", o.host, ":", children[0].http_port);
+      absl::StrCat("http://", o.host, ":", prefill_ready.http_port);
   std::vector<std::string> decode_args = node;
   decode_args.push_back("--prefill=" + prefill_url);
-  decode_args.push_back(absl::StrCat("--kv_port=", *kv_port));
+  decode_args.push_back(absl::StrCat("--kv_port=", kv_port));
   decode_args.push_back("--name=decode-0");
-  auto decode = Spawn("decode", decode_args);
-  if (!decode.ok()) return fail(decode.status());
-  children.push_back(*decode);
-  int decode_kv_port = 0;
-  ready = WaitReady(children.back(), absl::Seconds(60), &decode_kv_port);
-  if (!ready.ok()) return fail(ready);
+  ASSIGN_OR_RETURN(const int decode, children.Spawn("decode", decode_args));
+  ASSIGN_OR_RETURN(const ReadyLine decode_ready,
+                   children.WaitReady(decode, absl::Seconds(60)));
   const std::string decode_url =
-      absl::StrCat("http://", o.host, ":", children[1].http_port);
+      absl::StrCat("http://", o.host, ":", decode_ready.http_port);
   std::vector<std::string> router_args = common;
   router_args.push_back(absl::StrCat("--port=", o.port));
   router_args.push_back("--tenants=" + o.tenants_path);
   router_args.push_back("--prefill=" + prefill_url);
   router_args.push_back("--decode=" + decode_url);
   router_args.push_back("--fault=" + o.faults.ToString());
+  router_args.push_back("--up_status_file=" + so.status_path);
   if (!o.access_log.path.empty()) {
     router_args.push_back("--access_log=" + o.access_log.path);
     router_args.push_back(
@@ -421,36 +335,18 @@ absl::Status RunUp(const ServeOptions& o,
     router_args.push_back(
         absl::StrCat("--access_log_keep=", o.access_log.keep));
   }
-  auto router = Spawn("router", router_args);
-  if (!router.ok()) return fail(router.status());
-  children.push_back(*router);
-  absl::Status s = WaitReady(children.back(), absl::Seconds(60), nullptr);
-  if (!s.ok()) return fail(s);
+  ASSIGN_OR_RETURN(const int router, children.Spawn("router", router_args));
+  ASSIGN_OR_RETURN(const ReadyLine router_ready,
+                   children.WaitReady(router, absl::Seconds(60)));
   PrintReady(
-      absl::StrCat("router http://", o.host, ":", children[2].http_port));
+      absl::StrCat("router http://", o.host, ":", router_ready.http_port));
   PrintReady("prefill " + prefill_url);
-  PrintReady(absl::StrCat("decode ", decode_url, " kv=", decode_kv_port));
-  PrintReady("trace-token-file " + trace_file);
-  // Serve until asked to stop, or until a node dies.
-  absl::Status result = absl::OkStatus();
-  while (true) {
-    timespec tick{0, 200 * 1000 * 1000};
-    if (sigtimedwait(&stop, nullptr, &tick) > 0) break;
-    bool died = false;
-    for (Child& c : children) {
-      int status;
-      if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
-        c.pid = -1;
-        died = true;
-        result = absl::UnavailableError(
-            absl::StrCat("the ", c.role, " node exited"));
-      }
-    }
-    if (died) break;
-  }
-  StopAll(children);
-  remove_secrets();
-  return result;
+  PrintReady(absl::StrCat("decode ", decode_url, " kv=", decode_ready.kv_port));
+  PrintReady("trace-token-file " + secrets.trace_file());
+  // Serve until asked to stop, restarting whichever child dies.
+  children.Run(stop);
+  children.StopAll();
+  return absl::OkStatus();
 }
 
 }  // namespace kvcanary::engine

@@ -45,6 +45,7 @@ struct ServeOptions {
   NodeTraceOptions trace;                               // nodes
   int max_in_flight = 256;                              // router
   AccessLogOptions access_log;                          // router
+  std::string up_status_file;  // router: the status file of the `up` above
 };
 
 // Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and
@@ -55,7 +56,10 @@ absl::Status RunServe(const ServeOptions& options);
 // (`serve --role=...`, with `node_args` passed to the two nodes, and
 // options.faults and options.access_log to the router), prints
 // "router http://...", "prefill http://...", "decode http://..." once all
-// are ready, and stops them all on SIGINT/SIGTERM (or when one dies).
+// are ready, restarts any that dies on the same ports (engine/supervisor.h:
+// the others keep serving; one line per exit and restart on stdout; the
+// state in a status file the router serves), and stops them all on
+// SIGINT/SIGTERM. Fails only if the first start of a role fails.
 // `kvcanary-engine up <args>` started from this binary as a child process,
 // with the URLs it printed.
 struct UpProcess {

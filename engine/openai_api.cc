@@ -405,6 +405,16 @@ absl::Status ContextLengthExceeded(int prompt_tokens, int max_tokens,
   return status;
 }
 
+absl::Status PromptBytesExceedLimit(size_t prompt_bytes, int64_t min_tokens,
+                                    int prompt_limit) {
+  absl::Status status = absl::InvalidArgumentError(absl::StrCat(
+      "This model's maximum prompt length is ", prompt_limit,
+      " tokens, however your prompt of ", prompt_bytes, " bytes has at least ",
+      min_tokens, " tokens. Please reduce your prompt."));
+  status.SetPayload(kOpenAiCodeUrl, absl::Cord("context_length_exceeded"));
+  return status;
+}
+
 std::string CompletionResponseJson(const CompletionResult& r, bool chat) {
   ordered_json body = Envelope(r, chat ? "chat.completion" : "text_completion");
   ordered_json choice = {{"index", 0}};

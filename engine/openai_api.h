@@ -92,6 +92,11 @@ absl::Status ModelNotFound(absl::string_view model);
 absl::Status ContextLengthExceeded(int prompt_tokens, int max_tokens,
                                    int prompt_limit, int context_tokens);
 
+// The same error for a prompt refused before it is tokenized: `prompt_bytes`
+// bytes are at least `min_tokens` tokens, more than `prompt_limit`.
+absl::Status PromptBytesExceedLimit(size_t prompt_bytes, int64_t min_tokens,
+                                    int prompt_limit);
+
 struct CompletionResult {
   std::string id;  // "cmpl-..." or "chatcmpl-...", chosen by the router
   std::string model;

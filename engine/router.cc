@@ -329,15 +329,25 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
   }
   record->stream = parsed->stream;
   auto a = std::make_shared<Admitted>();
-  a->prompt = tokenizer_->Encode(parsed->prompt, /*bos=*/true, /*eos=*/false);
-  const int prompt_tokens = static_cast<int>(a->prompt.size());
-  record->prompt_tokens = prompt_tokens;
   // Admission: the one length check, against the smallest node limit.
   // (admission-abort-lost: the check against the prefill tier's limit is
   // left to the prefill node, as in the incident.)
   const int prompt_limit = options_.faults.has(Fault::kAdmissionAbortLost)
                                ? settings_.decode_max_prompt_tokens
                                : settings_.max_prompt_tokens;
+  // A prompt too long for any tokenization to fit is refused before
+  // megabytes are tokenized: no token covers more than the longest piece
+  // (BOS and the dummy prefix aside).
+  const int64_t min_tokens = static_cast<int64_t>(parsed->prompt.size()) /
+                             std::max(1, tokenizer_->max_token_length());
+  if (min_tokens > prompt_limit) {
+    return PromptBytesExceedLimit(
+        parsed->prompt.size(), min_tokens,
+        std::min(settings_.max_prompt_tokens, settings_.context_tokens));
+  }
+  a->prompt = tokenizer_->Encode(parsed->prompt, /*bos=*/true, /*eos=*/false);
+  const int prompt_tokens = static_cast<int>(a->prompt.size());
+  record->prompt_tokens = prompt_tokens;
   if (prompt_tokens > prompt_limit ||
       prompt_tokens + parsed->max_tokens > settings_.context_tokens) {
     return ContextLengthExceeded(

@@ -68,6 +68,10 @@ class Tokenizer {
   std::string DecodeAll(int prev_token, const std::vector<int>& tokens) const;
 
   int vocab_size() const { return static_cast<int>(pieces_.size()); }
+  // The longest piece in bytes: Encode(text) has at least
+  // ceil(text.size() / max_token_length()) tokens (BOS aside), which bounds
+  // a prompt's length before it is tokenized.
+  int max_token_length() const { return max_token_length_; }
   const std::string& piece(int id) const { return pieces_[id]; }
   float score(int id) const { return scores_[id]; }
 

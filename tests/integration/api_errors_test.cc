@@ -62,6 +62,22 @@ TEST_F(ApiErrorsTest, APromptOverThePromptLimitIsCalledThePromptLimit) {
       << message;
 }
 
+// A prompt of most of a mebibyte is refused from its size alone, before it
+// is tokenized, with the same error and code.
+TEST_F(ApiErrorsTest, APromptTooLongForAnyTokenizationIsRefusedBeforeIt) {
+  const std::string prompt(900 << 10, 'a');
+  HttpResult r = Post(
+      cluster_->router(), "/v1/completions",
+      nlohmann::json{{"prompt", prompt}, {"max_tokens", 1}}.dump(), "sk-acme");
+  ASSERT_EQ(r.status, 400) << r.body.substr(0, 200);
+  EXPECT_EQ(r.json["error"]["code"], "context_length_exceeded") << r.body;
+  const std::string message = r.json["error"]["message"];
+  EXPECT_NE(message.find("921600 bytes has at least"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("maximum prompt length"), std::string::npos)
+      << message;
+}
+
 // A body over 1 MiB is a 413 in the OpenAI shape, and the router goes on
 // serving.
 TEST_F(ApiErrorsTest, ABodyOverOneMebibyteIs413) {

@@ -22,16 +22,15 @@ DecodeStream::DecodeStream(const std::string& url, std::string authorization,
     r.set_header("Authorization", authorization);
     r.body = body;
     r.response_handler = [this](const httplib::Response& resp) {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       headers_ = true;
       http_status_ = resp.status;
-      cv_.notify_all();
       return true;
     };
     r.content_receiver = [this](const char* data, size_t n, uint64_t,
                                 uint64_t) {
       if (cancel_.load()) return false;
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (http_status_ != 200) {
         error_body_.append(data, n);
         return true;
@@ -43,16 +42,14 @@ DecodeStream::DecodeStream(const std::string& url, std::string authorization,
         buffer_.erase(0, nl + 1);
         if (j.is_object()) lines_.push_back(std::move(j));
       }
-      cv_.notify_all();
       return true;
     };
     auto result = client.send(r);
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     done_ = true;
     if (!result && !cancel_.load()) {
       transport_ = NodeCallError("decode", url, result.error());
     }
-    cv_.notify_all();
   });
 }
 
@@ -62,24 +59,30 @@ DecodeStream::~DecodeStream() {
 }
 
 absl::Status DecodeStream::WaitHeaders() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return headers_ || done_; });
+  absl::MutexLock lock(&mu_);
+  auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return headers_ || done_;
+  };
+  mu_.Await(absl::Condition(&answered));
   if (!headers_) return transport_;
   if (http_status_ == 200) return absl::OkStatus();
-  cv_.wait(lock, [&] { return done_; });
+  mu_.Await(absl::Condition(&done_));
   return StatusFromInternalResponse(http_status_, error_body_);
 }
 
 nlohmann::json DecodeStream::error_json() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!headers_ || http_status_ == 200) return nullptr;
   auto j = nlohmann::json::parse(error_body_, nullptr, false);
   return j.is_object() ? j : nlohmann::json();
 }
 
 std::optional<nlohmann::json> DecodeStream::Next() {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !lines_.empty() || done_; });
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !lines_.empty() || done_;
+  };
+  mu_.Await(absl::Condition(&ready));
   if (lines_.empty()) return std::nullopt;
   nlohmann::json j = std::move(lines_.front());
   lines_.pop_front();
@@ -87,7 +90,7 @@ std::optional<nlohmann::json> DecodeStream::Next() {
 }
 
 absl::Status DecodeStream::transport() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return transport_.ok() ? absl::UnavailableError("decode stream ended early")
                          : transport_;
 }

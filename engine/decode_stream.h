@@ -8,14 +8,13 @@
 #define KVCANARY_ENGINE_DECODE_STREAM_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
 
@@ -45,15 +44,14 @@ class DecodeStream {
   void Cancel() { cancel_.store(true); }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool headers_ = false;              // guarded by mu_
-  int http_status_ = 0;               // guarded by mu_
-  std::string error_body_;            // guarded by mu_
-  std::string buffer_;                // guarded by mu_
-  std::deque<nlohmann::json> lines_;  // guarded by mu_
-  bool done_ = false;                 // guarded by mu_
-  absl::Status transport_;            // guarded by mu_
+  absl::Mutex mu_;
+  bool headers_ ABSL_GUARDED_BY(mu_) = false;
+  int http_status_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string error_body_ ABSL_GUARDED_BY(mu_);
+  std::string buffer_ ABSL_GUARDED_BY(mu_);
+  std::deque<nlohmann::json> lines_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status transport_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancel_{false};
   std::thread thread_;
 };

@@ -16,17 +16,16 @@ static_assert(static_cast<int>(TraceFinishReason::kTransferred) ==
               static_cast<int>(FinishReason::kTransferred));
 
 void RequestChannel::Push(RequestEvent event) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(std::move(event));
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  events_.push_back(std::move(event));
 }
 
 std::optional<RequestEvent> RequestChannel::Wait(absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-                    [&] { return !events_.empty(); })) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !events_.empty();
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
     return std::nullopt;
   }
   RequestEvent e = std::move(events_.front());
@@ -43,19 +42,15 @@ EngineLoop::EngineLoop(const Model* model, const EngineOptions& options,
 
 EngineLoop::~EngineLoop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
   thread_.join();
 }
 
 void EngineLoop::Post(Command command) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    commands_.push_back(std::move(command));
-  }
-  cv_.notify_all();
+  absl::MutexLock lock(&mu_);
+  commands_.push_back(std::move(command));
 }
 
 absl::Status EngineLoop::Submit(TenantId tenant, std::vector<int> prompt,
@@ -121,14 +116,14 @@ void EngineLoop::FinishTransfer(RequestId id, absl::Status status) {
 }
 
 EngineLoopStats EngineLoop::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   EngineLoopStats s = stats_;
   s.tokens_generated = tokens_generated_.load(std::memory_order_relaxed);
   return s;
 }
 
 void EngineLoop::UpdateStats() {
-  std::lock_guard<std::mutex> lock(stats_mu_);
+  absl::MutexLock lock(&stats_mu_);
   const PrefixCache* cache = engine_.prefix_cache();
   stats_.pages_cached = cache != nullptr ? cache->num_unused() : 0;
   stats_.prefix_hit_pages = cache != nullptr ? cache->hit_pages() : 0;
@@ -213,9 +208,12 @@ void EngineLoop::Run() {
     std::deque<Command> commands;
     bool stop;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (commands_.empty() && (stalled || !engine_.has_work()) && !stop_) {
-        cv_.wait_for(lock, std::chrono::milliseconds(100));
+        auto posted = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !commands_.empty() || stop_;
+        };
+        mu_.AwaitWithTimeout(absl::Condition(&posted), absl::Milliseconds(100));
       }
       stop = stop_;
       commands.swap(commands_);

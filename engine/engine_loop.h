@@ -6,17 +6,16 @@
 #define KVCANARY_ENGINE_ENGINE_LOOP_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/engine.h"
 
@@ -47,9 +46,8 @@ class RequestChannel {
   std::optional<RequestEvent> Wait(absl::Duration timeout);
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<RequestEvent> events_;
+  absl::Mutex mu_;
+  std::deque<RequestEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 
 struct EngineLoopStats {
@@ -116,14 +114,13 @@ class EngineLoop {
   };
   absl::flat_hash_map<RequestId, Tracked> tracked_;  // engine thread only
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Command> commands_;  // guarded by mu_
-  bool stop_ = false;             // guarded by mu_
-  std::atomic<int> queued_{0};    // submitted, not yet finished
+  absl::Mutex mu_;
+  std::deque<Command> commands_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<int> queued_{0};  // submitted, not yet finished
   std::atomic<uint64_t> tokens_generated_{0};
-  mutable std::mutex stats_mu_;
-  EngineLoopStats stats_;  // guarded by stats_mu_
+  mutable absl::Mutex stats_mu_;
+  EngineLoopStats stats_ ABSL_GUARDED_BY(stats_mu_);
   std::thread thread_;
 };
 

@@ -39,7 +39,7 @@ NodeHealth::NodeHealth(NodeHealthOptions options)
                       .Name("kvcanary_router_node_up")
                       .Help("1 while the router's probes reach the node")
                       .Register(*registry_);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const auto& [role, urls] :
        {std::pair<const char*, const std::vector<std::string>*>{
             "prefill", &options_.prefill_urls},
@@ -76,15 +76,14 @@ void NodeHealth::Start() {
 
 void NodeHealth::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_ = true;
   }
-  wake_.notify_all();
   if (prober_.joinable()) prober_.join();
 }
 
 void NodeHealth::Update(size_t index, Probed probed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   Node& n = nodes_[index];
   n.timeouts = probed == Probed::kTimedOut ? n.timeouts + 1 : 0;
   const bool up =
@@ -98,9 +97,8 @@ void NodeHealth::Update(size_t index, Probed probed) {
 void NodeHealth::ProbeLoop() {
   while (true) {
     for (size_t i = 0; i < urls_.size(); ++i) Update(i, ProbeUrl(urls_[i]));
-    std::unique_lock<std::mutex> lock(mu_);
-    wake_.wait_for(lock, absl::ToChronoMilliseconds(options_.probe_interval),
-                   [this] { return stop_; });
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.probe_interval);
     if (stop_) return;
   }
 }
@@ -126,7 +124,7 @@ absl::StatusOr<NodeHealth::Route> NodeHealth::Pick(uint64_t n) {
   for (int attempt = 0;; ++attempt) {
     std::string down_role;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       auto prefill = PickOf("prefill", n);
       auto decode = PickOf("decode", n);
       if (prefill.ok() && decode.ok()) {
@@ -149,7 +147,7 @@ std::string NodeHealth::HealthJson() const {
   j["role"] = "router";
   j["nodes"] = nlohmann::ordered_json::array();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     bool prefill_up = false, decode_up = false;
     for (const Node& n : nodes_) {
       nlohmann::ordered_json node = {
@@ -177,7 +175,7 @@ std::string NodeHealth::HealthJson() const {
 }
 
 std::string NodeHealth::MetricsText() {
-  std::lock_guard<std::mutex> lock(metrics_mu_);
+  absl::MutexLock lock(&metrics_mu_);
   if (!options_.up_status_file.empty()) {
     auto s = SupervisorStatus::ReadFile(options_.up_status_file);
     if (s.ok()) {

@@ -13,16 +13,15 @@
 #ifndef KVCANARY_ENGINE_NODE_HEALTH_H_
 #define KVCANARY_ENGINE_NODE_HEALTH_H_
 
-#include <condition_variable>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -85,16 +84,17 @@ class NodeHealth {
 
   const NodeHealthOptions options_;
   std::vector<std::string> roles_, urls_;  // of nodes_[i]; fixed at start
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::condition_variable wake_;
   std::thread prober_;
 
-  std::mutex metrics_mu_;  // serializes MetricsText()
+  absl::Mutex metrics_mu_;  // serializes MetricsText()
   std::shared_ptr<prometheus::Registry> registry_;
-  std::map<std::string, prometheus::Counter*> restarts_;  // by role
-  std::map<std::string, int64_t> restarts_seen_;          // by role
+  std::map<std::string, prometheus::Counter*> restarts_
+      ABSL_GUARDED_BY(metrics_mu_);  // by role
+  std::map<std::string, int64_t> restarts_seen_
+      ABSL_GUARDED_BY(metrics_mu_);  // by role
 };
 
 }  // namespace kvcanary::engine

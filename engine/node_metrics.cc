@@ -1,13 +1,13 @@
 #include "engine/node_metrics.h"
 
-#include <mutex>
-
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/text_serializer.h"
 
 namespace kvcanary::engine {
 namespace {
-std::mutex serialize_mu;
+// Serializes the gauges' refresh and their serialization across nodes.
+ABSL_CONST_INIT absl::Mutex serialize_mu(absl::kConstInit);
 }  // namespace
 
 NodeMetrics::NodeMetrics(const std::string& role)
@@ -103,7 +103,7 @@ void NodeMetrics::CountTransfer(uint64_t bytes, const absl::Status& status) {
 }
 
 std::string NodeMetrics::Serialize(const EngineLoop* loop) {
-  std::lock_guard<std::mutex> lock(serialize_mu);
+  absl::MutexLock lock(&serialize_mu);
   if (loop != nullptr) {
     const EngineLoopStats s = loop->stats();
     pages_used_->Set(s.pages_used);

@@ -10,9 +10,11 @@
 namespace kvcanary::engine {
 
 std::vector<std::string> TraceBus::Reader::Wait(absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
-               [&] { return !lines_.empty(); });
+  absl::MutexLock lock(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !lines_.empty();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
   std::vector<std::string> out(std::make_move_iterator(lines_.begin()),
                                std::make_move_iterator(lines_.end()));
   lines_.clear();
@@ -22,7 +24,7 @@ std::vector<std::string> TraceBus::Reader::Wait(absl::Duration timeout) {
 void TraceBus::Reader::Offer(const std::string& line,
                              const TraceEvent& header) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     // Room for the event, and for a `dropped` event in front of it.
     if (lines_.size() + (dropped_ > 0 ? 2 : 1) > capacity_) {
       ++dropped_;
@@ -44,7 +46,6 @@ void TraceBus::Reader::Offer(const std::string& line,
     }
     lines_.push_back(line);
   }
-  cv_.notify_all();
 }
 
 TraceBus::TraceBus(TraceNode node, size_t reader_capacity,
@@ -54,7 +55,7 @@ TraceBus::TraceBus(TraceNode node, size_t reader_capacity,
       read_sample_every_(read_sample_every) {}
 
 void TraceBus::Emit(TraceEvent event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   event.seq = seq_.fetch_add(1) + 1;
   if (num_readers_.load() == 0) return;  // nobody listening: nothing to encode
   event.ts_us =
@@ -67,14 +68,14 @@ void TraceBus::Emit(TraceEvent event) {
 
 std::shared_ptr<TraceBus::Reader> TraceBus::Subscribe() {
   auto reader = std::make_shared<Reader>(reader_capacity_);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   readers_.push_back(reader);
   num_readers_.fetch_add(1);
   return reader;
 }
 
 void TraceBus::Unsubscribe(const std::shared_ptr<Reader>& reader) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = std::find(readers_.begin(), readers_.end(), reader);
   if (it == readers_.end()) return;
   readers_.erase(it);

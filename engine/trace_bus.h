@@ -10,16 +10,15 @@
 #define KVCANARY_ENGINE_TRACE_BUS_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/trace_event.h"
 
@@ -47,11 +46,11 @@ class TraceBus {
     void Offer(const std::string& line, const TraceEvent& header);
 
     const size_t capacity_;
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<std::string> lines_;
-    uint64_t dropped_ = 0;     // since the last `dropped` event
-    TraceEvent last_dropped_;  // header of the last event lost
+    absl::Mutex mu_;
+    std::deque<std::string> lines_ ABSL_GUARDED_BY(mu_);
+    // Since the last `dropped` event, and the header of the last one lost.
+    uint64_t dropped_ ABSL_GUARDED_BY(mu_) = 0;
+    TraceEvent last_dropped_ ABSL_GUARDED_BY(mu_);
     std::atomic<uint64_t> dropped_total_{0};
   };
 
@@ -80,8 +79,8 @@ class TraceBus {
   const absl::Time start_ = absl::Now();
   std::atomic<uint64_t> seq_{0};
   std::atomic<int> num_readers_{0};
-  std::mutex mu_;  // orders emission; guards readers_
-  std::vector<std::shared_ptr<Reader>> readers_;
+  absl::Mutex mu_;  // orders emission
+  std::vector<std::shared_ptr<Reader>> readers_ ABSL_GUARDED_BY(mu_);
 };
 
 // Appends a bus's events to a file, on a thread of its own, until destroyed

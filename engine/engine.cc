@@ -146,29 +146,20 @@ StepEvents Engine::Step() {
   return events;
 }
 
-absl::Status Engine::InstallTransferredKv(RequestId id,
-                                          const std::vector<kv::Page>& pages,
-                                          int computed_tokens,
-                                          int first_token) {
-  auto it = requests_.find(id);
-  if (it == requests_.end()) return absl::NotFoundError("unknown request");
-  Sequence* seq = it->second.get();
-  if (seq->role != SequenceRole::kRemotePrefill ||
-      seq->state.phase() != RequestPhase::kTransferring) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("request ", id.value(), " is not waiting for a transfer (",
-                     RequestPhaseName(seq->state.phase()), ")"));
-  }
+absl::Status Engine::CheckTransferFits(const Sequence& seq,
+                                       const std::vector<kv::Page>& pages,
+                                       int computed_tokens,
+                                       int first_token) const {
   const KvPageLayout& layout = pool_.layout();
   const size_t row_bytes =
       static_cast<size_t>(layout.kv_heads) * layout.head_dim * sizeof(float);
   if (computed_tokens < 1 ||
-      computed_tokens > static_cast<int>(seq->prompt.size()) ||
+      computed_tokens > static_cast<int>(seq.prompt.size()) ||
       first_token < 0 || first_token >= model_->config.vocab_size) {
     return absl::InvalidArgumentError("transfer does not fit the request");
   }
   for (const kv::Page& page : pages) {
-    if (page.index >= seq->block_table.size() ||
+    if (page.index >= seq.block_table.size() ||
         page.layer >= static_cast<uint32_t>(pool_.n_layers()) ||
         page.slots > static_cast<uint32_t>(layout.page_tokens) ||
         page.kv_bytes.size() != 2 * page.slots * row_bytes) {
@@ -177,50 +168,53 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
                        " does not fit the reservation or the KV geometry"));
     }
   }
-  // The K/V must be this request's (or its tenant's shared prefix): the
-  // receiver checked the frames against the transfer's metadata, and this
-  // checks that the transfer handed over is this request's. Under the
-  // watermark mode: detect records, enforce refuses before anything is
-  // installed or any token released.
-  if (options_.watermark != WatermarkMode::kOff) {
-    bool refused = false;
-    for (const kv::Page& page : pages) {
-      const StampIdentity& w = page.stamp.writer;
-      std::optional<ViolationKind> kind;
-      if (w.tenant != seq->tenant) {
-        kind = ViolationKind::kForeignTenantRead;
-      } else if (w.request != seq->id && !page.stamp.shared()) {
-        kind = ViolationKind::kStaleRequestRead;
-      }
-      if (!kind.has_value()) continue;
-      const PageRef ref = seq->block_table[page.index];
-      WatermarkViolation v;
-      v.kind = *kind;
-      v.layer = page.layer;
-      v.page = ref.page;
-      v.slots_read = page.slots;
-      v.reader = StampIdentity{seq->id, seq->tenant, ref.generation};
-      v.writer = w;
-      v.writer_shared = page.stamp.shared();
-      v.owner = pool_.stamp(static_cast<int>(page.layer), ref.page).owner;
-      v.filled = page.stamp.filled;
-      seq->violations.push_back(v);
-      if (options_.trace != nullptr) options_.trace->Emit(FromViolation(v));
-      refused = refused || options_.watermark == WatermarkMode::kEnforce;
-    }
-    if (refused) {
-      const WatermarkViolation& v = seq->violations.back();
-      absl::Status status = absl::DataLossError(absl::StrCat(
-          "request refused: watermark check found ", ViolationKindName(v.kind),
-          " in the K/V handed to it (written by tenant ",
-          v.writer.tenant.value(),
-          "); no output built on that memory is returned"));
-      scheduler_.Abort(seq, status);
-      return status;
-    }
-  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::CheckTransferStamps(Sequence* seq,
+                                         const std::vector<kv::Page>& pages) {
+  bool refused = false;
   for (const kv::Page& page : pages) {
+    const StampIdentity& w = page.stamp.writer;
+    std::optional<ViolationKind> kind;
+    if (w.tenant != seq->tenant) {
+      kind = ViolationKind::kForeignTenantRead;
+    } else if (w.request != seq->id && !page.stamp.shared()) {
+      kind = ViolationKind::kStaleRequestRead;
+    }
+    if (!kind.has_value()) continue;
     const PageRef ref = seq->block_table[page.index];
+    WatermarkViolation v;
+    v.kind = *kind;
+    v.layer = page.layer;
+    v.page = ref.page;
+    v.slots_read = page.slots;
+    v.reader = StampIdentity{seq->id, seq->tenant, ref.generation};
+    v.writer = w;
+    v.writer_shared = page.stamp.shared();
+    v.owner = pool_.stamp(static_cast<int>(page.layer), ref.page).owner;
+    v.filled = page.stamp.filled;
+    seq->violations.push_back(v);
+    if (options_.trace != nullptr) options_.trace->Emit(FromViolation(v));
+    refused = refused || options_.watermark == WatermarkMode::kEnforce;
+  }
+  if (!refused) return absl::OkStatus();
+  const WatermarkViolation& v = seq->violations.back();
+  absl::Status status = absl::DataLossError(absl::StrCat(
+      "request refused: watermark check found ", ViolationKindName(v.kind),
+      " in the K/V handed to it (written by tenant ", v.writer.tenant.value(),
+      "); no output built on that memory is returned"));
+  scheduler_.Abort(seq, status);
+  return status;
+}
+
+void Engine::WriteTransferredPages(const Sequence& seq,
+                                   const std::vector<kv::Page>& pages) {
+  const KvPageLayout& layout = pool_.layout();
+  const size_t row_bytes =
+      static_cast<size_t>(layout.kv_heads) * layout.head_dim * sizeof(float);
+  for (const kv::Page& page : pages) {
+    const PageRef ref = seq.block_table[page.index];
     char* dst =
         layout.page(pool_.layer_base(static_cast<int>(page.layer)), ref.page);
     const size_t half = page.slots * row_bytes;
@@ -237,6 +231,34 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
                0, page.slots);
     stamp->set_shared(page.stamp.shared());
   }
+}
+
+absl::Status Engine::InstallTransferredKv(RequestId id,
+                                          const std::vector<kv::Page>& pages,
+                                          int computed_tokens,
+                                          int first_token) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return absl::NotFoundError("unknown request");
+  Sequence* seq = it->second.get();
+  if (seq->role != SequenceRole::kRemotePrefill ||
+      seq->state.phase() != RequestPhase::kTransferring) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("request ", id.value(), " is not waiting for a transfer (",
+                     RequestPhaseName(seq->state.phase()), ")"));
+  }
+  absl::Status fits =
+      CheckTransferFits(*seq, pages, computed_tokens, first_token);
+  if (!fits.ok()) return fits;
+  // The K/V must be this request's (or its tenant's shared prefix): the
+  // receiver checked the frames against the transfer's metadata, and this
+  // checks that the transfer handed over is this request's. Under the
+  // watermark mode: detect records, enforce refuses before anything is
+  // installed or any token released.
+  if (options_.watermark != WatermarkMode::kOff) {
+    absl::Status stamps = CheckTransferStamps(seq, pages);
+    if (!stamps.ok()) return stamps;
+  }
+  WriteTransferredPages(*seq, pages);
   if (options_.trace != nullptr) {
     for (const kv::Page& page : pages) {
       if (page.layer != 0) continue;  // one event per page, not per layer

@@ -129,6 +129,17 @@ class Engine {
   // a page_share if the frame's stamp says the bytes are a shared prefix.
   // REQUIRES: options_.trace.
   void EmitTransferredWrite(PageRef ref, const kv::Page& page);
+  // Whether `pages` fit `seq`'s reservation and the KV geometry.
+  absl::Status CheckTransferFits(const Sequence& seq,
+                                 const std::vector<kv::Page>& pages,
+                                 int computed_tokens, int first_token) const;
+  // The watermark check of a transfer's pages against `seq` (detect
+  // records, enforce refuses): kDataLoss if refused, the request aborted.
+  absl::Status CheckTransferStamps(Sequence* seq,
+                                   const std::vector<kv::Page>& pages);
+  // Copies the pages' K/V into `seq`'s reserved pages and stamps them.
+  void WriteTransferredPages(const Sequence& seq,
+                             const std::vector<kv::Page>& pages);
 
   const Model* model_;
   EngineOptions options_;

@@ -153,86 +153,103 @@ void ModelRunner::TraceStep(const Batch& batch) {
   }
 }
 
+void ModelRunner::EmbedRows(const Batch& batch, std::vector<int>* positions) {
+  const int dim = cfg_.dim;
+  const ModelWeights& w = model_->weights;
+  int row = 0;
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const BatchEntry& entry = batch.entries[e];
+    const Sequence& seq = *entry.seq;
+    CHECK_LE(entry.first_pos + entry.num_tokens, cfg_.seq_len);
+    entry_row_[e] = row;
+    for (int i = 0; i < entry.num_tokens; ++i, ++row) {
+      const int pos = entry.first_pos + i;
+      const int p = static_cast<int>(seq.prompt.size());
+      const int token = pos < p ? seq.prompt[pos] : seq.output[pos - p];
+      CHECK(token >= 0 && token < cfg_.vocab_size);
+      (*positions)[row] = pos;
+      std::memcpy(x_.data() + static_cast<size_t>(row) * dim,
+                  w.token_embedding.data() + static_cast<size_t>(token) * dim,
+                  dim * sizeof(float));
+    }
+  }
+}
+
+void ModelRunner::AttentionBlock(const Batch& batch, int l,
+                                 const std::vector<int>& positions,
+                                 std::vector<bool>* refused) {
+  const int rows = batch.num_rows();
+  const int dim = cfg_.dim, kv_dim = cfg_.kv_dim();
+  const int head_dim = cfg_.head_dim();
+  const ModelWeights& w = model_->weights;
+  const int pt = pool_->page_tokens();
+  const size_t ld = static_cast<size_t>(l) * dim;
+  for (int r = 0; r < rows; ++r) {
+    kernels::RmsNorm(xb_.data() + r * dim, x_.data() + r * dim,
+                     w.rms_att.data() + ld, dim);
+  }
+  Linear(threads_, w.wq.data() + ld * dim, xb_.data(), q_.data(), dim, dim,
+         rows);
+  Linear(threads_, w.wk.data() + ld * kv_dim, xb_.data(), k_.data(), dim,
+         kv_dim, rows);
+  Linear(threads_, w.wv.data() + ld * kv_dim, xb_.data(), v_.data(), dim,
+         kv_dim, rows);
+  // RoPE, then K/V into the pages, stamped by this sequence.
+  char* layer_base = pool_->layer_base(l);
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    Sequence& seq = *batch.entries[e].seq;
+    for (int i = 0; i < batch.entries[e].num_tokens; ++i) {
+      const int r = entry_row_[e] + i;
+      const int pos = positions[r];
+      kernels::RopeFromTable(
+          q_.data() + r * dim, k_.data() + r * kv_dim, dim, kv_dim, head_dim,
+          rope_.data() + static_cast<size_t>(pos) * head_dim);
+      const PageRef ref = seq.block_table[pos / pt];
+      kernels::WriteKvRow(layer_base, pool_->layout(), ref, pos % pt,
+                          k_.data() + r * kv_dim, v_.data() + r * kv_dim,
+                          StampIdentity{seq.id, seq.tenant, ref.generation},
+                          static_cast<uint32_t>(l), &seq.violations);
+    }
+  }
+  Attention(batch, l, refused);
+  Linear(threads_, w.wo.data() + ld * dim, att_.data(), xb2_.data(), dim, dim,
+         rows);
+  kernels::AddInPlace(x_.data(), xb2_.data(), rows * dim);
+}
+
+void ModelRunner::FeedForwardBlock(int l, int rows) {
+  const int dim = cfg_.dim, hidden = cfg_.hidden_dim;
+  const ModelWeights& w = model_->weights;
+  const size_t ld = static_cast<size_t>(l) * dim;
+  for (int r = 0; r < rows; ++r) {
+    kernels::RmsNorm(xb_.data() + r * dim, x_.data() + r * dim,
+                     w.rms_ffn.data() + ld, dim);
+  }
+  const size_t lh = static_cast<size_t>(l) * hidden * dim;
+  Linear(threads_, w.w1.data() + lh, xb_.data(), hb_.data(), dim, hidden,
+         rows);
+  Linear(threads_, w.w3.data() + lh, xb_.data(), hb2_.data(), dim, hidden,
+         rows);
+  kernels::SwiGlu(hb_.data(), hb2_.data(), rows * hidden);
+  Linear(threads_, w.w2.data() + lh, hb_.data(), xb_.data(), hidden, dim, rows);
+  kernels::AddInPlace(x_.data(), xb_.data(), rows * dim);
+}
+
 StepOutput ModelRunner::Run(const Batch& batch) {
   const int rows = batch.num_rows();
   const int entries = static_cast<int>(batch.entries.size());
-  const int dim = cfg_.dim, kv_dim = cfg_.kv_dim(), hidden = cfg_.hidden_dim;
-  const int head_dim = cfg_.head_dim();
+  const int dim = cfg_.dim;
   const ModelWeights& w = model_->weights;
   EnsureCapacity(rows, entries);
 
-  // Rows: each entry's query tokens, in order. Embed them.
+  // Rows: each entry's query tokens, in order.
   entry_row_.resize(entries);
   std::vector<int> positions(rows);
-  {
-    int row = 0;
-    for (int e = 0; e < entries; ++e) {
-      const BatchEntry& entry = batch.entries[e];
-      const Sequence& seq = *entry.seq;
-      CHECK_LE(entry.first_pos + entry.num_tokens, cfg_.seq_len);
-      entry_row_[e] = row;
-      for (int i = 0; i < entry.num_tokens; ++i, ++row) {
-        const int pos = entry.first_pos + i;
-        const int p = static_cast<int>(seq.prompt.size());
-        const int token = pos < p ? seq.prompt[pos] : seq.output[pos - p];
-        CHECK(token >= 0 && token < cfg_.vocab_size);
-        positions[row] = pos;
-        std::memcpy(x_.data() + static_cast<size_t>(row) * dim,
-                    w.token_embedding.data() + static_cast<size_t>(token) * dim,
-                    dim * sizeof(float));
-      }
-    }
-  }
-
+  EmbedRows(batch, &positions);
   std::vector<bool> refused(entries, false);
-  const int pt = pool_->page_tokens();
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    const size_t ld = static_cast<size_t>(l) * dim;
-    for (int r = 0; r < rows; ++r) {
-      kernels::RmsNorm(xb_.data() + r * dim, x_.data() + r * dim,
-                       w.rms_att.data() + ld, dim);
-    }
-    Linear(threads_, w.wq.data() + ld * dim, xb_.data(), q_.data(), dim, dim,
-           rows);
-    Linear(threads_, w.wk.data() + ld * kv_dim, xb_.data(), k_.data(), dim,
-           kv_dim, rows);
-    Linear(threads_, w.wv.data() + ld * kv_dim, xb_.data(), v_.data(), dim,
-           kv_dim, rows);
-    // RoPE, then K/V into the pages, stamped by this sequence.
-    char* layer_base = pool_->layer_base(l);
-    for (int e = 0; e < entries; ++e) {
-      Sequence& seq = *batch.entries[e].seq;
-      for (int i = 0; i < batch.entries[e].num_tokens; ++i) {
-        const int r = entry_row_[e] + i;
-        const int pos = positions[r];
-        kernels::RopeFromTable(
-            q_.data() + r * dim, k_.data() + r * kv_dim, dim, kv_dim, head_dim,
-            rope_.data() + static_cast<size_t>(pos) * head_dim);
-        const PageRef ref = seq.block_table[pos / pt];
-        kernels::WriteKvRow(layer_base, pool_->layout(), ref, pos % pt,
-                            k_.data() + r * kv_dim, v_.data() + r * kv_dim,
-                            StampIdentity{seq.id, seq.tenant, ref.generation},
-                            static_cast<uint32_t>(l), &seq.violations);
-      }
-    }
-    Attention(batch, l, &refused);
-    Linear(threads_, w.wo.data() + ld * dim, att_.data(), xb2_.data(), dim, dim,
-           rows);
-    kernels::AddInPlace(x_.data(), xb2_.data(), rows * dim);
-
-    for (int r = 0; r < rows; ++r) {
-      kernels::RmsNorm(xb_.data() + r * dim, x_.data() + r * dim,
-                       w.rms_ffn.data() + ld, dim);
-    }
-    const size_t lh = static_cast<size_t>(l) * hidden * dim;
-    Linear(threads_, w.w1.data() + lh, xb_.data(), hb_.data(), dim, hidden,
-           rows);
-    Linear(threads_, w.w3.data() + lh, xb_.data(), hb2_.data(), dim, hidden,
-           rows);
-    kernels::SwiGlu(hb_.data(), hb2_.data(), rows * hidden);
-    Linear(threads_, w.w2.data() + lh, hb_.data(), xb_.data(), hidden, dim,
-           rows);
-    kernels::AddInPlace(x_.data(), xb_.data(), rows * dim);
+    AttentionBlock(batch, l, positions, &refused);
+    FeedForwardBlock(l, rows);
   }
 
   // Logits only for the last row of each entry.

@@ -40,6 +40,16 @@ class ModelRunner {
 
  private:
   void EnsureCapacity(int rows, int entries);
+  // Embeds every entry's query tokens into x_, row by row in entry order;
+  // fills entry_row_ and each row's position into *positions.
+  void EmbedRows(const Batch& batch, std::vector<int>* positions);
+  // Layer `l`'s attention block: norm, Q/K/V, RoPE, K/V written into the
+  // pages stamped by their sequence, paged attention, output, residual.
+  void AttentionBlock(const Batch& batch, int l,
+                      const std::vector<int>& positions,
+                      std::vector<bool>* refused);
+  // Layer `l`'s feed-forward block over `rows` rows, with its residual.
+  void FeedForwardBlock(int l, int rows);
   void Attention(const Batch& batch, int layer, std::vector<bool>* refused);
   // Tokens the entry's last query attends to (first_pos + num_tokens, or
   // more under the no-scrub-reuse fault).

@@ -93,6 +93,45 @@ void ScrubKeys(json& doc) {
   }
 }
 
+// "max_concurrent_requests": an integer in [0, 2^31-1] (0 = unlimited).
+absl::StatusOr<int> ParseConcurrencyLimit(const Validator& v, const json& limit,
+                                          const std::string& path) {
+  if (!limit.is_number_integer() ||
+      (limit.is_number_unsigned() && limit.get<uint64_t>() > INT_MAX) ||
+      (!limit.is_number_unsigned() &&
+       (limit.get<int64_t>() < 0 || limit.get<int64_t>() > INT_MAX))) {
+    return v.Error(path + ".max_concurrent_requests",
+                   "must be an integer in [0, 2^31-1] (0 = unlimited)");
+  }
+  return limit.get<int>();
+}
+
+// Tenant `index`'s API keys, by digest, into *digest_to_index; *key_paths
+// (digest -> JSON path) names both places of a duplicate.
+absl::Status ParseKeys(
+    const Validator& v, const json& keys, const std::string& path,
+    size_t index, absl::flat_hash_map<std::string, std::string>* key_paths,
+    absl::flat_hash_map<std::string, size_t>* digest_to_index) {
+  for (size_t k = 0; k < keys.size(); ++k) {
+    const std::string key_path = absl::StrCat(path, ".api_keys[", k, "]");
+    if (!keys[k].is_string()) return v.Error(key_path, "must be a string");
+    const std::string& key = keys[k].get_ref<const std::string&>();
+    if (!IsValidKey(key)) {
+      return v.Error(key_path,
+                     "API key must be non-empty, without whitespace or "
+                     "control characters");
+    }
+    std::string digest = KeyDigest(key);
+    auto [it, inserted] = key_paths->emplace(digest, key_path);
+    if (!inserted) {
+      return v.Error(key_path, absl::StrCat("duplicate API key (also at ",
+                                            it->second, ")"));
+    }
+    digest_to_index->emplace(std::move(digest), index);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<TenantRegistry> TenantRegistry::LoadFile(
@@ -175,15 +214,9 @@ absl::StatusOr<TenantRegistry> TenantRegistry::Parse(
     }
 
     if (entry.contains("max_concurrent_requests")) {
-      const json& limit = entry["max_concurrent_requests"];
-      if (!limit.is_number_integer() ||
-          (limit.is_number_unsigned() && limit.get<uint64_t>() > INT_MAX) ||
-          (!limit.is_number_unsigned() &&
-           (limit.get<int64_t>() < 0 || limit.get<int64_t>() > INT_MAX))) {
-        return v.Error(path + ".max_concurrent_requests",
-                       "must be an integer in [0, 2^31-1] (0 = unlimited)");
-      }
-      tenant.max_concurrent_requests = limit.get<int>();
+      ASSIGN_OR_RETURN(tenant.max_concurrent_requests,
+                       ParseConcurrencyLimit(v, entry["max_concurrent_requests"],
+                                             path));
     }
 
     if (!entry.contains("api_keys")) {
@@ -193,23 +226,8 @@ absl::StatusOr<TenantRegistry> TenantRegistry::Parse(
     if (!keys.is_array() || keys.empty()) {
       return v.Error(path + ".api_keys", "must be a non-empty array");
     }
-    for (size_t k = 0; k < keys.size(); ++k) {
-      const std::string key_path = absl::StrCat(path, ".api_keys[", k, "]");
-      if (!keys[k].is_string()) return v.Error(key_path, "must be a string");
-      const std::string& key = keys[k].get_ref<const std::string&>();
-      if (!IsValidKey(key)) {
-        return v.Error(key_path,
-                       "API key must be non-empty, without whitespace or "
-                       "control characters");
-      }
-      std::string digest = KeyDigest(key);
-      auto [it, inserted] = key_paths.emplace(digest, key_path);
-      if (!inserted) {
-        return v.Error(key_path, absl::StrCat("duplicate API key (also at ",
-                                              it->second, ")"));
-      }
-      registry.key_digest_to_index_.emplace(std::move(digest), i);
-    }
+    RETURN_IF_ERROR(ParseKeys(v, keys, path, i, &key_paths,
+                              &registry.key_digest_to_index_));
     registry.name_to_index_.emplace(tenant.name, i);
     registry.tenants_.push_back(std::move(tenant));
   }

@@ -53,7 +53,12 @@ const Handler* ServerState::Route(const std::string& method,
     auto it = routes->find(path);
     if (it != routes->end()) return &it->second;
   }
-  *status = AllowedMethods(path).empty() ? 404 : 405;
+  if (AllowedMethods(path).empty()) {
+    if (not_found_handler) return &not_found_handler;
+    *status = 404;
+  } else {
+    *status = 405;
+  }
   return nullptr;
 }
 
@@ -68,30 +73,46 @@ std::string ServerState::AllowedMethods(const std::string& path) const {
 
 ServerState::Admission ServerState::Register(const void* connection, int fd) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_.load()) return Admission::kStopping;
-  if (static_cast<int>(fds_.size()) >= options.max_connections) {
+  if (draining_.load()) return Admission::kDraining;
+  if (static_cast<int>(open_.size()) >= options.max_connections) {
     return Admission::kOverCap;
   }
-  fds_[connection] = fd;
+  open_[connection] = Open{fd, /*busy=*/false};
   return Admission::kAdmitted;
 }
 
 void ServerState::Unregister(const void* connection) {
   std::lock_guard<std::mutex> lock(mu_);
-  fds_.erase(connection);
+  open_.erase(connection);
+}
+
+bool ServerState::MarkBusy(const void* connection) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (draining_.load()) return false;
+  open_.at(connection).busy = true;
+  return true;
+}
+
+void ServerState::MarkIdle(const void* connection) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.at(connection).busy = false;
+}
+
+void ServerState::Drain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_.store(true);
+  // Wakes the reads on the strands; the descriptors stay open until their
+  // connections close them.
+  for (const auto& [connection, open] : open_) {
+    if (!open.busy) ::shutdown(open.fd, SHUT_RDWR);
+  }
 }
 
 void ServerState::ShutdownAll() {
   std::lock_guard<std::mutex> lock(mu_);
+  draining_.store(true);
   stopping_.store(true);
-  // Wakes reads on the strands and writes on handler threads alike; the
-  // descriptors stay open until their connections close them.
-  for (const auto& [connection, fd] : fds_) ::shutdown(fd, SHUT_RDWR);
-}
-
-int ServerState::open_connections() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(fds_.size());
+  for (const auto& [connection, open] : open_) ::shutdown(open.fd, SHUT_RDWR);
 }
 
 // --- The streamed body -----------------------------------------------------
@@ -176,14 +197,14 @@ void Connection::Start() {
         return self->ReadRequest();
       case ServerState::Admission::kOverCap:
         return self->AnswerError(503, /*keep_alive=*/false);
-      case ServerState::Admission::kStopping:
+      case ServerState::Admission::kDraining:
         return self->Close();
     }
   });
 }
 
 void Connection::ReadRequest() {
-  if (server_->stopping()) return Close();
+  if (server_->draining()) return LingeringClose();
   parser_.emplace();
   parser_->header_limit(
       static_cast<uint32_t>(server_->options.max_header_bytes));
@@ -300,6 +321,7 @@ void Connection::Dispatch() {
   const Handler* handler =
       server_->Route(request_.method, request_.path, &status);
   if (handler == nullptr) return AnswerError(status, keep_alive_);
+  if (!server_->MarkBusy(this)) return Close();
   if (!server_->pool.Post([self = shared_from_this(), handler] {
         self->RunHandler(handler);
       })) {
@@ -416,13 +438,14 @@ void Connection::RunHandler(const Handler* handler) {
       next = keep_alive ? Next::kRead : Next::kLinger;
     }
   }  // the releaser runs before the next request is read
+  server_->MarkIdle(this);
   asio::post(strand_,
              [self = shared_from_this(), next] { self->Continue(next); });
 }
 
 bool Connection::WriteResponse(Response& res, bool* keep_alive) {
   const bool head = request_.method == "HEAD";
-  if (server_->stopping()) *keep_alive = false;
+  if (server_->draining()) *keep_alive = false;
   if (!res.provider_) {
     std::string out = Head(res, *keep_alive, Framing::kLength, res.body.size());
     if (!head) out += res.body;

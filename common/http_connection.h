@@ -55,6 +55,7 @@ class ServerState {
   std::map<std::string, Handler> get_routes;
   std::map<std::string, Handler> post_routes;
   Handler error_handler;
+  Handler not_found_handler;  // null: 404
   Headers default_headers;
   HandlerPool pool;
 
@@ -64,19 +65,33 @@ class ServerState {
   // The methods `path` is served with, for a 405's Allow field.
   std::string AllowedMethods(const std::string& path) const;
 
-  enum class Admission { kAdmitted, kOverCap, kStopping };
+  enum class Admission { kAdmitted, kOverCap, kDraining };
   Admission Register(const void* connection, int fd);
   void Unregister(const void* connection);
-  // From now on nothing is admitted; shuts every open connection down.
+  // A connection's handler is about to run (false: draining, do not run
+  // it), or has finished writing.
+  bool MarkBusy(const void* connection);
+  void MarkIdle(const void* connection);
+  // From now on no connection or request is admitted; shuts down every
+  // connection not running a handler (the others close after their
+  // response).
+  void Drain();
+  // Drain(), and shuts down the busy connections too: their handlers'
+  // writes fail and streams end.
   void ShutdownAll();
+  bool draining() const { return draining_.load(); }
   bool stopping() const { return stopping_.load(); }
-  int open_connections() const;
 
  private:
+  struct Open {
+    int fd;
+    bool busy;
+  };
+  std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
   mutable std::mutex mu_;
-  // Open connections and their descriptors: a descriptor here is open.
-  std::unordered_map<const void*, int> fds_ ABSL_GUARDED_BY(mu_);
+  // Open connections: a descriptor here is open.
+  std::unordered_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {

@@ -4,6 +4,11 @@
 #include <utility>
 
 namespace kvcanary::http::internal {
+namespace {
+
+thread_local bool on_pool_thread = false;
+
+}  // namespace
 
 HandlerPool::HandlerPool(int max_threads)
     : max_threads_(std::max(1, max_threads)) {}
@@ -43,7 +48,10 @@ int HandlerPool::threads() const {
   return static_cast<int>(threads_.size());
 }
 
+bool HandlerPool::OnPoolThread() { return on_pool_thread; }
+
 void HandlerPool::Work() {
+  on_pool_thread = true;
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     ++idle_;

@@ -40,6 +40,8 @@ class HandlerPool {
   void Stop();
 
   int threads() const;  // started so far
+  // Whether the caller is a thread of some HandlerPool.
+  static bool OnPoolThread();
 
  private:
   void Work();

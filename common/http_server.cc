@@ -1,9 +1,12 @@
 #include "common/http_server.h"
 
+#include <sys/socket.h>
+
 #include <optional>
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "boost/asio/executor_work_guard.hpp"
@@ -12,6 +15,7 @@
 #include "boost/asio/post.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
+#include "common/check.h"
 #include "common/http_connection.h"
 
 namespace kvcanary::http {
@@ -184,6 +188,7 @@ class Server::Impl {
 
   absl::StatusOr<int> Bind(const std::string& host, int port);
   void Start();
+  void StopListening();
   void Stop();
 
   internal::ServerState state;
@@ -197,8 +202,12 @@ class Server::Impl {
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>>
       work_;
   std::vector<std::thread> io_threads_;
+  // The listener's descriptor while it is open (-1 after), for
+  // StopListening() from any thread.
+  std::mutex listen_mu_;
+  int listen_fd_ ABSL_GUARDED_BY(listen_mu_) = -1;
   std::mutex stop_mu_;
-  bool stopped_ = false;
+  bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
 };
 
 absl::StatusOr<int> Server::Impl::Bind(const std::string& host, int port) {
@@ -226,6 +235,8 @@ absl::StatusOr<int> Server::Impl::Bind(const std::string& host, int port) {
     if (ec) return absl::InternalError(ec.message());
     acceptor_.emplace(std::move(acceptor));
     accept_retry_.emplace(*io);
+    std::lock_guard<std::mutex> lock(listen_mu_);
+    listen_fd_ = acceptor_->native_handle();
     return bound;
   }
   return absl::UnavailableError(
@@ -244,7 +255,7 @@ void Server::Impl::Accept() {
   // Each connection's socket lives on a strand of its own.
   acceptor_->async_accept(asio::make_strand(*io), [this](ErrorCode ec,
                                                          Tcp::socket socket) {
-    if (state.stopping() || !acceptor_->is_open()) return;
+    if (state.draining()) return;  // `socket` closes with it
     if (ec) {
       // E.g. out of descriptors: try again shortly, without spinning.
       accept_retry_->expires_after(std::chrono::milliseconds(50));
@@ -258,12 +269,27 @@ void Server::Impl::Accept() {
   });
 }
 
+void Server::Impl::StopListening() {
+  {
+    // Shutting a listening socket down makes the kernel refuse new
+    // connections at once and ends the pending accept; the acceptor itself
+    // is closed by Stop(), on no I/O thread.
+    std::lock_guard<std::mutex> lock(listen_mu_);
+    if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+  }
+  state.Drain();
+}
+
 void Server::Impl::Stop() {
+  CHECK(!internal::HandlerPool::OnPoolThread())
+      << "http::Server::Stop() from a handler would wait for itself; use "
+         "StopListening()";
   std::lock_guard<std::mutex> lock(stop_mu_);
   if (stopped_) return;
   stopped_ = true;
-  // No more connections; every open one is shut down, so reads end on the
-  // strands and handlers' writes fail.
+  StopListening();
+  // Every open connection is shut down, so reads end on the strands and
+  // handlers' writes fail.
   state.ShutdownAll();
   // Running handlers finish (their writes fail); queued ones are dropped.
   state.pool.Stop();
@@ -272,6 +298,10 @@ void Server::Impl::Stop() {
   for (std::thread& t : io_threads_) t.join();
   io_threads_.clear();
   accept_retry_.reset();
+  {
+    std::lock_guard<std::mutex> listen_lock(listen_mu_);
+    listen_fd_ = -1;
+  }
   acceptor_.reset();  // closes the listener
   // Destroys what the I/O threads left pending, and the connections with it.
   io.reset();
@@ -293,6 +323,10 @@ void Server::set_error_handler(Handler handler) {
   impl_->state.error_handler = std::move(handler);
 }
 
+void Server::set_not_found_handler(Handler handler) {
+  impl_->state.not_found_handler = std::move(handler);
+}
+
 void Server::set_default_headers(Headers headers) {
   impl_->state.default_headers = std::move(headers);
 }
@@ -307,6 +341,8 @@ void Server::Start() {
   impl_->Start();
   running_.store(true);
 }
+
+void Server::StopListening() { impl_->StopListening(); }
 
 void Server::Stop() {
   impl_->Stop();

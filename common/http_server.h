@@ -158,6 +158,9 @@ class Server {
   // Fills in error responses that have no body yet: the layer's own (see
   // the file comment) and a handler's with status >= 400 and no body.
   void set_error_handler(Handler handler);
+  // Runs, on a handler thread, for a request whose path no route serves
+  // with any method (instead of the 404).
+  void set_not_found_handler(Handler handler);
   // Sent on every response unless the handler set the same field.
   void set_default_headers(Headers headers);
 
@@ -166,8 +169,14 @@ class Server {
   absl::StatusOr<int> Bind(const std::string& host, int port);
   // Serves on the server's own threads. REQUIRES: Bind() succeeded.
   void Start();
-  // Closes the listener and every connection, lets running handlers see
-  // their writes fail, and joins every thread. Idempotent.
+  // Refuses new connections from now on and closes the open ones once
+  // they are not running a handler (a running one still writes its
+  // response). Returns at once; callable from any thread, handlers
+  // included (as cpp-httplib's stop()). Idempotent.
+  void StopListening();
+  // StopListening(), closes every connection, lets running handlers see
+  // their writes fail, and joins every thread once they return.
+  // Idempotent. REQUIRES: not called from a handler (use StopListening()).
   void Stop();
 
   int port() const { return port_; }

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -199,7 +200,9 @@ void ExpectOpenAiError(std::optional<RawResponse> r, int status) {
 // the stream is fed by the test.
 class HttpServerTest : public ::testing::Test {
  protected:
-  void Serve(Options options = {}) {
+  // `more_routes` adds routes of the test's own.
+  void Serve(Options options = {},
+             std::function<void(Server&)> more_routes = nullptr) {
     server_ = std::make_unique<Server>(options);
     server_->set_error_handler(OpenAiError);
     server_->set_default_headers({{"Server", "kvcanary-test"}});
@@ -225,6 +228,7 @@ class HttpServerTest : public ::testing::Test {
             changed_.notify_all();
           });
     });
+    if (more_routes) more_routes(*server_);
     auto port = server_->Bind("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status();
     port_ = *port;
@@ -378,27 +382,41 @@ TEST_F(HttpServerTest, ABodyOverTheLimitSentAnywayStillReadsIts413) {
 }
 
 TEST_F(HttpServerTest, AHandlersBodylessErrorGetsTheErrorHandlersBody) {
-  Serve();
-  server_.reset();
-  Options options;
-  server_ = std::make_unique<Server>(options);
-  server_->set_error_handler(OpenAiError);
-  server_->Get("/teapot",
+  Serve({}, [](Server& server) {
+    server.Get("/teapot",
                [](const Request&, Response& res) { res.status = 418; });
-  server_->Get("/own", [](const Request&, Response& res) {
-    res.status = 429;
-    res.set_content("slow down", "text/plain");
+    server.Get("/own", [](const Request&, Response& res) {
+      res.status = 429;
+      res.set_content("slow down", "text/plain");
+    });
   });
-  auto port = server_->Bind("127.0.0.1", 0);
-  ASSERT_TRUE(port.ok()) << port.status();
-  server_->Start();
-  RawClient client(*port);
+  RawClient client(port_);
   ASSERT_TRUE(client.Send(absl::StrCat(Get("/teapot"), Get("/own"))));
   ExpectOpenAiError(client.Read(), 418);
   auto own = client.Read();
   ASSERT_TRUE(own.has_value());
   EXPECT_EQ(own->status, 429);
   EXPECT_EQ(own->body, "slow down");
+}
+
+TEST_F(HttpServerTest, TheNotFoundHandlerServesUnknownPathsOnly) {
+  Serve({}, [](Server& server) {
+    server.set_not_found_handler([](const Request& req, Response& res) {
+      res.set_content(absl::StrCat("fallback ", req.method, " ", req.path),
+                      "text/plain");
+    });
+  });
+  RawClient client(port_);
+  ASSERT_TRUE(client.Send(absl::StrCat(Get("/elsewhere?q=1"),
+                                       PostRequest("/other", "x"),
+                                       PostRequest("/hello", "x"))));
+  auto get = client.Read();
+  auto post = client.Read();
+  auto known = client.Read();
+  ASSERT_TRUE(get.has_value() && post.has_value() && known.has_value());
+  EXPECT_EQ(get->body, "fallback GET /elsewhere");
+  EXPECT_EQ(post->body, "fallback POST /other");
+  EXPECT_EQ(known->status, 405);  // a known path keeps its methods
 }
 
 TEST_F(HttpServerTest, HeadAnswersAGetRouteWithoutItsBody) {
@@ -600,6 +618,30 @@ TEST_F(HttpServerTest, ExpectContinueGetsA100First) {
   auto r = client.Read();
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->body, "hello");
+}
+
+// As a fake target that "dies" after a request: the request is answered,
+// idle connections are closed, new ones refused.
+TEST_F(HttpServerTest, StopListeningFromAHandlerStillAnswersIt) {
+  Serve({}, [](Server& server) {
+    server.Get("/die", [&server](const Request&, Response& res) {
+      server.StopListening();
+      res.set_content("bye", "text/plain");
+    });
+  });
+  RawClient idle(port_);
+  ASSERT_TRUE(idle.Send(Get("/hello")));
+  ASSERT_TRUE(idle.Read().has_value());
+  RawClient dying(port_);
+  ASSERT_TRUE(dying.Send(Get("/die")));
+  auto r = dying.Read();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->body, "bye");
+  EXPECT_EQ(r->headers["connection"], "close");
+  EXPECT_TRUE(dying.WaitClosed(absl::Seconds(5)));
+  EXPECT_TRUE(idle.WaitClosed(absl::Seconds(5)));
+  RawClient late(port_);
+  EXPECT_FALSE(late.connected());
 }
 
 TEST_F(HttpServerTest, StopClosesIdleAndStreamingConnectionsAndJoins) {

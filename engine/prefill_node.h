@@ -15,14 +15,13 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/time/time.h"
+#include "common/http_server.h"
 #include "engine/engine_loop.h"
 #include "engine/faults.h"
 #include "engine/node_metrics.h"
 #include "engine/trace_bus.h"
-#include "httplib.h"
 
 namespace kvcanary::engine {
 
@@ -54,7 +53,7 @@ class PrefillNode {
   int http_port() const { return http_port_; }
 
  private:
-  void HandlePrefill(const httplib::Request& req, httplib::Response& res);
+  void HandlePrefill(const http::Request& req, http::Response& res);
   // KvSender: one transfer to the decode node; returns decode's verdict.
   absl::Status SendKv(const std::string& host, int port,
                       const kv::Metadata& meta,
@@ -67,8 +66,7 @@ class PrefillNode {
   std::unique_ptr<TraceFileWriter> trace_file_;
   EngineLoop loop_;
   NodeMetrics metrics_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread server_thread_;
+  std::unique_ptr<http::Server> server_;
   int http_port_ = 0;
 };
 

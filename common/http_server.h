@@ -34,7 +34,6 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -182,9 +181,8 @@ class Server {
   int port() const { return port_; }
   bool is_running() const { return running_.load(); }
 
-  class Impl;
-
  private:
+  class Impl;
   std::unique_ptr<Impl> impl_;
   int port_ = 0;
   std::atomic<bool> running_{false};

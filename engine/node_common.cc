@@ -1,6 +1,5 @@
 #include "engine/node_common.h"
 
-
 #include "absl/strings/str_cat.h"
 #include "common/page_stamp.h"
 #include "engine/engine_loop.h"

@@ -9,7 +9,6 @@
 #include <map>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -33,7 +32,7 @@
 #include "auditor/tlog_commands.h"
 #include "auditor/trace_follower.h"
 #include "common/cli.h"
-#include "httplib.h"
+#include "common/http_server.h"
 #include "storage/evidence_store.h"
 
 ABSL_FLAG(std::string, target, "",
@@ -642,26 +641,22 @@ int Sidecar() {
         "--checkpoint-mirror needs --checkpoint-dir"));
   }
   AuditorMetrics metrics;
-  httplib::Server server;
-  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+  http::Server server;
+  server.Get("/metrics", [&](const http::Request&, http::Response& res) {
     res.set_content(metrics.Serialize(), "text/plain; version=0.0.4");
   });
-  server.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  server.Get("/health", [](const http::Request&, http::Response& res) {
     res.set_content("{\"status\":\"ok\",\"role\":\"auditor\"}",
                     "application/json");
   });
-  int port = absl::GetFlag(FLAGS_metrics_port);
   const std::string host = absl::GetFlag(FLAGS_host);
-  if (port == 0) {
-    port = server.bind_to_any_port(host);
-  } else if (!server.bind_to_port(host, port)) {
-    port = -1;
-  }
-  if (port < 0) {
+  auto bound = server.Bind(host, absl::GetFlag(FLAGS_metrics_port));
+  if (!bound.ok()) {
     return Fail(absl::UnavailableError(absl::StrCat(
         "cannot listen on ", host, ":", absl::GetFlag(FLAGS_metrics_port))));
   }
-  std::thread http([&] { server.listen_after_bind(); });
+  const int port = *bound;
+  server.Start();
   std::printf("metrics http://%s:%d/metrics\n", host.c_str(), port);
   std::fflush(stdout);
   signal(SIGINT, OnSignal);
@@ -688,8 +683,7 @@ int Sidecar() {
       absl::SleepFor(absl::Milliseconds(100));
     }
   }
-  server.stop();
-  http.join();
+  server.Stop();
   return kExitOk;  // a sidecar asked to stop stopped cleanly
 }
 

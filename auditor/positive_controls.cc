@@ -8,7 +8,7 @@
 #include "auditor/completion.h"
 #include "auditor/detectors.h"
 #include "auditor/trace_follower.h"
-#include "httplib.h"
+#include "common/http_server.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -124,27 +124,27 @@ bool LatencyControl(const Calibration& c, const std::string& tenant) {
 }  // namespace
 
 bool TraceControlFires() {
-  httplib::Server server;
+  http::Server server;
   std::atomic<bool> done{false};
-  server.Get(
-      "/v1/trace", [&done](const httplib::Request&, httplib::Response& res) {
-        res.set_chunked_content_provider(
-            "text/plain", [&done](size_t offset, httplib::DataSink& sink) {
-              if (offset == 0) {
-                sink.write(kCannedTrace,
-                           std::char_traits<char>::length(kCannedTrace));
-              }
-              // Held open like a live node's stream, until the control ends.
-              for (int i = 0; i < 200 && !done.load(); ++i) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(10));
-              }
-              if (done.load()) sink.done();
-              return true;
-            });
-      });
-  const int port = server.bind_to_any_port("127.0.0.1");
-  if (port <= 0) return false;
-  std::thread serving([&server] { server.listen_after_bind(); });
+  server.Get("/v1/trace", [&done](const http::Request&, http::Response& res) {
+    res.set_chunked_content_provider(
+        "text/plain", [&done](size_t offset, http::DataSink& sink) {
+          if (offset == 0) {
+            sink.write(kCannedTrace,
+                       std::char_traits<char>::length(kCannedTrace));
+          }
+          // Held open like a live node's stream, until the control ends.
+          for (int i = 0; i < 200 && !done.load(); ++i) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+          if (done.load()) sink.done();
+          return true;
+        });
+  });
+  auto bound = server.Bind("127.0.0.1", 0);
+  if (!bound.ok()) return false;
+  const int port = *bound;
+  server.Start();
   bool fired = false;
   {
     TraceFollower follower(absl::StrCat("http://127.0.0.1:", port));
@@ -162,8 +162,7 @@ bool TraceControlFires() {
     done = true;
     (void)follower.Stop(absl::ZeroDuration());
   }
-  server.stop();
-  serving.join();
+  server.Stop();
   return fired;
 }
 

@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "engine/node_common.h"
+#include "httplib.h"  // the client to the prefill node
 
 namespace kvcanary::engine {
 namespace {
@@ -93,7 +94,7 @@ absl::Status DecodeNode::Start() {
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
   server_ = MakeHttpServer(options_.http_threads);
   server_->Post("/internal/v1/generate",
-                [this](const httplib::Request& req, httplib::Response& res) {
+                [this](const http::Request& req, http::Response& res) {
                   HandleGenerate(req, res);
                 });
   AddEngineNodeRoutes(server_.get(), "decode", options_.max_prompt_tokens,
@@ -103,16 +104,14 @@ absl::Status DecodeNode::Start() {
   listener_ = *std::move(listener);
   kv_port_ = listener_->port();
   accept_thread_ = std::thread([this] { AcceptLoop(); });
-  auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
-                           &server_thread_);
+  auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
   if (!port.ok()) return port.status();
   http_port_ = *port;
   return absl::OkStatus();
 }
 
 void DecodeNode::Stop() {
-  if (server_ != nullptr) server_->stop();
-  if (server_thread_.joinable()) server_thread_.join();
+  if (server_ != nullptr) server_->Stop();
   if (listener_ != nullptr) listener_->Close();
   if (accept_thread_.joinable()) accept_thread_.join();
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
@@ -132,8 +131,7 @@ std::shared_ptr<DecodeNode::PendingTransfer> DecodeNode::FindPending(
   return it == pending_.end() ? nullptr : it->second;
 }
 
-void DecodeNode::HandleGenerate(const httplib::Request& req,
-                                httplib::Response& res) {
+void DecodeNode::HandleGenerate(const http::Request& req, http::Response& res) {
   // What the prefill node answered for the request (null until it has),
   // and the prompt tokens it served from its prefix cache: passed on to
   // the router with this node's own outcome.
@@ -271,7 +269,7 @@ void DecodeNode::HandleGenerate(const httplib::Request& req,
   res.set_chunked_content_provider(
       "application/x-ndjson",
       [this, channel, id, prompt_tokens, cached_tokens, prefill_line, counted,
-       prefill_sent = false](size_t, httplib::DataSink& sink) mutable {
+       prefill_sent = false](size_t, http::DataSink& sink) mutable {
         if (!prefill_sent) {
           prefill_sent = true;
           if (!sink.write(prefill_line.data(), prefill_line.size())) {

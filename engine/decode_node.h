@@ -25,13 +25,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "common/http_server.h"
 #include "engine/engine_loop.h"
 #include "engine/faults.h"
 #include "engine/kv_connection.h"
 #include "engine/node_common.h"
 #include "engine/node_metrics.h"
 #include "engine/trace_bus.h"
-#include "httplib.h"
 
 namespace kvcanary::engine {
 
@@ -106,7 +106,7 @@ class DecodeNode {
   absl::StatusOr<int> AcquireSlot(absl::Duration timeout);
   void ReleaseSlot(int slot);
 
-  void HandleGenerate(const httplib::Request& req, httplib::Response& res);
+  void HandleGenerate(const http::Request& req, http::Response& res);
   void AcceptLoop();
   void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn);
   // Receives, checks and installs one transfer; returns the verdict.
@@ -136,8 +136,7 @@ class DecodeNode {
   std::unique_ptr<TraceFileWriter> trace_file_;
   EngineLoop loop_;
   NodeMetrics metrics_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread server_thread_;
+  std::unique_ptr<http::Server> server_;
   std::unique_ptr<kv::FrameListener> listener_;
   std::thread accept_thread_;
   int http_port_ = 0;

@@ -1,9 +1,6 @@
 #include "engine/node_common.h"
 
-#include <sys/socket.h>
-
 #include <atomic>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/page_stamp.h"
@@ -37,7 +34,7 @@ absl::Status StatusFromInternalResponse(int http_status,
   return absl::InternalError(absl::StrCat("peer answered HTTP ", http_status));
 }
 
-void RespondInternalError(httplib::Response& res, const absl::Status& status,
+void RespondInternalError(http::Response& res, const absl::Status& status,
                           const nlohmann::json& extra) {
   res.status = HttpStatusFor(status.code());
   if (!extra.is_object()) {
@@ -144,8 +141,8 @@ EngineOptions WithTrace(EngineOptions options, TraceBus* trace) {
   return options;
 }
 
-bool Authorized(const httplib::Request& req, const SharedSecret& secret,
-                const char* what, httplib::Response& res) {
+bool Authorized(const http::Request& req, const SharedSecret& secret,
+                const char* what, http::Response& res) {
   if (secret.CheckAuthorization(req.get_header_value("Authorization"))) {
     return true;
   }
@@ -154,7 +151,7 @@ bool Authorized(const httplib::Request& req, const SharedSecret& secret,
   return false;
 }
 
-void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
+void AddEngineNodeRoutes(http::Server* server, const std::string& role,
                          int max_prompt_tokens, const EngineLoop* loop,
                          NodeMetrics* metrics, TraceBus* trace,
                          const NodeCredentials* creds) {
@@ -163,8 +160,8 @@ void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
   // carries every tenant's request ids, lengths and timings: admin token
   // only, and a bounded number of readers.
   auto readers = std::make_shared<std::atomic<int>>(0);
-  server->Get("/v1/trace", [trace, creds, readers](const httplib::Request& req,
-                                                   httplib::Response& res) {
+  server->Get("/v1/trace", [trace, creds, readers](const http::Request& req,
+                                                   http::Response& res) {
     if (!creds->trace.set()) {
       RespondInternalError(
           res, absl::PermissionDeniedError(
@@ -183,7 +180,7 @@ void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
     auto reader = trace->Subscribe();
     res.set_chunked_content_provider(
         "text/plain",
-        [trace, reader](size_t, httplib::DataSink& sink) {
+        [trace, reader](size_t, http::DataSink& sink) {
           for (const std::string& line :
                reader->Wait(absl::Milliseconds(200))) {
             if (!sink.write(line.data(), line.size())) return false;
@@ -195,21 +192,20 @@ void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
           readers->fetch_sub(1);
         });
   });
-  server->Get("/internal/v1/limits", [=](const httplib::Request& req,
-                                         httplib::Response& res) {
+  server->Get("/internal/v1/limits", [=](const http::Request& req,
+                                         http::Response& res) {
     if (!Authorized(req, creds->internal, "internal secret", res)) return;
     const NodeSettings settings = NodeSettings::Of(
         loop->options(), max_prompt_tokens, loop->model().config.seq_len);
     res.set_content(settings.ToJson().dump(), "application/json");
   });
-  server->Get("/health",
-              [role](const httplib::Request&, httplib::Response& res) {
-                nlohmann::json j;
-                j["status"] = "ok";
-                j["role"] = role;
-                res.set_content(j.dump(), "application/json");
-              });
-  server->Get("/metrics", [=](const httplib::Request&, httplib::Response& res) {
+  server->Get("/health", [role](const http::Request&, http::Response& res) {
+    nlohmann::json j;
+    j["status"] = "ok";
+    j["role"] = role;
+    res.set_content(j.dump(), "application/json");
+  });
+  server->Get("/metrics", [=](const http::Request&, http::Response& res) {
     res.set_content(metrics->Serialize(loop), "text/plain; version=0.0.4");
   });
 }
@@ -255,73 +251,55 @@ absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {
   return r;
 }
 
-std::unique_ptr<httplib::Server> MakeHttpServer(int threads) {
-  auto server = std::make_unique<httplib::Server>();
-  server->new_task_queue = [threads] {
-    return new httplib::ThreadPool(threads);
-  };
-  server->set_keep_alive_max_count(1000);
-  server->set_read_timeout(30, 0);
-  server->set_write_timeout(30, 0);
+std::unique_ptr<http::Server> MakeHttpServer(int threads) {
+  http::Options options;
+  options.handler_threads = threads;
   // A body over the limit is refused (413) before it is read, when its
   // Content-Length says so, and as soon as it passes the limit otherwise.
-  server->set_payload_max_length(kMaxRequestBodyBytes);
-  // Errors httplib answers itself (413, an unknown path, a malformed
-  // request line) get the OpenAI error shape too; our handlers' own error
-  // bodies are left as they are.
-  server->set_error_handler(httplib::Server::HandlerWithResponse(
-      [](const httplib::Request&, httplib::Response& res) {
-        if (!res.body.empty())
-          return httplib::Server::HandlerResponse::Unhandled;
-        absl::Status status;
-        if (res.status == 413) {
-          status = absl::InvalidArgumentError(
-              absl::StrCat("request body too large: the limit is ",
-                           kMaxRequestBodyBytes, " bytes"));
-        } else if (res.status == 404) {
-          status = absl::NotFoundError("unknown path");
-        } else if (res.status < 500) {
-          status = absl::InvalidArgumentError("malformed request");
-        } else {
-          status = absl::InternalError("internal error");
-        }
-        res.set_content(ErrorBody(status), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
+  options.max_body_bytes = kMaxRequestBodyBytes;
+  auto server = std::make_unique<http::Server>(options);
+  // Errors the HTTP layer answers itself get the OpenAI error shape too (it
+  // calls this only for responses with no body yet, so our handlers' own
+  // error bodies are left as they are). The HTTP status stays the layer's.
+  server->set_error_handler([](const http::Request&, http::Response& res) {
+    absl::Status status;
+    switch (res.status) {
+      case 413:
+        status = absl::InvalidArgumentError(
+            absl::StrCat("request body too large: the limit is ",
+                         kMaxRequestBodyBytes, " bytes"));
+        break;
+      case 404:
+        status = absl::NotFoundError("unknown path");
+        break;
+      case 405:
+        status = absl::InvalidArgumentError("method not allowed on this path");
+        break;
+      case 408:
+        status = absl::InvalidArgumentError(
+            "request not received in time; send it faster");
+        break;
+      case 431:
+        status = absl::InvalidArgumentError("request headers too large");
+        break;
+      case 503:
+        status = absl::UnavailableError("too many connections; retry later");
+        break;
+      default:
+        status = res.status < 500
+                     ? absl::InvalidArgumentError("malformed request")
+                     : absl::InternalError("internal error");
+    }
+    res.set_content(ErrorBody(status), "application/json");
+  });
   return server;
 }
 
-absl::StatusOr<int> BindAndServe(httplib::Server* server,
-                                 const std::string& host, int port,
-                                 std::thread* thread) {
-  // Debian's cpp-httplib is compiled with a listen backlog of 5, which drops
-  // connections when a few dozen clients arrive at once. Remember the
-  // listening socket and raise its backlog after the bind.
-  auto listen_fd = std::make_shared<int>(-1);
-  server->set_socket_options([listen_fd](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    *listen_fd = sock;
-  });
-  int bound = port;
-  if (port == 0) {
-    bound = server->bind_to_any_port(host.c_str());
-  } else if (!server->bind_to_port(host.c_str(), port)) {
-    bound = -1;
-  }
-  if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot bind ", host, ":", port));
-  }
-  if (*listen_fd >= 0 && ::listen(*listen_fd, SOMAXCONN) != 0) {
-    server->stop();  // closes the bound socket
-    return absl::InternalError("cannot raise the listen backlog");
-  }
-  *thread = std::thread([server] { server->listen_after_bind(); });
-  // httplib's stop() does nothing until the server runs: wait for it, so a
-  // Stop() right after Start() cannot hang.
-  while (!server->is_running())
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+absl::StatusOr<int> BindAndServe(http::Server* server, const std::string& host,
+                                 int port) {
+  auto bound = server->Bind(host, port);
+  if (!bound.ok()) return bound.status();
+  server->Start();
   return bound;
 }
 

@@ -9,10 +9,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/http_server.h"
 #include "common/ids.h"
 #include "engine/internal_auth.h"
 #include "engine/sampler.h"
-#include "httplib.h"
+#include "httplib.h"  // httplib::Error: the nodes call each other with its client
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::engine {
@@ -25,7 +26,7 @@ absl::Status StatusFromInternalResponse(int http_status,
                                         const std::string& body);
 // Writes `status` as the response: HTTP status by code, internal body, plus
 // the fields of `extra` (an object, or null) beside "error".
-void RespondInternalError(httplib::Response& res, const absl::Status& status,
+void RespondInternalError(http::Response& res, const absl::Status& status,
                           const nlohmann::json& extra = nullptr);
 
 // How a node reports what happened to a request at its step, for the
@@ -65,8 +66,8 @@ struct NodeCredentials {
 // Whether the request carries "Authorization: Bearer <secret>"; if not,
 // answers 401 with the internal error body (naming neither the secret nor
 // what was sent) and returns false.
-bool Authorized(const httplib::Request& req, const SharedSecret& secret,
-                const char* what, httplib::Response& res);
+bool Authorized(const http::Request& req, const SharedSecret& secret,
+                const char* what, http::Response& res);
 
 // The routes every engine node serves: GET /internal/v1/limits (the node's
 // NodeSettings, engine/node_settings.h; internal secret), /v1/trace (trace
@@ -77,7 +78,7 @@ class EngineLoop;
 class NodeMetrics;
 class TraceBus;
 struct EngineOptions;
-void AddEngineNodeRoutes(httplib::Server* server, const std::string& role,
+void AddEngineNodeRoutes(http::Server* server, const std::string& role,
                          int max_prompt_tokens, const EngineLoop* loop,
                          NodeMetrics* metrics, TraceBus* trace,
                          const NodeCredentials* creds);
@@ -102,13 +103,15 @@ absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body);
 // an OpenAI-shaped error, refused before it is read into memory.
 inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
 
-// A server with enough threads for long-lived streaming responses.
-std::unique_ptr<httplib::Server> MakeHttpServer(int threads);
-// Binds host:port (0 = any free port) and serves on a new thread.
-// Returns the bound port.
-absl::StatusOr<int> BindAndServe(httplib::Server* server,
-                                 const std::string& host, int port,
-                                 std::thread* thread);
+// A server running up to `threads` handlers at once (each streaming
+// response holds one while it lasts), refusing bodies over
+// kMaxRequestBodyBytes, whose own errors (400, 404, 405, 408, 413, 431, 503,
+// 500) carry the OpenAI error shape.
+std::unique_ptr<http::Server> MakeHttpServer(int threads);
+// Binds host:port (0 = any free port) and serves on the server's own
+// threads. Returns the bound port.
+absl::StatusOr<int> BindAndServe(http::Server* server, const std::string& host,
+                                 int port);
 
 }  // namespace kvcanary::engine
 

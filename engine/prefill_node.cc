@@ -74,26 +74,23 @@ absl::Status PrefillNode::Start() {
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
   server_ = MakeHttpServer(options_.http_threads);
   server_->Post("/internal/v1/prefill",
-                [this](const httplib::Request& req, httplib::Response& res) {
+                [this](const http::Request& req, http::Response& res) {
                   HandlePrefill(req, res);
                 });
   AddEngineNodeRoutes(server_.get(), "prefill", options_.max_prompt_tokens,
                       &loop_, &metrics_, &trace_, &options_.creds);
-  auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
-                           &server_thread_);
+  auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
   if (!port.ok()) return port.status();
   http_port_ = *port;
   return absl::OkStatus();
 }
 
 void PrefillNode::Stop() {
-  if (server_ != nullptr) server_->stop();
-  if (server_thread_.joinable()) server_thread_.join();
+  if (server_ != nullptr) server_->Stop();
   trace_file_.reset();  // writes out what is queued
 }
 
-void PrefillNode::HandlePrefill(const httplib::Request& req,
-                                httplib::Response& res) {
+void PrefillNode::HandlePrefill(const http::Request& req, http::Response& res) {
   auto fail = [&](const absl::Status& status) {
     metrics_.CountRequest(status);
     RespondInternalError(res, status);

@@ -15,17 +15,16 @@
 
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/http_server.h"
 #include "engine/engine_loop.h"
 #include "engine/faults.h"
 #include "engine/node_common.h"
 #include "engine/node_metrics.h"
 #include "engine/trace_bus.h"
-#include "httplib.h"
 
 namespace kvcanary::engine {
 
@@ -77,7 +76,7 @@ class PrefillNode {
   // The configured peer a request names; with one peer, an unnamed
   // request goes to it. kFailedPrecondition for an unknown name.
   absl::StatusOr<KvPeer> FindKvPeer(const std::string& name);
-  void HandlePrefill(const httplib::Request& req, httplib::Response& res);
+  void HandlePrefill(const http::Request& req, http::Response& res);
   // KvSender: one transfer to the decode node; returns decode's verdict.
   absl::Status SendKv(const KvPeer& peer, const kv::Metadata& meta,
                       const std::vector<PageRef>& block_table, int first_token,
@@ -89,8 +88,7 @@ class PrefillNode {
   std::unique_ptr<TraceFileWriter> trace_file_;
   EngineLoop loop_;
   NodeMetrics metrics_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread server_thread_;
+  std::unique_ptr<http::Server> server_;
   int http_port_ = 0;
   absl::Mutex peers_mu_;
   std::vector<KvPeer> peers_ ABSL_GUARDED_BY(peers_mu_);

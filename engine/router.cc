@@ -10,6 +10,7 @@
 #include "engine/node_common.h"
 #include "engine/openai_api.h"
 #include "engine/version.h"
+#include "httplib.h"  // the client to the nodes
 
 namespace kvcanary::engine {
 namespace {
@@ -226,16 +227,16 @@ absl::Status Router::Start() {
   server_->set_default_headers(
       {{"Server", absl::StrCat(kEngineName, "/", kEngineVersion)}});
   server_->Post("/v1/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
+                [this](const http::Request& req, http::Response& res) {
                   HandleCompletion(req, res, /*chat=*/false);
                 });
   server_->Post("/v1/chat/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
+                [this](const http::Request& req, http::Response& res) {
                   HandleCompletion(req, res, /*chat=*/true);
                 });
   // Answers `body` to a tenant's key; 401 otherwise.
   auto authenticated = [this](std::function<std::string()> body) {
-    return [this, body](const httplib::Request& req, httplib::Response& res) {
+    return [this, body](const http::Request& req, http::Response& res) {
       auto tenant =
           tenants_->Authenticate(req.get_header_value("Authorization"));
       if (!tenant.ok()) {
@@ -266,24 +267,22 @@ absl::Status Router::Start() {
                  return VersionJson(v);
                }));
   server_->Get("/health",
-               [this](const httplib::Request&, httplib::Response& res) {
+               [this](const http::Request&, http::Response& res) {
                  res.set_content(health_->HealthJson(), "application/json");
                });
   server_->Get(
-      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      "/metrics", [this](const http::Request&, http::Response& res) {
         res.set_content(metrics_.Serialize(nullptr) + health_->MetricsText(),
                         "text/plain; version=0.0.4");
       });
-  auto port = BindAndServe(server_.get(), options_.host, options_.http_port,
-                           &server_thread_);
+  auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
   if (!port.ok()) return port.status();
   http_port_ = *port;
   return absl::OkStatus();
 }
 
 void Router::Stop() {
-  if (server_ != nullptr) server_->stop();
-  if (server_thread_.joinable()) server_thread_.join();
+  if (server_ != nullptr) server_->Stop();
   if (health_ != nullptr) health_->Stop();
 }
 
@@ -293,7 +292,7 @@ void Router::Log(AccessRecord* record) {
   access_log_->Write(*record);
 }
 
-void Router::Fail(const absl::Status& status, httplib::Response& res,
+void Router::Fail(const absl::Status& status, http::Response& res,
                   AccessRecord* record) {
   metrics_.CountRequest(status);
   res.status = HttpStatusFor(status.code());
@@ -304,8 +303,8 @@ void Router::Fail(const absl::Status& status, httplib::Response& res,
   Log(record);
 }
 
-void Router::HandleCompletion(const httplib::Request& req,
-                              httplib::Response& res, bool chat) {
+void Router::HandleCompletion(const http::Request& req, http::Response& res,
+                              bool chat) {
   auto record = std::make_shared<AccessRecord>();
   record->start = absl::Now();
   record->endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
@@ -318,7 +317,7 @@ void Router::HandleCompletion(const httplib::Request& req,
 }
 
 absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
-    const httplib::Request& req, bool chat, AccessRecord* record) {
+    const http::Request& req, bool chat, AccessRecord* record) {
   auto tenant = tenants_->Authenticate(req.get_header_value("Authorization"));
   if (!tenant.ok()) return tenant.status();
   record->tenant = (*tenant)->name;
@@ -378,7 +377,7 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
   return a;
 }
 
-void Router::Relay(std::shared_ptr<Admitted> a, httplib::Response& res,
+void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
                    std::shared_ptr<AccessRecord> record) {
   const CompletionRequest& request = a->request;
   const bool chat = request.chat;
@@ -429,7 +428,7 @@ void Router::Relay(std::shared_ptr<Admitted> a, httplib::Response& res,
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, a, relay, result, chat, record, logged](
-          size_t, httplib::DataSink& sink) mutable {
+          size_t, http::DataSink& sink) mutable {
         std::string delta;
         if (relay->Next(&result, &delta)) {
           const std::string chunk =

@@ -19,11 +19,11 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/http_server.h"
 #include "engine/access_log.h"
 #include "engine/faults.h"
 #include "engine/internal_auth.h"
@@ -33,7 +33,6 @@
 #include "engine/request_ids.h"
 #include "engine/tenants.h"
 #include "engine/tokenizer.h"
-#include "httplib.h"
 
 namespace kvcanary::engine {
 
@@ -71,19 +70,19 @@ class Router {
 
  private:
   struct Admitted;
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res,
+  void HandleCompletion(const http::Request& req, http::Response& res,
                         bool chat);
   // Authentication, parsing, tokenizing and admission (length limits and
   // in-flight counts), filling `record` as it learns; the request's error
   // otherwise.
-  absl::StatusOr<std::shared_ptr<Admitted>> Admit(const httplib::Request& req,
+  absl::StatusOr<std::shared_ptr<Admitted>> Admit(const http::Request& req,
                                                   bool chat,
                                                   AccessRecord* record);
   // Relays the decode node's answer to the client, JSON or SSE.
-  void Relay(std::shared_ptr<Admitted> admitted, httplib::Response& res,
+  void Relay(std::shared_ptr<Admitted> admitted, http::Response& res,
              std::shared_ptr<AccessRecord> record);
   // Answers `status` as an OpenAI error and logs the request.
-  void Fail(const absl::Status& status, httplib::Response& res,
+  void Fail(const absl::Status& status, http::Response& res,
             AccessRecord* record);
   // Finishes `record` (total_ms) and appends it to the access log, if any.
   void Log(AccessRecord* record);
@@ -95,8 +94,7 @@ class Router {
   RouterOptions options_;
   NodeMetrics metrics_;
   std::unique_ptr<AccessLog> access_log_;  // null: none
-  std::unique_ptr<httplib::Server> server_;
-  std::thread server_thread_;
+  std::unique_ptr<http::Server> server_;
   int http_port_ = 0;
   ServingSettings settings_;  // from the nodes, at Start()
   RequestIdSequence request_ids_;

@@ -26,8 +26,8 @@
 #include "auditor/calibration.h"
 #include "auditor/report.h"
 #include "canaries/marker.h"
+#include "common/http_server.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fake_target.h"
 
@@ -391,7 +391,7 @@ class ScriptedTarget {
  public:
   explicit ScriptedTarget(ScriptOptions o) : o_(o) {
     server_.Get(
-        "/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+        "/v1/models", [this](const http::Request&, http::Response& res) {
           res.set_content(
               json({{"object", "list"},
                     {"data",
@@ -401,8 +401,8 @@ class ScriptedTarget {
                   .dump(),
               "application/json");
         });
-    server_.Post("/v1/completions", [this](const httplib::Request& req,
-                                           httplib::Response& res) {
+    server_.Post("/v1/completions", [this](const http::Request& req,
+                                           http::Response& res) {
       const json body = json::parse(req.body);
       const std::string prompt = body["prompt"].get<std::string>();
       std::vector<std::string> words =
@@ -455,21 +455,17 @@ class ScriptedTarget {
           {"usage", {{"prompt_tokens", tokens}, {"completion_tokens", 2}}}};
       res.set_content(out.dump(), "application/json");
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    port_ = server_.Bind("127.0.0.1", 0).value();
+    server_.Start();
   }
-  ~ScriptedTarget() {
-    server_.stop();
-    thread_.join();
-  }
+  ~ScriptedTarget() { server_.Stop(); }
   std::string url() const {
     return "http://127.0.0.1:" + std::to_string(port_);
   }
 
  private:
   const ScriptOptions o_;
-  httplib::Server server_;
-  std::thread thread_;
+  http::Server server_;
   int port_ = 0;
   std::atomic<int> calls_{0};
   std::atomic<int> in_flight_{0};

@@ -23,8 +23,8 @@
 #include "auditor/report.h"
 #include "auditor/test_break.h"
 #include "canaries/templates.h"
+#include "common/http_server.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fake_target.h"
 
@@ -270,29 +270,27 @@ TEST(CampaignTest, AKeyRefusedMidRunIsInconclusiveNamingTheTenant) {
 // A trace node that answers and then sends nothing: the trace detector
 // is blind, never clean.
 TEST(CampaignTest, ATraceNodeThatSendsNothingIsInconclusive) {
-  httplib::Server silent;
+  http::Server silent;
   std::atomic<bool> done{false};
-  silent.Get(
-      "/v1/trace", [&done](const httplib::Request&, httplib::Response& res) {
-        res.set_chunked_content_provider(
-            "text/plain", [&done](size_t, httplib::DataSink& sink) {
-              while (!done.load()) {
-                std::this_thread::sleep_for(std::chrono::milliseconds(10));
-              }
-              sink.done();
-              return true;
-            });
-      });
-  const int port = silent.bind_to_any_port("127.0.0.1");
-  std::thread serving([&silent] { silent.listen_after_bind(); });
+  silent.Get("/v1/trace", [&done](const http::Request&, http::Response& res) {
+    res.set_chunked_content_provider(
+        "text/plain", [&done](size_t, http::DataSink& sink) {
+          while (!done.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+          sink.done();
+          return true;
+        });
+  });
+  const int port = silent.Bind("127.0.0.1", 0).value();
+  silent.Start();
   FakeTarget target(Fake(Flavor::kVllm));
   AuditorMetrics metrics;
   CampaignOptions o = Options(target.url(), "silent-trace");
   o.trace_urls = {"http://127.0.0.1:" + std::to_string(port)};
   const CampaignResult r = RunCampaign(o, &metrics);
   done = true;
-  silent.stop();
-  serving.join();
+  silent.Stop();
   EXPECT_EQ(r.verdict, Verdict::kInconclusive) << Explain(r);
   const DetectorCoverage* trace = Detector(r, "trace");
   ASSERT_NE(trace, nullptr);
@@ -384,13 +382,12 @@ class NondeterministicTarget {
  public:
   NondeterministicTarget(double p_same, double p_cross)
       : p_same_(p_same), p_cross_(p_cross) {
-    server_.Get("/v1/models",
-                [](const httplib::Request&, httplib::Response& res) {
-                  res.set_content(R"({"object":"list","data":[{"id":"fake"}]})",
-                                  "application/json");
-                });
-    server_.Post("/v1/completions", [this](const httplib::Request& req,
-                                           httplib::Response& res) {
+    server_.Get("/v1/models", [](const http::Request&, http::Response& res) {
+      res.set_content(R"({"object":"list","data":[{"id":"fake"}]})",
+                      "application/json");
+    });
+    server_.Post("/v1/completions", [this](const http::Request& req,
+                                           http::Response& res) {
       const json body = json::parse(req.body);
       const std::string prompt = body["prompt"];
       std::string text = " once upon a time there was a cat";
@@ -417,21 +414,17 @@ class NondeterministicTarget {
                     {"completion_tokens", 8}}}};
       res.set_content(out.dump(), "application/json");
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    port_ = server_.Bind("127.0.0.1", 0).value();
+    server_.Start();
   }
-  ~NondeterministicTarget() {
-    server_.stop();
-    thread_.join();
-  }
+  ~NondeterministicTarget() { server_.Stop(); }
   std::string url() const {
     return "http://127.0.0.1:" + std::to_string(port_);
   }
 
  private:
   const double p_same_, p_cross_;
-  httplib::Server server_;
-  std::thread thread_;
+  http::Server server_;
   int port_ = 0;
   std::mutex mu_;
   std::deque<std::string> recent_;

@@ -25,8 +25,8 @@
 #include "auditor/report.h"
 #include "canaries/marker.h"
 #include "canaries/scanner.h"
+#include "common/http_server.h"
 #include "gtest/gtest.h"
-#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "storage/evidence_store.h"
 #include "tests/auditor/fake_target.h"
@@ -225,26 +225,27 @@ struct SilentOptions {
 class SilentTarget {
  public:
   explicit SilentTarget(SilentOptions o = {}) : o_(std::move(o)) {
-    server_.set_logger(
-        [this](const httplib::Request& req, const httplib::Response&) {
-          std::lock_guard<std::mutex> lock(mu_);
-          seen_.insert(req.method + " " + req.path);
+    // Every path but POST /v1/completions.
+    server_.set_not_found_handler(
+        [this](const http::Request& req, http::Response& res) {
+          Record(req);
+          if (req.method != "GET" && req.method != "HEAD") {
+            res.status = 404;
+          } else if (planted_ && o_.after_plant_status != 0 &&
+                     (o_.after_plant_path.empty() ||
+                      req.path == o_.after_plant_path)) {
+            res.status = o_.after_plant_status;
+          } else if (req.path == "/v1/models") {
+            res.set_content(R"({"data":[{"id":"m"}]})", "application/json");
+          } else if (req.path == "/slots") {
+            res.status = o_.slots_status;
+          } else {
+            res.status = 404;
+          }
         });
-    server_.Get(".*", [this](const httplib::Request& req,
-                             httplib::Response& res) {
-      if (planted_ && o_.after_plant_status != 0 &&
-          (o_.after_plant_path.empty() || req.path == o_.after_plant_path)) {
-        res.status = o_.after_plant_status;
-      } else if (req.path == "/v1/models") {
-        res.set_content(R"({"data":[{"id":"m"}]})", "application/json");
-      } else if (req.path == "/slots") {
-        res.status = o_.slots_status;
-      } else {
-        res.status = 404;
-      }
-    });
-    server_.Post("/v1/completions", [this](const httplib::Request& req,
-                                           httplib::Response& res) {
+    server_.Post("/v1/completions", [this](const http::Request& req,
+                                           http::Response& res) {
+      Record(req);
       const bool plant = absl::StrContains(req.body, "Keep this note");
       if (plant && o_.plant_error_body) {
         res.set_content(
@@ -255,16 +256,10 @@ class SilentTarget {
       }
       if (plant) planted_ = true;
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    port_ = server_.Bind("127.0.0.1", 0).value();
+    server_.Start();
   }
-  ~SilentTarget() {
-    server_.stop();
-    thread_.join();
-  }
+  ~SilentTarget() { server_.Stop(); }
   std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
   std::set<std::string> seen() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -272,9 +267,13 @@ class SilentTarget {
   }
 
  private:
+  void Record(const http::Request& req) {
+    std::lock_guard<std::mutex> lock(mu_);
+    seen_.insert(req.method + " " + req.path);
+  }
+
   const SilentOptions o_;
-  httplib::Server server_;
-  std::thread thread_;
+  http::Server server_;
   int port_ = 0;
   std::atomic<bool> planted_{false};
   std::mutex mu_;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -15,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/check.h"
-#include "httplib.h"
+#include "common/http_server.h"
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fake_target_flavors.h"
 
@@ -206,7 +207,7 @@ std::vector<std::string> OutputPieces(absl::string_view prompt, const Plan& p,
   return pieces;
 }
 
-void SendEvents(httplib::Response& res, std::vector<std::string> events,
+void SendEvents(http::Response& res, std::vector<std::string> events,
                 double delay_ms) {
   res.status = 200;
   struct State {
@@ -216,7 +217,7 @@ void SendEvents(httplib::Response& res, std::vector<std::string> events,
   auto state = std::make_shared<State>();
   state->events = std::move(events);
   res.set_chunked_content_provider(
-      kEventStream, [state, delay_ms](size_t, httplib::DataSink& sink) {
+      kEventStream, [state, delay_ms](size_t, http::DataSink& sink) {
         if (state->next == 0 && delay_ms > 0) {  // prefill, then 1st chunk
           std::this_thread::sleep_for(
               std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)));
@@ -230,7 +231,7 @@ void SendEvents(httplib::Response& res, std::vector<std::string> events,
       });
 }
 
-void SendReply(httplib::Response& res, const Reply& r) {
+void SendReply(http::Response& res, const Reply& r) {
   res.status = r.status;
   if (!r.body.empty()) res.set_content(r.body, r.content_type);
 }
@@ -257,26 +258,19 @@ int AdvertisedContext(const FakeTargetOptions& options) {
 }
 
 FakeTarget::FakeTarget(FakeTargetOptions options)
-    : options_(std::move(options)),
-      server_(std::make_unique<httplib::Server>()) {
+    : options_(std::move(options)), server_(std::make_unique<http::Server>()) {
   CHECK(options_.limit_tokens >= 1);
   CHECK(options_.cache_block_tokens >= 1);
   CHECK(!(options_.shared_prompt_cache && options_.per_key_prompt_cache))
       << "one prompt cache mode at a time";
   Route();
-  port_ = server_->bind_to_any_port("127.0.0.1");
-  CHECK(port_ > 0) << "cannot bind a loopback port";
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
-  // stop() only works once the accept loop runs.
-  while (!server_->is_running()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  auto port = server_->Bind("127.0.0.1", 0);
+  CHECK(port.ok()) << "cannot bind a loopback port: " << port.status();
+  port_ = *port;
+  server_->Start();
 }
 
-FakeTarget::~FakeTarget() {
-  Stop();
-  if (thread_.joinable()) thread_.join();
-}
+FakeTarget::~FakeTarget() { server_->Stop(); }
 
 std::string FakeTarget::url() const {
   return absl::StrCat("http://127.0.0.1:", port_);
@@ -290,10 +284,12 @@ int FakeTarget::cached_tokens_served() const {
 }
 
 void FakeTarget::Stop() {
-  if (!stopped_.exchange(true)) server_->stop();
+  // From a handler too (die_after_completions): the request being handled
+  // is still answered.
+  if (!stopped_.exchange(true)) server_->StopListening();
 }
 
-bool FakeTarget::Authorized(const httplib::Request& req) const {
+bool FakeTarget::Authorized(const http::Request& req) const {
   if (options_.api_keys.empty()) return true;
   std::string value = req.get_header_value("Authorization");
   const bool llama = options_.flavor == Flavor::kLlamaCpp;
@@ -311,8 +307,7 @@ bool FakeTarget::Authorized(const httplib::Request& req) const {
   return options_.api_keys.count(std::string(key)) > 0;
 }
 
-bool FakeTarget::Guard(const httplib::Request& req,
-                       httplib::Response& res) const {
+bool FakeTarget::Guard(const http::Request& req, http::Response& res) const {
   if (Authorized(req)) return true;
   SendReply(res, Unauthorized(options_.flavor));
   return false;
@@ -345,8 +340,8 @@ int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
   return cached;
 }
 
-void FakeTarget::HandleCompletion(const httplib::Request& req,
-                                  httplib::Response& res, bool chat) {
+void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
+                                  bool chat) {
   const int n = ++completions_;
   if (options_.die_after_completions > 0 &&
       n >= options_.die_after_completions) {
@@ -438,11 +433,11 @@ std::string FakeTarget::SlotsJson() const {
 void FakeTarget::Route() {
   const Flavor f = options_.flavor;
   server_->Post("/v1/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
+                [this](const http::Request& req, http::Response& res) {
                   HandleCompletion(req, res, /*chat=*/false);
                 });
   server_->Post("/v1/chat/completions",
-                [this](const httplib::Request& req, httplib::Response& res) {
+                [this](const http::Request& req, http::Response& res) {
                   HandleCompletion(req, res, /*chat=*/true);
                 });
   // The GET endpoints: path, whether the real server wants the key there
@@ -494,17 +489,19 @@ void FakeTarget::Route() {
       pages.push_back({"/", false, [] {
                          return Reply{200, "Ollama is running", kText};
                        }});
-      server_->Post("/api/show", [this](const httplib::Request& req,
-                                        httplib::Response& res) {
-        if (Guard(req, res)) SendReply(res, {200, OllamaShow(options_).dump()});
-      });
+      server_->Post("/api/show",
+                    [this](const http::Request& req, http::Response& res) {
+                      if (Guard(req, res))
+                        SendReply(res, {200, OllamaShow(options_).dump()});
+                    });
       break;
   }
   for (const Page& p : pages) {
-    server_->Get(
-        p.path, [this, p](const httplib::Request& req, httplib::Response& res) {
-          if (!p.guarded || Guard(req, res)) SendReply(res, p.answer());
-        });
+    server_->Get(p.path,
+                 [this, p](const http::Request& req, http::Response& res) {
+                   if (!p.guarded || Guard(req, res))
+                     SendReply(res, p.answer());
+                 });
   }
 }
 

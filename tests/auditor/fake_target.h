@@ -27,18 +27,17 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/string_view.h"
 
-namespace httplib {
+namespace kvcanary::http {
 class Server;
 struct Request;
-struct Response;
-}  // namespace httplib
+class Response;
+}  // namespace kvcanary::http
 
 namespace kvcanary::auditor::testing {
 
@@ -141,10 +140,10 @@ class FakeTarget {
 
  private:
   void Route();
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res,
+  void HandleCompletion(const http::Request& req, http::Response& res,
                         bool chat);
-  bool Authorized(const httplib::Request& req) const;
-  bool Guard(const httplib::Request& req, httplib::Response& res) const;
+  bool Authorized(const http::Request& req) const;
+  bool Guard(const http::Request& req, http::Response& res) const;
   std::string SlotsJson() const;  // llama.cpp GET /slots
   // Looks the processed tokens up in the cache and adds them, the chain
   // of block keys starting from `salt` ("" for the shared cache); returns
@@ -153,8 +152,7 @@ class FakeTarget {
                            const std::string& salt);
 
   const FakeTargetOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<http::Server> server_;
   int port_ = 0;
   std::atomic<int> completions_{0};
   std::atomic<bool> stopped_{false};

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <curl/curl.h>
-#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/http_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -28,51 +28,43 @@ using ::testing::HasSubstr;
 class HttpClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    server_.Post(
-        "/echo", [](const httplib::Request& req, httplib::Response& res) {
-          res.set_content(
-              absl::StrCat(req.get_header_value("X-Tenant"), "|", req.body),
-              "text/plain");
-        });
-    server_.Get("/missing",
-                [](const httplib::Request&, httplib::Response& res) {
-                  res.status = 404;
-                  res.set_content("no such thing", "text/plain");
-                });
-    server_.Get("/big", [](const httplib::Request&, httplib::Response& res) {
+    server_.Post("/echo", [](const http::Request& req, http::Response& res) {
+      res.set_content(
+          absl::StrCat(req.get_header_value("X-Tenant"), "|", req.body),
+          "text/plain");
+    });
+    server_.Get("/missing", [](const http::Request&, http::Response& res) {
+      res.status = 404;
+      res.set_content("no such thing", "text/plain");
+    });
+    server_.Get("/big", [](const http::Request&, http::Response& res) {
       res.set_content(std::string(100000, 'x'), "text/plain");
     });
-    server_.Get("/slow",
-                [this](const httplib::Request&, httplib::Response& res) {
-                  // Far longer than any test timeout, but ends as soon as the
-                  // fixture shuts down so that stopping the server does not
-                  // wait.
-                  for (int i = 0; i < 500 && !stopping_; ++i) {
-                    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-                  }
-                  res.set_content("late", "text/plain");
-                });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    ASSERT_GT(port_, 0);
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    // stop() only works once the accept loop runs.
-    while (!server_.is_running()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    server_.Get("/slow", [this](const http::Request&, http::Response& res) {
+      // Far longer than any test timeout, but ends as soon as the
+      // fixture shuts down so that stopping the server does not
+      // wait.
+      for (int i = 0; i < 500 && !stopping_; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      res.set_content("late", "text/plain");
+    });
+    auto port = server_.Bind("127.0.0.1", 0);
+    ASSERT_TRUE(port.ok()) << port.status();
+    port_ = *port;
+    server_.Start();
   }
 
   void TearDown() override {
     stopping_ = true;
-    server_.stop();
-    if (thread_.joinable()) thread_.join();
+    server_.Stop();
   }
 
   std::string Url(const std::string& path) const {
     return absl::StrCat("http://127.0.0.1:", port_, path);
   }
 
-  httplib::Server server_;
-  std::thread thread_;
+  http::Server server_;
   std::atomic<bool> stopping_{false};
   int port_ = 0;
 };

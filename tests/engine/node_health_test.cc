@@ -23,25 +23,21 @@ class FakeNode {
  public:
   explicit FakeNode(int port = 0) {
     server_ = MakeHttpServer(4);
-    server_->Get("/health", [](const httplib::Request&, httplib::Response& r) {
+    server_->Get("/health", [](const http::Request&, http::Response& r) {
       r.set_content("{\"status\":\"ok\"}", "application/json");
     });
-    auto bound = BindAndServe(server_.get(), "127.0.0.1", port, &thread_);
+    auto bound = BindAndServe(server_.get(), "127.0.0.1", port);
     EXPECT_TRUE(bound.ok()) << bound.status();
     port_ = bound.ok() ? *bound : 0;
   }
-  ~FakeNode() {
-    server_->stop();
-    thread_.join();
-  }
+  ~FakeNode() { server_->Stop(); }
   int port() const { return port_; }
   std::string url() const {
     return "http://127.0.0.1:" + std::to_string(port_);
   }
 
  private:
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<http::Server> server_;
   int port_ = 0;
 };
 

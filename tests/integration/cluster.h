@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -107,6 +108,9 @@ class Process {
     if (pipe(fds) != 0) return;
     pid_ = fork();
     if (pid_ == 0) {
+      // A test that dies (a crash, a signal) takes its servers with it:
+      // an orphan holding the output pipe would hang ctest.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       dup2(fds[1], STDOUT_FILENO);
       close(fds[0]);
       std::vector<std::string> a = {binary};

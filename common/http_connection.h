@@ -1,0 +1,174 @@
+// One accepted connection of the HTTP server (common/http_server.h), from
+// accept to close. Internal to the server.
+//
+// Its life: read a request asynchronously on the connection's strand (the
+// wait for its first byte under idle_timeout, its line and headers under
+// header_timeout, its body under body_timeout); route it; run the handler on a
+// handler thread, which writes the response synchronously, each write under
+// write_timeout; back to the strand for the next request (pipelined ones are
+// already in the buffer). Errors the layer answers itself are written
+// asynchronously on the strand. A connection that is closed after an answer
+// stops sending, then reads and drops what the client still sends for a
+// moment (a lingering close), so the client is not reset before it reads the
+// answer.
+//
+// Thread-safety: the strand and the handler thread take turns; only one of
+// them touches the connection at a time. Stop() may shut the socket down
+// (by descriptor, under the server's lock) at any time.
+#ifndef KVCANARY_COMMON_HTTP_CONNECTION_H_
+#define KVCANARY_COMMON_HTTP_CONNECTION_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
+#include "boost/asio/any_io_executor.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/steady_timer.hpp"
+#include "boost/beast/core/flat_buffer.hpp"
+#include "boost/beast/http/parser.hpp"
+#include "boost/beast/http/string_body.hpp"
+#include "common/http_handler_pool.h"
+#include "common/http_server.h"
+
+namespace kvcanary::http::internal {
+
+using Tcp = boost::asio::ip::tcp;
+// The connection's strand: the socket is accepted onto one.
+using Strand = boost::asio::any_io_executor;
+
+// What every connection of a server shares: its settings, routes and the
+// registry of open connections (the connection cap, and Stop()).
+class ServerState {
+ public:
+  explicit ServerState(Options options)
+      : options(options), pool(options.handler_threads) {}
+
+  const Options options;
+  // Set before serving, read-only after.
+  std::map<std::string, Handler> get_routes;
+  std::map<std::string, Handler> post_routes;
+  Handler error_handler;
+  Handler not_found_handler;  // null: 404
+  Headers default_headers;
+  HandlerPool pool;
+
+  // The handler for method + path; null and *status 404 or 405 otherwise.
+  const Handler* Route(const std::string& method, const std::string& path,
+                       int* status) const;
+  // The methods `path` is served with, for a 405's Allow field.
+  std::string AllowedMethods(const std::string& path) const;
+
+  enum class Admission { kAdmitted, kOverCap, kDraining };
+  Admission Register(const void* connection, int fd);
+  void Unregister(const void* connection);
+  // A connection's handler is about to run (false: draining, do not run
+  // it), or has finished writing.
+  bool MarkBusy(const void* connection);
+  void MarkIdle(const void* connection);
+  // From now on no connection or request is admitted; shuts down every
+  // connection not running a handler (the others close after their
+  // response).
+  void Drain();
+  // Drain(), and shuts down the busy connections too: their handlers'
+  // writes fail and streams end.
+  void ShutdownAll();
+  bool draining() const { return draining_.load(); }
+  bool stopping() const { return stopping_.load(); }
+
+ private:
+  struct Open {
+    int fd;
+    bool busy;
+  };
+  std::atomic<bool> draining_{false};
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;
+  // Open connections: a descriptor here is open.
+  std::unordered_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(ServerState* server, Tcp::socket socket);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Registers the connection and starts reading (over the cap: answers 503
+  // and closes).
+  void Start();
+
+ private:
+  class Sink;
+  enum class Framing { kLength, kChunked, kUntilClose };
+  enum class Next { kRead, kLinger, kClose };
+
+  // --- On the strand ---
+  void ReadRequest();
+  void WaitFirstByte();
+  void ReadHeader();
+  void OnHeader(boost::system::error_code ec);
+  void ContinueThenReadBody();
+  void ReadBody();
+  void OnBody(boost::system::error_code ec);
+  void OnReadError(boost::system::error_code ec);
+  void FillRequestHead();
+  void Dispatch();
+  // Writes the layer's own answer `status`, then goes on or closes.
+  void AnswerError(int status, bool keep_alive);
+  void Continue(Next next);
+  void LingeringClose();
+  void Drain();
+  void Close();
+  void ArmTimer(absl::Duration timeout);
+  // Cancels the deadline; whether it had passed.
+  bool DisarmTimer();
+
+  // --- On a handler thread ---
+  void RunHandler(const Handler* handler);
+  bool WriteResponse(Response& res, bool* keep_alive);
+  // Sends all of `data` within write_timeout; false (and the socket shut
+  // down) otherwise.
+  bool WriteAll(absl::string_view data);
+  // Whether the client closed or reset the connection (bytes it sent and
+  // we have not read yet count as still there).
+  bool PeerGone() const;
+
+  // --- Either ---
+  void FillError(Response& res) const;
+  std::string Head(const Response& res, bool keep_alive, Framing framing,
+                   size_t content_length) const;
+
+  ServerState* const server_;
+  Strand strand_;
+  Tcp::socket socket_;
+  boost::asio::steady_timer timer_;
+  int fd_ = -1;
+  std::string remote_addr_;
+  bool registered_ = false;
+
+  boost::beast::flat_buffer buffer_;
+  std::optional<
+      boost::beast::http::request_parser<boost::beast::http::string_body>>
+      parser_;
+  Request request_;
+  bool keep_alive_ = false;
+  bool first_request_ = true;  // its header deadline runs from the accept
+  std::string write_buffer_;   // an asynchronous write's bytes
+  std::unique_ptr<char[]> drain_buffer_;
+  size_t drained_bytes_ = 0;
+  uint64_t timer_generation_ = 0;
+  bool timed_out_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace kvcanary::http::internal
+
+#endif  // KVCANARY_COMMON_HTTP_CONNECTION_H_

@@ -605,46 +605,54 @@ void AcceptSweep::JudgeCount(const AcceptProbe& p, const Completion& c,
   for (Finding& f : counts) found->push_back(std::move(f));
 }
 
+void AcceptSweep::JudgePastLimitAnswer(const AcceptProbe& p,
+                                       const Completion& c,
+                                       std::vector<Finding>* found) {
+  LengthState& l = t_.lengths[p.length];
+  const int predicted = l.fills.at(p.kind).predicted;
+  const std::string how = p.stream ? "streamed" : "plain";
+  // Processed, not refused: a finding whatever the count says.
+  BoundaryObservation o{
+      predicted,          t_.refuse_above,       200,
+      c.prompt_tokens,    cal_.filler.tolerance, sweeper().name,
+      "accept_past_limit"};
+  std::vector<Finding> b = JudgeBoundary(o);
+  l.refusal.Note(
+      CheckState::kFailed,
+      absl::StrCat("HTTP 200 (", how, ") for a prompt of ", predicted,
+                   " tokens past the limit of ", t_.refuse_above,
+                   ": not refused, so not processed as sent "
+                   "(usage.prompt_tokens ",
+                   c.prompt_tokens, ")"));
+  if (c.prompt_tokens >= 0) {
+    ++l.counted;
+    const bool cut = std::any_of(b.begin(), b.end(), [](const Finding& f) {
+      return f.kind != "boundary_accepted";
+    });
+    if (cut) {
+      l.prompt_tokens.Note(CheckState::kFailed,
+                           absl::StrCat("usage.prompt_tokens ", c.prompt_tokens,
+                                        " for a prompt of ", predicted, " ± ",
+                                        cal_.filler.tolerance,
+                                        " tokens: not the prompt as sent"));
+    } else {
+      ++l.counted_ok;
+      l.prompt_tokens.Note(CheckState::kPassed, "");
+    }
+  }
+  for (Finding& f : b) found->push_back(std::move(f));
+}
+
 void AcceptSweep::JudgeRefusal(const AcceptProbe& p, const Completion& c,
                                std::vector<Finding>* found) {
+  if (c.usable) {
+    JudgePastLimitAnswer(p, c, found);
+    return;
+  }
   LengthState& l = t_.lengths[p.length];
   const int predicted = l.fills.at(p.kind).predicted;
   const std::string how = p.stream ? "streamed" : "plain";
   const int s = c.status;
-  if (c.usable) {
-    // Processed, not refused: a finding whatever the count says.
-    BoundaryObservation o{
-        predicted,          t_.refuse_above,       200,
-        c.prompt_tokens,    cal_.filler.tolerance, sweeper().name,
-        "accept_past_limit"};
-    std::vector<Finding> b = JudgeBoundary(o);
-    l.refusal.Note(
-        CheckState::kFailed,
-        absl::StrCat("HTTP 200 (", how, ") for a prompt of ", predicted,
-                     " tokens past the limit of ", t_.refuse_above,
-                     ": not refused, so not processed as sent "
-                     "(usage.prompt_tokens ",
-                     c.prompt_tokens, ")"));
-    if (c.prompt_tokens >= 0) {
-      ++l.counted;
-      const bool cut = std::any_of(b.begin(), b.end(), [](const Finding& f) {
-        return f.kind != "boundary_accepted";
-      });
-      if (cut) {
-        l.prompt_tokens.Note(
-            CheckState::kFailed,
-            absl::StrCat("usage.prompt_tokens ", c.prompt_tokens,
-                         " for a prompt of ", predicted, " ± ",
-                         cal_.filler.tolerance,
-                         " tokens: not the prompt as sent"));
-      } else {
-        ++l.counted_ok;
-        l.prompt_tokens.Note(CheckState::kPassed, "");
-      }
-    }
-    for (Finding& f : b) found->push_back(std::move(f));
-    return;
-  }
   if (s == 200 && !c.http_ok_error) {
     // Admitted, whatever the body: a refusal is a 4xx.
     l.refusal.Note(CheckState::kFailed,

@@ -109,6 +109,9 @@ class AcceptSweep {
                   std::vector<Finding>* found);
   void JudgeRefusal(const AcceptProbe& p, const Completion& c,
                     std::vector<Finding>* found);
+  // JudgeRefusal of an answer (a usable 200): not refused, and its count.
+  void JudgePastLimitAnswer(const AcceptProbe& p, const Completion& c,
+                            std::vector<Finding>* found);
   void JudgeCheckPass(const AcceptProbe& p, const Completion& c,
                       std::vector<Finding>* found);
   absl::Status AddFindings(const AcceptProbe& p, const Completion& c,

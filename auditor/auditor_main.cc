@@ -200,61 +200,14 @@ int Fail(const absl::Status& s) {
   return kExitError;
 }
 
-CliSpec Cli() {
-  std::vector<std::string> campaign = {"target",
-                                       "tenants",
-                                       "trace",
-                                       "trace_token_file",
-                                       "db",
-                                       "duration",
-                                       "max_probes",
-                                       "concurrency",
-                                       "rate",
-                                       "key_file",
-                                       "model",
-                                       "max_prompt_tokens",
-                                       "timeout",
-                                       "floor",
-                                       "require",
-                                       "max_consecutive_failures",
-                                       "max_ladder_tokens",
-                                       "json",
-                                       "junit",
-                                       "html",
-                                       "max_incident_lines",
-                                       "quiet"};
-  std::vector<std::string> sidecar = campaign;
-  sidecar.insert(sidecar.end(),
-                 {"interval", "metrics_port", "host", "key", "origin",
-                  "checkpoint_dir", "checkpoint_mirror"});
-  campaign.push_back("metrics_file");
-  const std::vector<std::string> reports = {
-      "db",   "json", "junit", "html", "metrics_file", "max_incident_lines",
-      "quiet"};
-  auto with_reports = [&reports](std::vector<std::string> flags) {
-    flags.insert(flags.end(), reports.begin(), reports.end());
+// accept, facts, cache-audit, forensics: one-off audits with reports.
+std::vector<Subcommand> AuditSubcommands() {
+  auto with_reports = [](std::vector<std::string> flags) {
+    flags.insert(flags.end(), {"db", "json", "junit", "html", "metrics_file",
+                               "max_incident_lines", "quiet"});
     return flags;
   };
-  CliSpec spec;
-  spec.program = "kvcanary-auditor";
-  spec.summary =
-      "Acts as several tenants against an OpenAI-compatible endpoint, hunts "
-      "cross-tenant contamination, and keeps the evidence in a hash-chained "
-      "SQLite file (docs/auditor.md). Exit: 0 clean, 1 findings, 2 error, 3 "
-      "inconclusive.";
-  spec.subcommands = {
-      {"probe",
-       "Runs one campaign against --target and prints its verdict, coverage "
-       "and incidents.",
-       campaign,
-       {},
-       {"test_break"}},
-      {"sidecar",
-       "Runs a campaign every --interval seconds and serves /metrics and "
-       "/health until SIGINT or SIGTERM.",
-       sidecar,
-       {},
-       {"test_break"}},
+  return {
       {"accept",
        "The long-context acceptance sweep: echo, golden, token counts and "
        "refusals at every page boundary up to the input limit and past it.",
@@ -283,6 +236,13 @@ CliSpec Cli() {
                      "calibration_target", "ttft_floor_us_per_token",
                      "window"}),
        {}},
+  };
+}
+
+// verify, keygen, checkpoint, export, verify-bundle, prove, findings: the
+// evidence log's subcommands.
+std::vector<Subcommand> EvidenceSubcommands() {
+  return {
       {"verify",
        "Checks the evidence database's hash chain, and with --checkpoint its "
        "signed Merkle log: names the first bad or diverging row and the rows "
@@ -320,6 +280,49 @@ CliSpec Cli() {
        {"db", "campaign", "format", "rows", "max_incident_lines"},
        {}},
   };
+}
+
+// The subcommands: the campaigns here, then the audits and the evidence's.
+CliSpec Cli() {
+  CliSpec spec;
+  spec.program = "kvcanary-auditor";
+  spec.summary =
+      "Acts as several tenants against an OpenAI-compatible endpoint, hunts "
+      "cross-tenant contamination, and keeps the evidence in a hash-chained "
+      "SQLite file (docs/auditor.md). Exit: 0 clean, 1 findings, 2 error, 3 "
+      "inconclusive.";
+  // probe and sidecar: the target and how hard to probe it, then the
+  // probes, the verdict and the reports.
+  std::vector<std::string> probe = {
+      "target",           "tenants",     "trace",
+      "trace_token_file", "db",          "duration",
+      "max_probes",       "concurrency", "rate"};
+  probe.insert(probe.end(),
+               {"key_file", "model", "max_prompt_tokens", "timeout", "floor",
+                "require", "max_consecutive_failures", "max_ladder_tokens",
+                "json", "junit", "html", "max_incident_lines", "quiet"});
+  std::vector<std::string> sidecar = probe;
+  sidecar.insert(sidecar.end(),
+                 {"interval", "metrics_port", "host", "key", "origin",
+                  "checkpoint_dir", "checkpoint_mirror"});
+  probe.push_back("metrics_file");
+  spec.subcommands = {
+      {"probe",
+       "Runs one campaign against --target and prints its verdict, coverage "
+       "and incidents.",
+       probe,
+       {},
+       {"test_break"}},
+      {"sidecar",
+       "Runs a campaign every --interval seconds and serves /metrics and "
+       "/health until SIGINT or SIGTERM.",
+       sidecar,
+       {},
+       {"test_break"}},
+  };
+  for (const auto& group : {AuditSubcommands(), EvidenceSubcommands()}) {
+    spec.subcommands.insert(spec.subcommands.end(), group.begin(), group.end());
+  }
   return spec;
 }
 

@@ -238,17 +238,24 @@ class Calibrator {
                         canaries::CompactPlantPrompt(b));
   }
 
-  void Plants() {
-    int limit = c_.limit.prompt_tokens;
-    if (limit <= 0) {
-      limit = c_.ladder.has_value() && !c_.ladder->found
-                  ? std::min(o_.max_ladder_tokens, kUnboundedAtLimitTokens)
-                  : 0;
-    }
-    if (limit <= 0) {
-      c_.plant_failure = "no input limit to size plants to";
-      return;
-    }
+  // A plant's markers: `story` paragraphs, then `compact` sentences; and
+  // what one more marker costs in each form (0: unknown).
+  struct PlantMix {
+    int story = 0, compact = 0;
+    int per_story = 0, per_compact = 0;
+  };
+
+  // The input limit plants are sized to; 0 if there is none.
+  int PlantLimit() const {
+    if (c_.limit.prompt_tokens > 0) return c_.limit.prompt_tokens;
+    return c_.ladder.has_value() && !c_.ladder->found
+               ? std::min(o_.max_ladder_tokens, kUnboundedAtLimitTokens)
+               : 0;
+  }
+
+  // Measures what a marker costs in each form and fits the most markers to
+  // the budget; nullopt (plant_failure set) if not even one fits.
+  std::optional<PlantMix> SizePlants(int limit) {
     PlantSizing& s = c_.sizing;
     s.budget_tokens = limit - std::max(8, limit / 16);
     // The cost of a marker in each form, from plants of one and two alone.
@@ -260,64 +267,94 @@ class Calibrator {
     s.measured += 4;
     // A second marker's cost is known only if both plants were measured;
     // otherwise a form holds one marker of that kind at most.
-    const int per_story = story2 > story1 && story1 > 0 ? story2 - story1 : 0;
-    const int per_compact =
+    PlantMix mix;
+    mix.per_story = story2 > story1 && story1 > 0 ? story2 - story1 : 0;
+    mix.per_compact =
         compact2 > compact1 && compact1 > 0 ? compact2 - compact1 : 0;
-    int story = 0, compact = 0, used = 0;
+    int used = 0;
     if (story1 > 0 && story1 <= s.budget_tokens) {
-      story = per_story == 0 ? 1 : (s.budget_tokens - story1) / per_story + 1;
-      used = story1 + (story - 1) * per_story;
+      mix.story = mix.per_story == 0
+                      ? 1
+                      : (s.budget_tokens - story1) / mix.per_story + 1;
+      used = story1 + (mix.story - 1) * mix.per_story;
     } else if (compact1 > 0 && compact1 <= s.budget_tokens) {
-      compact = 1;
+      mix.compact = 1;
       used = compact1;
     }
-    if (story + compact == 0) {
+    if (mix.story + mix.compact == 0) {
       c_.plant_failure =
           absl::StrCat("a plant of one marker does not fit the limit of ",
                        limit, " tokens even in the compact form");
+      return std::nullopt;
+    }
+    if (mix.per_compact > 0) {
+      mix.compact += (s.budget_tokens - used) / mix.per_compact;
+    }
+    s.form = mix.story == 0     ? "compact"
+             : mix.compact == 0 ? "story"
+                                : "story+compact";
+    s.markers_per_plant = mix.story + mix.compact;
+    return mix;
+  }
+
+  // A plant of tenant `t` from its markers *counter on that comes back
+  // whole and under `limit`, and *counter moved past them; nullopt if none.
+  std::optional<Plant> BuildPlant(int t, int limit, const PlantMix& mix,
+                                  int* counter) {
+    const int smallest_per =
+        std::max(1, mix.per_compact > 0
+                        ? std::min(mix.per_compact, std::max(mix.per_story, 1))
+                        : mix.per_story);
+    // A plant that does not come back whole and under the limit is rebuilt
+    // smaller, by about its overshoot; a few tries at most.
+    int total = mix.story + mix.compact;
+    for (int attempt = 0; attempt < 4 && total >= 1; ++attempt) {
+      std::vector<canaries::Marker> markers;
+      for (int k = 0; k < total; ++k)
+        markers.push_back(Marker(t, *counter + k));
+      Plant plant;
+      plant.text = PlantText(markers, std::min(mix.story, total));
+      plant.prompt_tokens = Measure(o_.tenants[t], plant.text);
+      ++c_.sizing.measured;
+      // At the limit itself a silently cut plant would look whole.
+      if (plant.prompt_tokens > 0 && plant.prompt_tokens < limit) {
+        for (const canaries::Marker& mk : markers) {
+          plant.marker_ids.push_back(mk.id);
+        }
+        *counter += total;
+        return plant;
+      }
+      const int over = plant.prompt_tokens - (limit - 1);
+      total -= plant.prompt_tokens > 0
+                   ? std::max(1, (over + smallest_per - 1) / smallest_per)
+                   : 1;
+    }
+    return std::nullopt;
+  }
+
+  void Plants() {
+    const int limit = PlantLimit();
+    if (limit <= 0) {
+      c_.plant_failure = "no input limit to size plants to";
       return;
     }
-    if (per_compact > 0) compact += (s.budget_tokens - used) / per_compact;
-    s.form = story == 0 ? "compact" : compact == 0 ? "story" : "story+compact";
-    s.markers_per_plant = story + compact;
+    const std::optional<PlantMix> mix = SizePlants(limit);
+    if (!mix.has_value()) return;
+    PlantSizing& s = c_.sizing;
     // Fewer markers per plant, more plants: about as many markers in all.
     const int plants_per_tenant =
         std::max(o_.plants_per_tenant,
                  std::min(2 * o_.plants_per_tenant,
                           2 * o_.plants_per_tenant / s.markers_per_plant));
-    const int smallest_per = std::max(
-        1, per_compact > 0 ? std::min(per_compact, std::max(per_story, 1))
-                           : per_story);
     std::vector<int> sizes;
     for (size_t t = 0; t < o_.tenants.size(); ++t) {
       int counter = 0;
       for (int p = 0; p < plants_per_tenant; ++p) {
-        // A plant that does not come back whole and under the limit is
-        // rebuilt smaller, by about its overshoot; a few tries at most.
-        int total = story + compact;
-        for (int attempt = 0; attempt < 4 && total >= 1; ++attempt) {
-          std::vector<canaries::Marker> markers;
-          for (int k = 0; k < total; ++k) {
-            markers.push_back(Marker(static_cast<int>(t), counter + k));
-          }
-          Plant plant;
-          plant.text = PlantText(markers, std::min(story, total));
-          plant.prompt_tokens = Measure(o_.tenants[t], plant.text);
-          ++s.measured;
-          // At the limit itself a silently cut plant would look whole.
-          if (plant.prompt_tokens > 0 && plant.prompt_tokens < limit) {
-            for (const canaries::Marker& mk : markers) {
-              plant.marker_ids.push_back(mk.id);
-            }
-            counter += total;
-            sizes.push_back(plant.prompt_tokens);
-            c_.plants[t].push_back(std::move(plant));
-            break;
-          }
-          const int over = plant.prompt_tokens - (limit - 1);
-          total -= plant.prompt_tokens > 0
-                       ? std::max(1, (over + smallest_per - 1) / smallest_per)
-                       : 1;
+        std::optional<Plant> plant =
+            BuildPlant(static_cast<int>(t), limit, *mix, &counter);
+        if (plant.has_value()) {
+          sizes.push_back(plant->prompt_tokens);
+          c_.plants[t].push_back(*std::move(plant));
         }
         if (c_.plants[t].size() != static_cast<size_t>(p + 1)) ++s.dropped;
       }

@@ -80,6 +80,8 @@ class Campaign {
   absl::Status StartTrace();
   void BuildScanner();
   void Controls();
+  // The kinds of probe to send each tenant, and how many of each.
+  ProbeMix Mix(bool rate_mode) const;
   absl::Status MainLoop();
   absl::Status QuietProbes();
   absl::Status CollectTrace();
@@ -391,13 +393,12 @@ absl::Status Campaign::Judge(int64_t id, const InFlight& f,
   return absl::OkStatus();
 }
 
-absl::Status Campaign::MainLoop() {
+ProbeMix Campaign::Mix(bool rate_mode) const {
   const int tenants = static_cast<int>(o_.tenants.size());
   auto mix_floor = [this](const std::string& d) {
     const int f = Floor(d);
     return f + std::max(1, f / 10);  // a margin for answers that fail
   };
-  const bool rate_mode = !cal_.golden_by_rate.empty();
   ProbeMix mix(tenants,
                {mix_floor("output_scan"), mix_floor("output_scan") / 2,
                 mix_floor("golden"), mix_floor("echo"), mix_floor("latency"),
@@ -414,6 +415,13 @@ absl::Status Campaign::MainLoop() {
       mix.Disable(t, ProbeKind::kPastLimit);
     }
   }
+  return mix;
+}
+
+absl::Status Campaign::MainLoop() {
+  const int tenants = static_cast<int>(o_.tenants.size());
+  const bool rate_mode = !cal_.golden_by_rate.empty();
+  ProbeMix mix = Mix(rate_mode);
   std::map<uint64_t, InFlight> in_flight;
   const auto start = Clock::now();
   const auto deadline = start + absl::ToChronoMilliseconds(o_.duration);

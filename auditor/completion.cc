@@ -152,6 +152,88 @@ void SetInBandError(const json& error, const json& outer, Completion* c) {
                    message.empty() ? "" : ": ", message, ")"));
 }
 
+// A non-200 answer: its error object, if any, as c->error.
+void ReadErrorBody(const ProbeResponse& r, Completion* c) {
+  const json j = json::parse(r.body, nullptr, false);
+  if (const json* e = ErrorOf(j)) {
+    c->error = absl::FailedPreconditionError(absl::StrCat(
+        "HTTP ", r.status, ": ",
+        Utf8Prefix(
+            json(*e).dump(-1, ' ', false, json::error_handler_t::replace),
+            200)));
+  }
+}
+
+// A 200 answer's body as one JSON object: an error or a completion.
+void ReadPlainBody(const std::string& body, bool stream, Completion* c) {
+  const json j = json::parse(body, nullptr, false);
+  if (const json* e = ErrorOf(j)) {
+    SetInBandError(*e, j, c);
+    return;
+  }
+  if (Take(j, c) != Taken::kChoice) {
+    c->error = absl::DataLossError(
+        stream ? "a streamed request answered without an SSE stream or a "
+                 "completion"
+               : "a 200 without a completion (no choice with text) in its "
+                 "body");
+    return;
+  }
+  c->usable = true;
+}
+
+// A 200 answer's body as an SSE stream of chunks ending with [DONE].
+void ReadStream(const std::string& body, Completion* c) {
+  bool done = false, any = false;
+  std::string event;  // the SSE `event:` field of the event being read
+  for (absl::string_view line : absl::StrSplit(body, '\n')) {
+    line = absl::StripTrailingAsciiWhitespace(line);
+    if (line.empty()) {
+      event.clear();  // a blank line ends an SSE event
+      continue;
+    }
+    if (absl::ConsumePrefix(&line, "event:")) {
+      event = std::string(absl::StripAsciiWhitespace(line));
+      continue;
+    }
+    const bool error_line = absl::ConsumePrefix(&line, "error:");
+    if (!error_line && !absl::ConsumePrefix(&line, "data:")) continue;
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (!error_line && line == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const json j = json::parse(line, nullptr, false);
+    if (error_line || event == "error") {
+      const json* inner = ErrorOf(j);
+      SetInBandError(inner != nullptr ? *inner : j, j, c);
+      return;
+    }
+    if (const json* e = ErrorOf(j)) {
+      SetInBandError(*e, j, c);
+      return;
+    }
+    const Taken taken = Take(j, c);
+    if (taken == Taken::kNone) {
+      c->error = absl::DataLossError("a malformed stream event");
+      return;
+    }
+    any = any || taken == Taken::kChoice;
+  }
+  if (!done) {
+    c->error = absl::DataLossError("a stream that did not end with [DONE]");
+    return;
+  }
+  if (!any) {
+    // TGI's chat stream drops a validation error and sends only [DONE].
+    c->error = absl::DataLossError(
+        "a stream with [DONE] but no chunk with a choice: an error the "
+        "server dropped, never an empty answer");
+    return;
+  }
+  c->usable = true;
+}
+
 }  // namespace
 
 int ErrorObjectStatus(const json& error, const json& outer) {
@@ -200,84 +282,15 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
   }
   c.status = r.status;
   if (r.status != 200) {
-    const json j = json::parse(r.body, nullptr, false);
-    if (const json* e = ErrorOf(j)) {
-      c.error = absl::FailedPreconditionError(absl::StrCat(
-          "HTTP ", r.status, ": ",
-          Utf8Prefix(
-              json(*e).dump(-1, ' ', false, json::error_handler_t::replace),
-              200)));
-    }
-    return c;
+    ReadErrorBody(r, &c);
+  } else if (!stream ||
+             absl::StartsWith(absl::StripLeadingAsciiWhitespace(r.body), "{")) {
+    // A streamed request answered with one JSON object (an error, or a
+    // server that does not stream) is read as a plain body.
+    ReadPlainBody(r.body, stream, &c);
+  } else {
+    ReadStream(r.body, &c);
   }
-  // A streamed request answered with one JSON object (an error, or a server
-  // that does not stream) is read as a plain body.
-  if (!stream ||
-      absl::StartsWith(absl::StripLeadingAsciiWhitespace(r.body), "{")) {
-    const json j = json::parse(r.body, nullptr, false);
-    if (const json* e = ErrorOf(j)) {
-      SetInBandError(*e, j, &c);
-      return c;
-    }
-    if (Take(j, &c) != Taken::kChoice) {
-      c.error = absl::DataLossError(
-          stream ? "a streamed request answered without an SSE stream or a "
-                   "completion"
-                 : "a 200 without a completion (no choice with text) in its "
-                   "body");
-      return c;
-    }
-    c.usable = true;
-    return c;
-  }
-  bool done = false, any = false;
-  std::string event;  // the SSE `event:` field of the event being read
-  for (absl::string_view line : absl::StrSplit(r.body, '\n')) {
-    line = absl::StripTrailingAsciiWhitespace(line);
-    if (line.empty()) {
-      event.clear();  // a blank line ends an SSE event
-      continue;
-    }
-    if (absl::ConsumePrefix(&line, "event:")) {
-      event = std::string(absl::StripAsciiWhitespace(line));
-      continue;
-    }
-    const bool error_line = absl::ConsumePrefix(&line, "error:");
-    if (!error_line && !absl::ConsumePrefix(&line, "data:")) continue;
-    line = absl::StripLeadingAsciiWhitespace(line);
-    if (!error_line && line == "[DONE]") {
-      done = true;
-      continue;
-    }
-    const json j = json::parse(line, nullptr, false);
-    if (error_line || event == "error") {
-      const json* inner = ErrorOf(j);
-      SetInBandError(inner != nullptr ? *inner : j, j, &c);
-      return c;
-    }
-    if (const json* e = ErrorOf(j)) {
-      SetInBandError(*e, j, &c);
-      return c;
-    }
-    const Taken taken = Take(j, &c);
-    if (taken == Taken::kNone) {
-      c.error = absl::DataLossError("a malformed stream event");
-      return c;
-    }
-    any = any || taken == Taken::kChoice;
-  }
-  if (!done) {
-    c.error = absl::DataLossError("a stream that did not end with [DONE]");
-    return c;
-  }
-  if (!any) {
-    // TGI's chat stream drops a validation error and sends only [DONE].
-    c.error = absl::DataLossError(
-        "a stream with [DONE] but no chunk with a choice: an error the "
-        "server dropped, never an empty answer");
-    return c;
-  }
-  c.usable = true;
   return c;
 }
 

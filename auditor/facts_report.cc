@@ -253,8 +253,10 @@ std::vector<Check> FactsChecks(const FactsRun& run,
   return checks;
 }
 
-std::vector<DetectorCoverage> FactsDetectors(
-    const FactsRun& run, const std::vector<Finding>& findings) {
+namespace {
+
+// The facts detector: every target endpoint read, for each reader.
+DetectorCoverage FactsCoverage(const FactsRun& run) {
   const int endpoints = static_cast<int>(FactsTargetPaths().size());
   DetectorCoverage facts;
   facts.name = kFactsDetectorNames[0];
@@ -289,7 +291,13 @@ std::vector<DetectorCoverage> FactsDetectors(
   facts.notes.push_back(
       absl::StrCat(run.table.revealed(), " of ", fields, " fields revealed"));
   facts.Judge(Readers(run.before));
+  return facts;
+}
 
+// The exposure detector: every target endpoint read again after the plant.
+DetectorCoverage ExposureCoverage(const FactsRun& run,
+                                  const std::vector<Finding>& findings) {
+  const int endpoints = static_cast<int>(FactsTargetPaths().size());
   DetectorCoverage exposure;
   exposure.name = kFactsDetectorNames[1];
   exposure.floor = endpoints;
@@ -334,7 +342,14 @@ std::vector<DetectorCoverage> FactsDetectors(
                     {"trace_nodes", run.traces.size()}};
   exposure.notes = run.hints;
   exposure.Judge(readers);
-  return {facts, exposure};
+  return exposure;
+}
+
+}  // namespace
+
+std::vector<DetectorCoverage> FactsDetectors(
+    const FactsRun& run, const std::vector<Finding>& findings) {
+  return {FactsCoverage(run), ExposureCoverage(run, findings)};
 }
 
 json FactsDetails(const FactsRun& run, const std::vector<Finding>& findings) {

@@ -58,6 +58,69 @@ size_t OnHeader(char* data, size_t size, size_t n, void* p) {
   return size * n;
 }
 
+// Adds a transfer of `request` to `multi`; it owns itself (through
+// CURLOPT_PRIVATE) until FinishTransfer.
+void StartTransfer(CURLM* multi, ProbeRequest request, size_t max_bytes) {
+  auto t = std::make_unique<Transfer>();
+  t->request = std::move(request);
+  t->response.id = t->request.id;
+  t->max_bytes = max_bytes;
+  CURL* e = curl_easy_init();
+  CHECK(e != nullptr) << "curl_easy_init failed";
+  t->easy = e;
+  curl_easy_setopt(e, CURLOPT_URL, t->request.url.c_str());
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error);
+  curl_easy_setopt(
+      e, CURLOPT_TIMEOUT_MS,
+      static_cast<long>(absl::ToInt64Milliseconds(t->request.timeout)));
+  curl_easy_setopt(e, CURLOPT_USERAGENT, "kvcanary-auditor");
+  for (const std::string& h : t->request.headers) {
+    t->headers = curl_slist_append(t->headers, h.c_str());
+  }
+  if (!t->request.body.empty()) {
+    t->headers =
+        curl_slist_append(t->headers, "Content-Type: application/json");
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE,
+                     static_cast<long>(t->request.body.size()));
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->request.body.data());
+  }
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnData);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &OnHeader);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
+  curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
+  t->start = Clock::now();
+  CHECK_EQ(curl_multi_add_handle(multi, e), CURLM_OK);
+  t.release();  // owned through CURLOPT_PRIVATE until done
+}
+
+// Removes the finished transfer of `msg` from `multi`, frees it and
+// returns its response.
+ProbeResponse FinishTransfer(CURLM* multi, CURLMsg* msg) {
+  Transfer* raw = nullptr;
+  curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &raw);
+  std::unique_ptr<Transfer> t(raw);
+  t->response.total = absl::FromChrono(Clock::now() - t->start);
+  const CURLcode rc = msg->data.result;
+  if (rc == CURLE_OK) {
+    long code = 0;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
+    t->response.status = static_cast<int>(code);
+  } else if (t->too_big) {
+    t->response.transport = absl::ResourceExhaustedError(absl::StrCat(
+        t->request.url, ": response over ", t->max_bytes, " bytes"));
+  } else {
+    t->response.transport = StatusFromCurl(rc, t->request.url, t->error);
+  }
+  curl_multi_remove_handle(multi, t->easy);
+  curl_easy_cleanup(t->easy);
+  curl_slist_free_all(t->headers);
+  return std::move(t->response);
+}
+
 }  // namespace
 
 MultiClient::MultiClient(int max_concurrent, size_t max_response_bytes)
@@ -75,40 +138,7 @@ void MultiClient::Run(const std::function<std::optional<ProbeRequest>()>& next,
     while (in_flight < max_concurrent_) {
       std::optional<ProbeRequest> req = next();
       if (!req.has_value()) break;
-      auto t = std::make_unique<Transfer>();
-      t->request = *std::move(req);
-      t->response.id = t->request.id;
-      t->max_bytes = max_response_bytes_;
-      CURL* e = curl_easy_init();
-      CHECK(e != nullptr) << "curl_easy_init failed";
-      t->easy = e;
-      curl_easy_setopt(e, CURLOPT_URL, t->request.url.c_str());
-      curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-      curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-      curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error);
-      curl_easy_setopt(
-          e, CURLOPT_TIMEOUT_MS,
-          static_cast<long>(absl::ToInt64Milliseconds(t->request.timeout)));
-      curl_easy_setopt(e, CURLOPT_USERAGENT, "kvcanary-auditor");
-      for (const std::string& h : t->request.headers) {
-        t->headers = curl_slist_append(t->headers, h.c_str());
-      }
-      if (!t->request.body.empty()) {
-        t->headers =
-            curl_slist_append(t->headers, "Content-Type: application/json");
-        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE,
-                         static_cast<long>(t->request.body.size()));
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, t->request.body.data());
-      }
-      curl_easy_setopt(e, CURLOPT_HTTPHEADER, t->headers);
-      curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnData);
-      curl_easy_setopt(e, CURLOPT_WRITEDATA, t.get());
-      curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, &OnHeader);
-      curl_easy_setopt(e, CURLOPT_HEADERDATA, t.get());
-      curl_easy_setopt(e, CURLOPT_PRIVATE, t.get());
-      t->start = Clock::now();
-      CHECK_EQ(curl_multi_add_handle(multi, e), CURLM_OK);
-      t.release();  // owned through CURLOPT_PRIVATE until done
+      StartTransfer(multi, *std::move(req), max_response_bytes_);
       ++in_flight;
     }
     if (in_flight == 0) {
@@ -121,26 +151,9 @@ void MultiClient::Run(const std::function<std::optional<ProbeRequest>()>& next,
     int left = 0;
     while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
       if (msg->msg != CURLMSG_DONE) continue;
-      Transfer* raw = nullptr;
-      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &raw);
-      std::unique_ptr<Transfer> t(raw);
-      t->response.total = absl::FromChrono(Clock::now() - t->start);
-      const CURLcode rc = msg->data.result;
-      if (rc == CURLE_OK) {
-        long code = 0;
-        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
-        t->response.status = static_cast<int>(code);
-      } else if (t->too_big) {
-        t->response.transport = absl::ResourceExhaustedError(absl::StrCat(
-            t->request.url, ": response over ", t->max_bytes, " bytes"));
-      } else {
-        t->response.transport = StatusFromCurl(rc, t->request.url, t->error);
-      }
-      curl_multi_remove_handle(multi, t->easy);
-      curl_easy_cleanup(t->easy);
-      curl_slist_free_all(t->headers);
+      ProbeResponse response = FinishTransfer(multi, msg);
       --in_flight;
-      on_done(std::move(t->response));
+      on_done(std::move(response));
     }
     if (in_flight > 0) curl_multi_poll(multi, nullptr, 0, 10, nullptr);
   }

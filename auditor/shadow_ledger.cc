@@ -140,31 +140,77 @@ void ShadowLedger::ApplyPageRead(const TraceEvent& e,
   Report(f, out);
 }
 
+void ShadowLedger::ApplyPageAlloc(const TraceEvent& e) {
+  PageState& s = State(e.node, e.page);
+  s.gen = e.gen;
+  s.owner = StampIdentity{e.request, e.tenant, e.gen};
+  s.content.owner = s.owner;
+}
+
+void ShadowLedger::ApplyPageFree(const TraceEvent& e) {
+  PageState& s = State(e.node, e.page);
+  if (e.scrub != TraceScrub::kNone) {
+    s.content.writer = StampIdentity{};
+    s.content.filled = 0;
+    s.content.set_shared(false);
+    s.content.prior = StampIdentity{};
+    s.content.prior_filled = 0;
+    s.known = true;  // scrubbed: known to hold nobody's bytes
+  }
+}
+
+void ShadowLedger::ApplyTransferCommit(const TraceEvent& e,
+                                       std::vector<LedgerFinding>* out) {
+  if (e.ok) return;
+  LedgerFinding f;
+  f.kind = LedgerFindingKind::kTransferMismatch;
+  f.node = e.node;
+  f.reader = StampIdentity{e.request, e.tenant, PageGeneration()};
+  f.pages_sent = e.pages_sent;
+  f.pages_expected = e.pages_expected;
+  Report(f, out);
+}
+
+void ShadowLedger::ApplyViolation(const TraceEvent& e,
+                                  std::vector<LedgerFinding>* out) {
+  LedgerFinding f;
+  f.kind = LedgerFindingKind::kEngineViolation;
+  f.engine_kind = e.kind;
+  f.node = e.node;
+  f.page = e.page;
+  f.reader = e.reader;
+  f.writer = e.writer;
+  f.writer_shared = e.writer_shared;
+  f.slots = e.slots;
+  // One per (reader request, page, engine kind).
+  const auto key =
+      std::make_tuple(e.reader.request.value(), static_cast<int>(e.node) + 16,
+                      e.page.value(), static_cast<int>(e.kind));
+  if (reported_.insert(key).second) {
+    findings_.push_back(f);
+    out->push_back(f);
+  }
+}
+
+void ShadowLedger::ApplyDropped(const TraceEvent& e) {
+  stats_.dropped += e.count;
+  for (auto& [key, s] : pages_) {
+    if (key.first == static_cast<int>(e.node)) s.known = false;
+  }
+}
+
 std::vector<LedgerFinding> ShadowLedger::Apply(const TraceEvent& e,
                                                int64_t now_unix_us) {
   std::vector<LedgerFinding> out;
   ++stats_.events;
   switch (e.type) {
-    case TraceEventType::kPageAlloc: {
+    case TraceEventType::kPageAlloc:
       NoteRequest(e.request, e.tenant);
-      PageState& s = State(e.node, e.page);
-      s.gen = e.gen;
-      s.owner = StampIdentity{e.request, e.tenant, e.gen};
-      s.content.owner = s.owner;
+      ApplyPageAlloc(e);
       break;
-    }
-    case TraceEventType::kPageFree: {
-      PageState& s = State(e.node, e.page);
-      if (e.scrub != TraceScrub::kNone) {
-        s.content.writer = StampIdentity{};
-        s.content.filled = 0;
-        s.content.set_shared(false);
-        s.content.prior = StampIdentity{};
-        s.content.prior_filled = 0;
-        s.known = true;  // scrubbed: known to hold nobody's bytes
-      }
+    case TraceEventType::kPageFree:
+      ApplyPageFree(e);
       break;
-    }
     case TraceEventType::kPageWrite:
       NoteRequest(e.request, e.tenant);
       ApplyPageWrite(e, &out);
@@ -176,45 +222,16 @@ std::vector<LedgerFinding> ShadowLedger::Apply(const TraceEvent& e,
       NoteRequest(e.request, e.tenant);
       ApplyPageRead(e, &out);
       break;
-    case TraceEventType::kTransferCommit: {
+    case TraceEventType::kTransferCommit:
       NoteRequest(e.request, e.tenant);
-      if (e.ok) break;
-      LedgerFinding f;
-      f.kind = LedgerFindingKind::kTransferMismatch;
-      f.node = e.node;
-      f.reader = StampIdentity{e.request, e.tenant, PageGeneration()};
-      f.pages_sent = e.pages_sent;
-      f.pages_expected = e.pages_expected;
-      Report(f, &out);
+      ApplyTransferCommit(e, &out);
       break;
-    }
-    case TraceEventType::kViolation: {
-      LedgerFinding f;
-      f.kind = LedgerFindingKind::kEngineViolation;
-      f.engine_kind = e.kind;
-      f.node = e.node;
-      f.page = e.page;
-      f.reader = e.reader;
-      f.writer = e.writer;
-      f.writer_shared = e.writer_shared;
-      f.slots = e.slots;
-      // One per (reader request, page, engine kind).
-      const auto key = std::make_tuple(
-          e.reader.request.value(), static_cast<int>(e.node) + 16,
-          e.page.value(), static_cast<int>(e.kind));
-      if (reported_.insert(key).second) {
-        findings_.push_back(f);
-        out.push_back(f);
-      }
+    case TraceEventType::kViolation:
+      ApplyViolation(e, &out);
       break;
-    }
-    case TraceEventType::kDropped: {
-      stats_.dropped += e.count;
-      for (auto& [key, s] : pages_) {
-        if (key.first == static_cast<int>(e.node)) s.known = false;
-      }
+    case TraceEventType::kDropped:
+      ApplyDropped(e);
       break;
-    }
     case TraceEventType::kRequest:
       NoteRequest(e.request, e.tenant);
       break;

@@ -116,9 +116,18 @@ class ShadowLedger {
   PageState& State(TraceNode node, PageId page);
   void Report(LedgerFinding f, std::vector<LedgerFinding>* out);
   void NoteRequest(RequestId request, TenantId tenant);
+  // One event of each type, less NoteRequest; findings go to *out too.
+  void ApplyPageAlloc(const TraceEvent& e);
   void ApplyPageWrite(const TraceEvent& e, std::vector<LedgerFinding>* out);
   void ApplyPageShare(const TraceEvent& e);
   void ApplyPageRead(const TraceEvent& e, std::vector<LedgerFinding>* out);
+  void ApplyPageFree(const TraceEvent& e);
+  void ApplyTransferCommit(const TraceEvent& e,
+                           std::vector<LedgerFinding>* out);
+  // The engine's own finding, kept apart from the ledger's (kEngineViolation).
+  void ApplyViolation(const TraceEvent& e, std::vector<LedgerFinding>* out);
+  // A drop: every page of the node becomes unknown.
+  void ApplyDropped(const TraceEvent& e);
 
   absl::flat_hash_map<Key, PageState> pages_;
   absl::flat_hash_set<std::tuple<uint64_t, int, uint32_t, int>> reported_;

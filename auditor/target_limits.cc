@@ -56,6 +56,106 @@ void FromPromptLimit(int prompt, int context, const std::string& where,
   out->where = where;
 }
 
+// Each XLimit below reads where server X advertises its limit: fills *out
+// and returns true if it is there, else leaves *out alone.
+
+// kvcanary's prompt limit, or vLLM's and SGLang's context, in the model
+// list.
+bool ModelListLimit(const json& model_entry, TargetLimit* out) {
+  // kvcanary: a prompt limit of its own, below the context.
+  if (int p = IntAt(model_entry, {"max_prompt_tokens"})) {
+    FromPromptLimit(p, IntAt(model_entry, {"max_model_len"}),
+                    "/v1/models max_prompt_tokens", out);
+    return true;
+  }
+  // vLLM, SGLang: the context length in the model list.
+  if (int c = IntAt(model_entry, {"max_model_len"})) {
+    FromContext(c, "/v1/models max_model_len", out);
+    return true;
+  }
+  return false;
+}
+
+// llama.cpp's server: the slot context in /props.
+bool LlamaCppLimit(const HttpClient& http, const std::string& target,
+                   const std::vector<std::string>& headers,
+                   absl::Duration timeout, TargetLimit* out) {
+  const json props = GetJson(http, target + "/props", headers, timeout);
+  if (int c = IntAt(props, {"default_generation_settings", "n_ctx"})) {
+    FromContext(c, "/props default_generation_settings.n_ctx", out);
+    return true;
+  }
+  return false;
+}
+
+// TGI: a prompt limit of its own in /info.
+bool TgiLimit(const HttpClient& http, const std::string& target,
+              const std::vector<std::string>& headers, absl::Duration timeout,
+              TargetLimit* out) {
+  const json info = GetJson(http, target + "/info", headers, timeout);
+  int p = IntAt(info, {"max_input_tokens"});
+  const char* field = "max_input_tokens";
+  if (p == 0) {
+    p = IntAt(info, {"max_input_length"});
+    field = "max_input_length";
+  }
+  if (p > 0) {
+    FromPromptLimit(p, IntAt(info, {"max_total_tokens"}),
+                    absl::StrCat("/info ", field), out);
+    return true;
+  }
+  return false;
+}
+
+// SGLang: its server info (the model list's max_model_len comes first).
+bool SglangLimit(const HttpClient& http, const std::string& target,
+                 const std::vector<std::string>& headers,
+                 absl::Duration timeout, TargetLimit* out) {
+  const json info =
+      GetJson(http, target + "/get_server_info", headers, timeout);
+  if (int p = IntAt(info, {"max_req_input_len"})) {
+    FromPromptLimit(p, IntAt(info, {"context_length"}),
+                    "/get_server_info max_req_input_len", out);
+    return true;
+  }
+  if (int c = IntAt(info, {"context_length"})) {
+    FromContext(c, "/get_server_info context_length", out);
+    return true;
+  }
+  return false;
+}
+
+// Ollama: num_ctx, when a Modelfile set it, in /api/show's parameters (a
+// text of "name value" lines). Its model_info context_length is the
+// training context, not the window: never used.
+bool OllamaLimit(const HttpClient& http, const std::string& target,
+                 const std::vector<std::string>& headers,
+                 const std::string& model, absl::Duration timeout,
+                 TargetLimit* out) {
+  std::vector<std::string> post = headers;
+  post.push_back("Content-Type: application/json");
+  auto r = http.Post(target + "/api/show", json{{"model", model}}.dump(), post,
+                     timeout);
+  if (!r.ok() || r->status != 200) return false;
+  const json show = json::parse(r->body, nullptr, false);
+  if (!show.is_object() || !show.contains("parameters") ||
+      !show["parameters"].is_string()) {
+    return false;
+  }
+  for (absl::string_view line :
+       absl::StrSplit(show["parameters"].get<std::string>(), '\n')) {
+    std::vector<absl::string_view> kv =
+        absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    int c = 0;
+    if (kv.size() == 2 && kv[0] == "num_ctx" && absl::SimpleAtoi(kv[1], &c) &&
+        c > 0) {
+      FromContext(c, "/api/show parameters num_ctx", out);
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelEntry> DiscoverModel(
@@ -101,82 +201,16 @@ TargetLimit AdvertisedLimit(const HttpClient& http, const std::string& target,
                             const json& model_entry, const std::string& model,
                             absl::Duration timeout) {
   TargetLimit out;
+  // The first place that advertises a limit, in this order, fills `out`.
+  if (ModelListLimit(model_entry, &out) ||
+      LlamaCppLimit(http, target, headers, timeout, &out) ||
+      TgiLimit(http, target, headers, timeout, &out) ||
+      SglangLimit(http, target, headers, timeout, &out) ||
+      OllamaLimit(http, target, headers, model, timeout, &out)) {
+    return out;
+  }
   out.source = "unknown";
   out.where = "advertised nowhere the auditor knows (docs/targets.md)";
-  // kvcanary: a prompt limit of its own, below the context.
-  if (int p = IntAt(model_entry, {"max_prompt_tokens"})) {
-    FromPromptLimit(p, IntAt(model_entry, {"max_model_len"}),
-                    "/v1/models max_prompt_tokens", &out);
-    return out;
-  }
-  // vLLM, SGLang: the context length in the model list.
-  if (int c = IntAt(model_entry, {"max_model_len"})) {
-    FromContext(c, "/v1/models max_model_len", &out);
-    return out;
-  }
-  // llama.cpp's server: the slot context in /props.
-  {
-    const json props = GetJson(http, target + "/props", headers, timeout);
-    if (int c = IntAt(props, {"default_generation_settings", "n_ctx"})) {
-      FromContext(c, "/props default_generation_settings.n_ctx", &out);
-      return out;
-    }
-  }
-  // TGI: a prompt limit of its own in /info.
-  {
-    const json info = GetJson(http, target + "/info", headers, timeout);
-    int p = IntAt(info, {"max_input_tokens"});
-    const char* field = "max_input_tokens";
-    if (p == 0) {
-      p = IntAt(info, {"max_input_length"});
-      field = "max_input_length";
-    }
-    if (p > 0) {
-      FromPromptLimit(p, IntAt(info, {"max_total_tokens"}),
-                      absl::StrCat("/info ", field), &out);
-      return out;
-    }
-  }
-  // SGLang: its server info (the model list's max_model_len came first).
-  {
-    const json info =
-        GetJson(http, target + "/get_server_info", headers, timeout);
-    if (int p = IntAt(info, {"max_req_input_len"})) {
-      FromPromptLimit(p, IntAt(info, {"context_length"}),
-                      "/get_server_info max_req_input_len", &out);
-      return out;
-    }
-    if (int c = IntAt(info, {"context_length"})) {
-      FromContext(c, "/get_server_info context_length", &out);
-      return out;
-    }
-  }
-  // Ollama: num_ctx, when a Modelfile set it, in /api/show's parameters
-  // (a text of "name value" lines). Its model_info context_length is the
-  // training context, not the window: never used.
-  {
-    std::vector<std::string> post = headers;
-    post.push_back("Content-Type: application/json");
-    auto r = http.Post(target + "/api/show", json{{"model", model}}.dump(),
-                       post, timeout);
-    if (r.ok() && r->status == 200) {
-      const json show = json::parse(r->body, nullptr, false);
-      if (show.is_object() && show.contains("parameters") &&
-          show["parameters"].is_string()) {
-        for (absl::string_view line :
-             absl::StrSplit(show["parameters"].get<std::string>(), '\n')) {
-          std::vector<absl::string_view> kv =
-              absl::StrSplit(line, ' ', absl::SkipWhitespace());
-          int c = 0;
-          if (kv.size() == 2 && kv[0] == "num_ctx" &&
-              absl::SimpleAtoi(kv[1], &c) && c > 0) {
-            FromContext(c, "/api/show parameters num_ctx", &out);
-            return out;
-          }
-        }
-      }
-    }
-  }
   return out;
 }
 

@@ -172,15 +172,72 @@ absl::Status MarkerScanner::Compile() {
   return absl::OkStatus();
 }
 
+// The scanned text's words, and the longest run per registered marker
+// found in them.
+struct MarkerScanner::ScanState {
+  std::vector<TextWord> words;
+  std::vector<int> seq;  // words[i].index
+  // Longest run per marker: (words, first word).
+  absl::flat_hash_map<uint32_t, std::pair<int, int>> best;
+  // Which text words some registered marker's run covers.
+  std::vector<bool> covered;
+
+  // Notes a run of `length` words of marker `m` from text word `first`.
+  void Record(uint32_t m, int first, int length) {
+    auto [it, inserted] = best.try_emplace(m, length, first);
+    if (!inserted && length > it->second.first) it->second = {length, first};
+    std::fill(covered.begin() + first, covered.begin() + first + length, true);
+  }
+  // How many text words from `i` match the marker's words from `p`.
+  int RunFrom(const Entry& entry, int i, int p) const {
+    const int n = static_cast<int>(seq.size());
+    int k = 0;
+    while (i + k < n && p + k < static_cast<int>(entry.words.size()) &&
+           seq[i + k] == entry.words[p + k]) {
+      ++k;
+    }
+    return k;
+  }
+};
+
 std::vector<MarkerHit> MarkerScanner::Scan(absl::string_view text) const {
   CHECK(compiled_) << "MarkerScanner::Scan before a successful Compile";
   std::string normalised;
-  std::vector<TextWord> words;
-  Normalise(text, &normalised, &words);
-  const int n = static_cast<int>(words.size());
+  ScanState state;
+  Normalise(text, &normalised, &state.words);
+  const int n = static_cast<int>(state.words.size());
+  state.seq.resize(n);
+  for (int i = 0; i < n; ++i) state.seq[i] = state.words[i].index;
+  state.covered.assign(n, false);
 
+  std::vector<int> whole_candidates;
+  const bool generic_possible = MatchSet(normalised, &whole_candidates);
+  FindWindowRuns(&state);
+  FindWholeRuns(whole_candidates, &state);
+
+  std::vector<MarkerHit> hits;
+  if (generic_possible) AddGenericHit(state, &hits);
+  for (const auto& [m, length_first] : state.best) {
+    const Entry& entry = markers_[m];
+    MarkerHit hit;
+    hit.marker_id = entry.id;
+    hit.owner = entry.owner;
+    hit.words_matched = length_first.first;
+    hit.exact = length_first.first == static_cast<int>(entry.words.size());
+    hit.offset = state.words[length_first.second].start;
+    hits.push_back(std::move(hit));
+  }
+  std::sort(hits.begin(), hits.end(),
+            [](const MarkerHit& a, const MarkerHit& b) {
+              return a.marker_id < b.marker_id;
+            });
+  return hits;
+}
+
+bool MarkerScanner::MatchSet(const std::string& normalised,
+                             std::vector<int>* whole_candidates) const {
   // Exact texts and the generic shape. Should RE2 fail (its DFA cache
-  // thrashing), the word pass below decides both on its own.
+  // thrashing), the word pass decides both on its own.
   std::vector<int> matched;
   RE2::Set::ErrorInfo error_info{RE2::Set::kNoError};
   exact_set_->Match(normalised, &matched, &error_info);
@@ -189,42 +246,26 @@ std::vector<MarkerHit> MarkerScanner::Scan(absl::string_view text) const {
   bool generic_possible = !re2_ok;
   // Markers that may appear whole: RE2's matches, or on failure every
   // marker the window pass cannot see (shorter than a window).
-  std::vector<int> whole_candidates;
   for (int pattern : matched) {
     if (pattern == generic_pattern) {
       generic_possible = true;
     } else {
-      whole_candidates.push_back(pattern);
+      whole_candidates->push_back(pattern);
     }
   }
   if (!re2_ok) {
     for (int m = 0; m < size(); ++m) {
       if (static_cast<int>(markers_[m].words.size()) < min_partial_words_) {
-        whole_candidates.push_back(m);
+        whole_candidates->push_back(m);
       }
     }
   }
+  return generic_possible;
+}
 
-  // Longest run per marker: (words, first word), and which text words some
-  // registered marker's run covers.
-  absl::flat_hash_map<uint32_t, std::pair<int, int>> best;
-  std::vector<bool> covered(n, false);
-  auto record = [&](uint32_t m, int first, int length) {
-    auto [it, inserted] = best.try_emplace(m, length, first);
-    if (!inserted && length > it->second.first) it->second = {length, first};
-    std::fill(covered.begin() + first, covered.begin() + first + length, true);
-  };
-  auto run_from = [&](const Entry& entry, int i, int p) {
-    int k = 0;
-    while (i + k < n && p + k < static_cast<int>(entry.words.size()) &&
-           words[i + k].index == entry.words[p + k]) {
-      ++k;
-    }
-    return k;
-  };
-
-  std::vector<int> seq(n);
-  for (int i = 0; i < n; ++i) seq[i] = words[i].index;
+void MarkerScanner::FindWindowRuns(ScanState* state) const {
+  const std::vector<int>& seq = state->seq;
+  const int n = static_cast<int>(seq.size());
   int list_run = 0;  // consecutive list words ending at i
   for (int i = 0; i < n; ++i) {
     list_run = seq[i] >= 0 ? list_run + 1 : 0;
@@ -239,59 +280,47 @@ std::vector<MarkerHit> MarkerScanner::Scan(absl::string_view text) const {
       const int p = static_cast<int>(posting.position);
       // A run that extends to the left was already measured from its start.
       if (first > 0 && p > 0 && seq[first - 1] == entry.words[p - 1]) continue;
-      const int k = run_from(entry, first, p);
-      if (k >= min_partial_words_) record(posting.marker, first, k);
+      const int k = state->RunFrom(entry, first, p);
+      if (k >= min_partial_words_) state->Record(posting.marker, first, k);
     }
   }
-  // Markers shorter than a window (nonces) can only match whole; find where.
+}
+
+void MarkerScanner::FindWholeRuns(const std::vector<int>& whole_candidates,
+                                  ScanState* state) const {
+  const int n = static_cast<int>(state->seq.size());
   for (int m : whole_candidates) {
     const Entry& entry = markers_[m];
-    auto it = best.find(m);
-    if (it != best.end() &&
-        it->second.first == static_cast<int>(entry.words.size())) {
-      continue;
-    }
+    const int length = static_cast<int>(entry.words.size());
+    auto it = state->best.find(m);
+    if (it != state->best.end() && it->second.first == length) continue;
     for (int i = 0; i < n; ++i) {
-      if (run_from(entry, i, 0) == static_cast<int>(entry.words.size())) {
-        record(m, i, static_cast<int>(entry.words.size()));
+      if (state->RunFrom(entry, i, 0) == length) {
+        state->Record(m, i, length);
         break;
       }
     }
   }
+}
 
-  std::vector<MarkerHit> hits;
-  if (generic_possible) {
-    int best_length = 0, best_first = 0, run = 0;
-    for (int i = 0; i <= n; ++i) {
-      if (i < n && seq[i] >= 0 && !covered[i]) {
-        ++run;
-        continue;
-      }
-      if (run > best_length) best_length = run, best_first = i - run;
-      run = 0;
+void MarkerScanner::AddGenericHit(const ScanState& state,
+                                  std::vector<MarkerHit>* hits) {
+  const int n = static_cast<int>(state.seq.size());
+  int best_length = 0, best_first = 0, run = 0;
+  for (int i = 0; i <= n; ++i) {
+    if (i < n && state.seq[i] >= 0 && !state.covered[i]) {
+      ++run;
+      continue;
     }
-    if (best_length >= kGenericMinWords) {
-      MarkerHit hit;
-      hit.words_matched = best_length;
-      hit.offset = words[best_first].start;
-      hits.push_back(std::move(hit));
-    }
+    if (run > best_length) best_length = run, best_first = i - run;
+    run = 0;
   }
-  for (const auto& [m, length_first] : best) {
-    const Entry& entry = markers_[m];
+  if (best_length >= kGenericMinWords) {
     MarkerHit hit;
-    hit.marker_id = entry.id;
-    hit.owner = entry.owner;
-    hit.words_matched = length_first.first;
-    hit.exact = length_first.first == static_cast<int>(entry.words.size());
-    hit.offset = words[length_first.second].start;
-    hits.push_back(std::move(hit));
+    hit.words_matched = best_length;
+    hit.offset = state.words[best_first].start;
+    hits->push_back(std::move(hit));
   }
-  std::sort(hits.begin(), hits.end(),
-            [](const MarkerHit& a, const MarkerHit& b) {
-              return a.marker_id < b.marker_id;
-            });
-  return hits;
 }
 
 }  // namespace kvcanary::canaries

@@ -107,6 +107,20 @@ class MarkerScanner {
     uint32_t marker;
     uint32_t position;
   };
+  struct ScanState;  // one Scan()'s words and runs (scanner.cc)
+
+  // Runs the RE2 set: appends the markers that may appear whole to
+  // *whole_candidates; returns whether the generic shape may appear.
+  bool MatchSet(const std::string& normalised,
+                std::vector<int>* whole_candidates) const;
+  // Records the partial runs found through the window index.
+  void FindWindowRuns(ScanState* state) const;
+  // Records where each candidate not yet found whole appears whole.
+  void FindWholeRuns(const std::vector<int>& whole_candidates,
+                     ScanState* state) const;
+  // Appends the generic hit: the longest run of list words no run covers.
+  static void AddGenericHit(const ScanState& state,
+                            std::vector<MarkerHit>* hits);
 
   const int min_partial_words_;
   std::vector<Entry> markers_;

@@ -298,86 +298,69 @@ absl::Status ValidateAttention(const PagedAttentionArgs& a) {
   return absl::OkStatus();
 }
 
-}  // namespace
+// Floats of q and of out: (num_queries, n_heads, head_dim).
+size_t QueryFloats(const PagedAttentionArgs& a) {
+  return static_cast<size_t>(a.num_queries) * a.n_heads * a.head_dim;
+}
 
-absl::Status CudaPagedAttention(const PagedAttentionArgs& a, bool* served) {
-  if (served == nullptr) {
-    return absl::InvalidArgumentError("paged attention: null `served`");
-  }
-  *served = false;
-  RETURN_IF_ERROR(ValidateAttention(a));
-  const int num_tokens = a.first_pos + a.num_queries;
-  if (num_tokens == 0) {
-    *served = true;
-    return absl::OkStatus();
-  }
-  const int pt = a.layout.page_tokens;
-  const int pages = (num_tokens + pt - 1) / pt;
-  const size_t page_bytes = a.layout.page_bytes();
+// The violation the stamp check found on the page of `ref`.
+WatermarkViolation ViolationOf(const PagedAttentionArgs& a, const PageRef& ref,
+                               const ci::PageCheckResult& result,
+                               ViolationKind kind) {
+  const PageStamp stamp = FromRaw(result.stamp);
+  WatermarkViolation v;
+  v.kind = kind;
+  v.layer = a.layer;
+  v.page = ref.page;
+  v.slots_read = result.slots_read;
+  v.reader = StampIdentity{a.reader_request, a.reader_tenant, ref.generation};
+  // Whose bytes: the writer, or the prior writer for a tail read.
+  (void)ClassifyRead(stamp, v.reader, v.slots_read, &v.writer,
+                     &v.writer_shared);
+  v.owner = stamp.owner;
+  v.filled = stamp.filled;
+  return v;
+}
 
-  // The layer buffer up to the highest page read, and the block table: the
-  // device addresses pages exactly as the host does.
-  uint32_t max_page = 0;
-  for (int p = 0; p < pages; ++p) {
-    max_page = std::max(max_page, a.block_table[p].page.value());
+// Runs the stamp check over the pages of `table` on the device: appends a
+// violation per bad page to a.violations (if given); returns how many.
+absl::StatusOr<int> CheckStampsOnDevice(const PagedAttentionArgs& a,
+                                        const DeviceBuffer& layer,
+                                        const DeviceBuffer& table, int pages,
+                                        int num_tokens) {
+  ASSIGN_OR_RETURN(DeviceBuffer results,
+                   DeviceBuffer::Allocate(pages * sizeof(ci::PageCheckResult)));
+  ci::StampCheckParams p;
+  p.layer_base = layer.as<const char>();
+  p.page_bytes = a.layout.page_bytes();
+  p.table = table.as<const ci::RawPageRef>();
+  p.num_pages = pages;
+  p.num_tokens = num_tokens;
+  p.page_tokens = a.layout.page_tokens;
+  p.reader_request = a.reader_request.value();
+  p.reader_tenant = a.reader_tenant.value();
+  p.results = results.as<ci::PageCheckResult>();
+  KVC_CUDA_RETURN_IF_ERROR(ci::LaunchStampCheck(p, nullptr));
+  RETURN_IF_ERROR(Sync("stamp check kernel"));
+  std::vector<ci::PageCheckResult> host(pages);
+  RETURN_IF_ERROR(results.CopyToHost(host.data(), results.size()));
+  int found = 0;
+  for (int i = 0; i < pages; ++i) {
+    const std::optional<ViolationKind> kind = KindFromRaw(host[i].kind);
+    if (!kind.has_value()) continue;
+    ++found;
+    if (a.violations == nullptr) continue;
+    a.violations->push_back(ViolationOf(a, a.block_table[i], host[i], *kind));
   }
-  const size_t layer_bytes = (static_cast<size_t>(max_page) + 1) * page_bytes;
-  ASSIGN_OR_RETURN(DeviceBuffer layer, Upload(a.layer_base, layer_bytes));
-  ASSIGN_OR_RETURN(DeviceBuffer table,
-                   Upload(a.block_table, pages * sizeof(PageRef)));
+  return found;
+}
 
-  const size_t q_floats =
-      static_cast<size_t>(a.num_queries) * a.n_heads * a.head_dim;
-  if (a.mode != WatermarkMode::kOff) {
-    ASSIGN_OR_RETURN(
-        DeviceBuffer results,
-        DeviceBuffer::Allocate(pages * sizeof(ci::PageCheckResult)));
-    ci::StampCheckParams p;
-    p.layer_base = layer.as<const char>();
-    p.page_bytes = page_bytes;
-    p.table = table.as<const ci::RawPageRef>();
-    p.num_pages = pages;
-    p.num_tokens = num_tokens;
-    p.page_tokens = pt;
-    p.reader_request = a.reader_request.value();
-    p.reader_tenant = a.reader_tenant.value();
-    p.results = results.as<ci::PageCheckResult>();
-    KVC_CUDA_RETURN_IF_ERROR(ci::LaunchStampCheck(p, nullptr));
-    RETURN_IF_ERROR(Sync("stamp check kernel"));
-    std::vector<ci::PageCheckResult> host(pages);
-    RETURN_IF_ERROR(results.CopyToHost(host.data(), results.size()));
-    int found = 0;
-    for (int i = 0; i < pages; ++i) {
-      const std::optional<ViolationKind> kind = KindFromRaw(host[i].kind);
-      if (!kind.has_value()) continue;
-      ++found;
-      if (a.violations == nullptr) continue;
-      const PageRef ref = a.block_table[i];
-      const PageStamp stamp = FromRaw(host[i].stamp);
-      WatermarkViolation v;
-      v.kind = *kind;
-      v.layer = a.layer;
-      v.page = ref.page;
-      v.slots_read = host[i].slots_read;
-      v.reader =
-          StampIdentity{a.reader_request, a.reader_tenant, ref.generation};
-      // Whose bytes: the writer, or the prior writer for a tail read.
-      (void)ClassifyRead(stamp, v.reader, v.slots_read, &v.writer,
-                         &v.writer_shared);
-      v.owner = stamp.owner;
-      v.filled = stamp.filled;
-      a.violations->push_back(v);
-    }
-    if (found > 0 && a.mode == WatermarkMode::kEnforce) {
-      if (q_floats > 0) std::memset(a.out, 0, q_floats * sizeof(float));
-      return absl::OkStatus();  // *served stays false
-    }
-  }
-  if (a.num_queries == 0) {
-    *served = true;
-    return absl::OkStatus();
-  }
-
+// Attention of a's queries on the device, over the pages of `table` in
+// `layer`; copies the result to a.out.
+absl::Status AttendOnDevice(const PagedAttentionArgs& a,
+                            const DeviceBuffer& layer,
+                            const DeviceBuffer& table, int num_tokens) {
+  const size_t q_floats = QueryFloats(a);
   ASSIGN_OR_RETURN(DeviceBuffer q, Upload(a.q, q_floats * sizeof(float)));
   ASSIGN_OR_RETURN(DeviceBuffer out,
                    DeviceBuffer::Allocate(q_floats * sizeof(float)));
@@ -396,13 +379,57 @@ absl::Status CudaPagedAttention(const PagedAttentionArgs& a, bool* served) {
   p.n_heads = a.n_heads;
   p.n_kv_heads = a.n_kv_heads;
   p.head_dim = a.head_dim;
-  p.page_tokens = pt;
-  p.page_bytes = page_bytes;
+  p.page_tokens = a.layout.page_tokens;
+  p.page_bytes = a.layout.page_bytes();
   p.stamp_bytes = KvPageLayout::kStampBytes;
   p.kv_floats = a.layout.kv_floats();
   KVC_CUDA_RETURN_IF_ERROR(ci::LaunchPagedAttention(p, nullptr));
   RETURN_IF_ERROR(Sync("paged attention kernel"));
-  RETURN_IF_ERROR(out.CopyToHost(a.out, q_floats * sizeof(float)));
+  return out.CopyToHost(a.out, q_floats * sizeof(float));
+}
+
+}  // namespace
+
+absl::Status CudaPagedAttention(const PagedAttentionArgs& a, bool* served) {
+  if (served == nullptr) {
+    return absl::InvalidArgumentError("paged attention: null `served`");
+  }
+  *served = false;
+  RETURN_IF_ERROR(ValidateAttention(a));
+  const int num_tokens = a.first_pos + a.num_queries;
+  if (num_tokens == 0) {
+    *served = true;
+    return absl::OkStatus();
+  }
+  const int pt = a.layout.page_tokens;
+  const int pages = (num_tokens + pt - 1) / pt;
+
+  // The layer buffer up to the highest page read, and the block table: the
+  // device addresses pages exactly as the host does.
+  uint32_t max_page = 0;
+  for (int p = 0; p < pages; ++p) {
+    max_page = std::max(max_page, a.block_table[p].page.value());
+  }
+  const size_t layer_bytes =
+      (static_cast<size_t>(max_page) + 1) * a.layout.page_bytes();
+  ASSIGN_OR_RETURN(DeviceBuffer layer, Upload(a.layer_base, layer_bytes));
+  ASSIGN_OR_RETURN(DeviceBuffer table,
+                   Upload(a.block_table, pages * sizeof(PageRef)));
+
+  if (a.mode != WatermarkMode::kOff) {
+    ASSIGN_OR_RETURN(const int found,
+                     CheckStampsOnDevice(a, layer, table, pages, num_tokens));
+    if (found > 0 && a.mode == WatermarkMode::kEnforce) {
+      const size_t q_floats = QueryFloats(a);
+      if (q_floats > 0) std::memset(a.out, 0, q_floats * sizeof(float));
+      return absl::OkStatus();  // *served stays false
+    }
+  }
+  if (a.num_queries == 0) {
+    *served = true;
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(AttendOnDevice(a, layer, table, num_tokens));
   *served = true;
   return absl::OkStatus();
 }

@@ -19,8 +19,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "engine/engine.h"
-#include "engine/model.h"
+#include "engine/core/engine.h"
+#include "engine/model/model.h"
 #include "kernels/paged_attention.h"
 
 ABSL_FLAG(int, threads, 1, "kernel threads, including the engine thread");

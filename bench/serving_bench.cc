@@ -33,8 +33,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/crc32c.h"
-#include "engine/kv_connection.h"
-#include "engine/kv_transfer_format.h"
+#include "engine/transfer/kv_connection.h"
+#include "engine/transfer/kv_transfer_format.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 

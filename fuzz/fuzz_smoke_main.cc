@@ -24,7 +24,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "common/crc32c.h"
-#include "engine/kv_transfer_format.h"
+#include "engine/transfer/kv_transfer_format.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

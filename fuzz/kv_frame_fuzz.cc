@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/check.h"
-#include "engine/kv_transfer_format.h"
+#include "engine/transfer/kv_transfer_format.h"
 
 namespace kvcanary::engine::kv {
 namespace {

@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "engine/internal_auth.h"
-#include "engine/kv_connection.h"
-#include "engine/openai_api.h"
+#include "engine/nodes/openai_api.h"
+#include "engine/transfer/internal_auth.h"
+#include "engine/transfer/kv_connection.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster.h"
 

@@ -1,6 +1,6 @@
 // The router's access log: one JSON line per request, rotated by size, safe
 // to write from many threads.
-#include "engine/access_log.h"
+#include "engine/nodes/access_log.h"
 
 #include <unistd.h>
 

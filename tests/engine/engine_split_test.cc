@@ -2,8 +2,8 @@
 // pages: the output must equal the single-engine output exactly.
 #include <vector>
 
-#include "engine/engine.h"
-#include "engine/kv_export.h"
+#include "engine/core/engine.h"
+#include "engine/core/kv_export.h"
 #include "gtest/gtest.h"
 
 namespace kvcanary::engine {

@@ -3,7 +3,7 @@
 // the attention kernel must catch it, serve in detect, refuse in enforce.
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/core/engine.h"
 #include "gtest/gtest.h"
 #include "kernels/paged_attention.h"
 

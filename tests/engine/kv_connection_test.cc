@@ -1,4 +1,4 @@
-#include "engine/kv_connection.h"
+#include "engine/transfer/kv_connection.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

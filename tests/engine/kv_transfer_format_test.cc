@@ -1,4 +1,4 @@
-#include "engine/kv_transfer_format.h"
+#include "engine/transfer/kv_transfer_format.h"
 
 #include <random>
 #include <string>

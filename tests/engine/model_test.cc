@@ -1,4 +1,4 @@
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 #include <unistd.h>
 

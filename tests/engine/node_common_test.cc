@@ -1,12 +1,12 @@
 // The internal node API's request parsing, and the request id no request
 // may have (2^64 - 1, kReservedRequestId).
-#include "engine/node_common.h"
+#include "engine/nodes/node_common.h"
 
 #include <string>
 
 #include "common/page_stamp.h"
-#include "engine/engine.h"
-#include "engine/openai_api.h"
+#include "engine/core/engine.h"
+#include "engine/nodes/openai_api.h"
 #include "gtest/gtest.h"
 
 namespace kvcanary::engine {

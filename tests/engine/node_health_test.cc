@@ -1,7 +1,7 @@
 // The router's view of its nodes, against real HTTP servers on loopback: a
 // role with no node answering is refused naming it, served again as soon as
 // a node answers, and `up`'s status file shows in /health and /metrics.
-#include "engine/node_health.h"
+#include "engine/nodes/node_health.h"
 
 #include <unistd.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <thread>
 
-#include "engine/node_common.h"
-#include "engine/supervisor_status.h"
+#include "engine/nodes/node_common.h"
+#include "engine/nodes/supervisor_status.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"

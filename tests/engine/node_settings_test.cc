@@ -1,10 +1,10 @@
 // What nodes report at /internal/v1/limits, what the router makes of it,
 // and the GET /version body built from that.
-#include "engine/node_settings.h"
+#include "engine/nodes/node_settings.h"
 
-#include "engine/engine.h"
-#include "engine/openai_api.h"
-#include "engine/version.h"
+#include "engine/core/engine.h"
+#include "engine/nodes/openai_api.h"
+#include "engine/nodes/version.h"
 #include "gtest/gtest.h"
 
 namespace kvcanary::engine {

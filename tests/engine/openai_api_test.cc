@@ -1,4 +1,4 @@
-#include "engine/openai_api.h"
+#include "engine/nodes/openai_api.h"
 
 #include <string>
 #include <utility>

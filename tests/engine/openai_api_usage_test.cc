@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/strings/cord.h"
-#include "engine/openai_api.h"
+#include "engine/nodes/openai_api.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 

@@ -1,4 +1,4 @@
-#include "engine/page_pool.h"
+#include "engine/core/page_pool.h"
 
 #include <cmath>
 #include <vector>

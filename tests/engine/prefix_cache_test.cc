@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "engine/engine.h"
+#include "engine/core/engine.h"
 #include "gtest/gtest.h"
 
 namespace kvcanary::engine {

@@ -1,6 +1,6 @@
 // Request ids: a random epoch per router start in the high bits, a counter
 // in the low 40, never 0 nor the reserved 2^64 - 1.
-#include "engine/request_ids.h"
+#include "engine/nodes/request_ids.h"
 
 #include <set>
 #include <thread>

@@ -1,7 +1,7 @@
 // The pieces of `up`'s supervision that need no processes: the restart
 // backoff, the ready line, exit descriptions, port pinning, and the status
 // file the router reads.
-#include "engine/supervisor.h"
+#include "engine/nodes/supervisor.h"
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "engine/supervisor_status.h"
+#include "engine/nodes/supervisor_status.h"
 #include "gtest/gtest.h"
 
 namespace kvcanary::engine {

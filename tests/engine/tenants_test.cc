@@ -1,4 +1,4 @@
-#include "engine/tenants.h"
+#include "engine/nodes/tenants.h"
 
 #include <unistd.h>
 

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <string>
 
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 
 namespace kvcanary::engine::testing {
 

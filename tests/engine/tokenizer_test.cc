@@ -1,4 +1,4 @@
-#include "engine/tokenizer.h"
+#include "engine/model/tokenizer.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "engine/trace_bus.h"
+#include "engine/core/trace_bus.h"
 
 #include "gtest/gtest.h"
 

@@ -4,9 +4,9 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/core/engine.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster.h"
 

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "engine/version.h"
+#include "engine/nodes/version.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/auditor_cli.h"

@@ -4,8 +4,8 @@
 // raw invalid UTF-8 in the body is refused, not guessed at.
 #include <string>
 
-#include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster.h"

@@ -1,6 +1,6 @@
 // GET /version on the real router: what the engine is and the settings its
 // nodes actually run with, behind a tenant's key; and the Server header.
-#include "engine/version.h"
+#include "engine/nodes/version.h"
 
 #include <string>
 

@@ -1,0 +1,74 @@
+// Fault switches: each reproduces the mechanism of a known production bug
+// class (../shared/design/INCIDENTS.md, docs/faults.md), so detection is
+// tested against the real failure, not a shortcut that writes a violation
+// directly. All are off by default; `--fault=NAME[,NAME]` on a node turns
+// them on; `kvcanary-engine faults` lists them.
+#ifndef KVCANARY_ENGINE_CORE_FAULTS_H_
+#define KVCANARY_ENGINE_CORE_FAULTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace kvcanary::engine {
+
+enum class Fault : uint32_t {
+  // An over-long prompt is rejected into a field the queues never read: the
+  // router leaves the length check to the prefill node, whose abort is lost;
+  // prefill runs a one-token placeholder and ships one page; decode takes
+  // the transfer's word for it and attends over every page it reserved.
+  kAdmissionAbortLost = 1u << 0,
+  // Prefill and decode disagree on length: prefill counts the pages to ship
+  // with a floor (dropping a partial last page), and decode commits on the
+  // sender's "success" without comparing what arrived with what it reserved.
+  kPageCountMismatch = 1u << 1,
+  // The decode node's receiver writes K/V straight into the pages it
+  // reserved as frames arrive (as an RDMA transfer engine does), and an
+  // abort (timeout, disconnect) frees those pages at once instead of
+  // holding them until the writer is done: late writes land on the pages'
+  // next owners.
+  kAbortTransferRace = 1u << 2,
+  // Freed pages are handed out unscrubbed whatever --scrub says, and decode
+  // attention reads the whole last page, past what the request has written:
+  // the tail holds the previous occupant's K/V.
+  kNoScrubReuse = 1u << 3,
+  // The decode node's metadata slots (first token, request id, the staged
+  // K/V) are taken round-robin with no ownership, and the consumer does not
+  // compare the id echoed in the slot: a slot overwritten before it is
+  // consumed starts the request from another request's token and K/V.
+  kMetadataSlotReuse = 1u << 4,
+  // The prefix cache key is a 32-bit FNV-1a hash of the page's tokens with a
+  // constant seed: no tenant salt, no SHA-256. Another tenant's identical
+  // (or colliding) prefix is served from the first tenant's cached pages.
+  kPrefixHashCollision = 1u << 5,
+};
+
+struct FaultInfo {
+  Fault fault;
+  const char* name;
+  const char* description;
+};
+const std::vector<FaultInfo>& AllFaults();
+
+// A set of faults. Plain value; thread-safe to read.
+class FaultSet {
+ public:
+  FaultSet() = default;
+  // "a,b" -> set; "" or "none" -> empty; kInvalidArgument naming an unknown
+  // fault.
+  static absl::StatusOr<FaultSet> Parse(absl::string_view names);
+  bool has(Fault f) const { return (bits_ & static_cast<uint32_t>(f)) != 0; }
+  void add(Fault f) { bits_ |= static_cast<uint32_t>(f); }
+  bool empty() const { return bits_ == 0; }
+  std::string ToString() const;  // "a,b" or "none"
+
+ private:
+  uint32_t bits_ = 0;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_CORE_FAULTS_H_

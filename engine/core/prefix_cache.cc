@@ -1,0 +1,201 @@
+#include "engine/core/prefix_cache.h"
+
+#include <openssl/sha.h>
+
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/wire.h"
+
+namespace kvcanary::engine {
+namespace {
+
+constexpr uint32_t kFnvOffset = 2166136261u;
+constexpr uint32_t kFnvPrime = 16777619u;
+
+void AppendTokens(const int* tokens, int n, std::string* out) {
+  for (int i = 0; i < n; ++i) PutFixed32(out, static_cast<uint32_t>(tokens[i]));
+}
+
+}  // namespace
+
+const char* PrefixCacheModeName(PrefixCacheMode mode) {
+  switch (mode) {
+    case PrefixCacheMode::kOff:
+      return "off";
+    case PrefixCacheMode::kTenant:
+      return "tenant";
+    case PrefixCacheMode::kGlobal:
+      return "global";
+  }
+  return "?";
+}
+
+absl::StatusOr<PrefixCacheMode> ParsePrefixCacheMode(absl::string_view name) {
+  if (name == "tenant" || name == "true") return PrefixCacheMode::kTenant;
+  if (name == "global") return PrefixCacheMode::kGlobal;
+  if (name == "off" || name == "false") return PrefixCacheMode::kOff;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown prefix cache mode '", name, "' (want tenant, global or off)"));
+}
+
+size_t PrefixCache::KeyHash::operator()(const Key& k) const {
+  size_t h;
+  std::memcpy(&h, k.data(), sizeof(h));  // already uniformly distributed
+  return h;
+}
+
+PrefixCache::PrefixCache(PagePool* pool, PrefixCacheMode mode, bool weak_keys,
+                         TraceBus* trace)
+    : pool_(pool), mode_(mode), weak_keys_(weak_keys), trace_(trace) {
+  CHECK(mode != PrefixCacheMode::kOff);
+  std::random_device rd;
+  for (size_t i = 0; i < secret_.size(); i += 4) {
+    const uint32_t r = rd();
+    std::memcpy(secret_.data() + i, &r, 4);
+  }
+}
+
+uint32_t PrefixCache::WeakHash(uint32_t parent, const int* tokens, int n) {
+  uint32_t h = parent == 0 ? kFnvOffset : parent;
+  for (int i = 0; i < n; ++i) {
+    h ^= static_cast<uint32_t>(tokens[i]);
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+PrefixCache::Key PrefixCache::Salt(TenantId tenant) const {
+  std::string in(reinterpret_cast<const char*>(secret_.data()), secret_.size());
+  // Global mode: one salt for everybody (tenant 0 names nobody).
+  PutFixed32(&in, mode_ == PrefixCacheMode::kGlobal ? kNoTenant.value()
+                                                    : tenant.value());
+  Key salt;
+  SHA256(reinterpret_cast<const unsigned char*>(in.data()), in.size(),
+         salt.data());
+  return salt;
+}
+
+std::vector<PrefixCache::Key> PrefixCache::Keys(TenantId tenant,
+                                                const std::vector<int>& tokens,
+                                                int num_pages) const {
+  const int pt = pool_->page_tokens();
+  CHECK_LE(num_pages * pt, static_cast<int>(tokens.size()));
+  std::vector<Key> keys;
+  keys.reserve(num_pages);
+  if (weak_keys_) {
+    // The fault: 32 bits, a constant seed, no tenant.
+    uint32_t h = 0;
+    for (int p = 0; p < num_pages; ++p) {
+      h = WeakHash(h, tokens.data() + p * pt, pt);
+      Key k{};
+      std::memcpy(k.data(), &h, sizeof(h));
+      keys.push_back(k);
+    }
+    return keys;
+  }
+  Key parent = Salt(tenant);
+  std::string in;
+  for (int p = 0; p < num_pages; ++p) {
+    in.assign(reinterpret_cast<const char*>(parent.data()), parent.size());
+    AppendTokens(tokens.data() + p * pt, pt, &in);
+    Key k;
+    SHA256(reinterpret_cast<const unsigned char*>(in.data()), in.size(),
+           k.data());
+    keys.push_back(k);
+    parent = k;
+  }
+  return keys;
+}
+
+std::vector<PageRef> PrefixCache::Acquire(const std::vector<Key>& keys,
+                                          TenantId tenant, RequestId request) {
+  (void)tenant;
+  (void)request;
+  std::vector<PageRef> pages;
+  for (const Key& key : keys) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) break;
+    Entry& e = it->second;
+    ++e.users;
+    e.last_used = ++tick_;
+    pages.push_back(e.page);
+  }
+  hit_pages_ += pages.size();
+  return pages;
+}
+
+bool PrefixCache::Publish(const Key& key, PageRef page, TenantId tenant) {
+  if (entries_.contains(key)) return false;
+  CHECK(!key_of_page_.contains(page.page.value()))
+      << "page " << page.page << " is cached twice";
+  CHECK(pool_->generation(page.page) == page.generation);
+  Entry e;
+  e.page = page;
+  e.tenant = tenant;
+  e.users = 1;  // the request that computed it
+  e.last_used = ++tick_;
+  entries_.emplace(key, e);
+  key_of_page_.emplace(page.page.value(), key);
+  ++published_pages_;
+  // The writer stays the request that computed the page; the flag says any
+  // request of its tenant may read it in this allocation.
+  RequestId writer;
+  for (int l = 0; l < pool_->n_layers(); ++l) {
+    PageStamp* stamp = KvPageLayout::stamp(
+        pool_->layout().page(pool_->layer_base(l), page.page));
+    CHECK(stamp->writer.tenant == tenant);
+    writer = stamp->writer.request;
+    stamp->set_shared(true);
+  }
+  if (trace_ != nullptr) {
+    TraceEvent ev;
+    ev.type = TraceEventType::kPageShare;
+    ev.page = page.page;
+    ev.gen = page.generation;
+    ev.tenant = tenant;
+    ev.request = writer;
+    trace_->Emit(ev);
+  }
+  return true;
+}
+
+void PrefixCache::Unref(PageRef page) {
+  auto kit = key_of_page_.find(page.page.value());
+  CHECK(kit != key_of_page_.end()) << "page " << page.page << " is not cached";
+  Entry& e = entries_.at(kit->second);
+  CHECK(e.page.generation == page.generation);
+  CHECK_GT(e.users, 0);
+  --e.users;
+}
+
+int PrefixCache::num_unused() const {
+  int n = 0;
+  for (const auto& [key, e] : entries_) n += e.users == 0;
+  return n;
+}
+
+bool PrefixCache::MakeRoom(int pages) {
+  while (!pool_->CanAllocate(pages)) {
+    const Key* victim = nullptr;
+    uint64_t oldest = ~0ull;
+    for (const auto& [key, e] : entries_) {
+      if (e.users == 0 && e.last_used < oldest) {
+        oldest = e.last_used;
+        victim = &key;
+      }
+    }
+    if (victim == nullptr) return false;
+    const Key key = *victim;
+    const PageRef page = entries_.at(key).page;
+    entries_.erase(key);
+    key_of_page_.erase(page.page.value());
+    pool_->Free({page});
+    ++evicted_pages_;
+  }
+  return true;
+}
+
+}  // namespace kvcanary::engine

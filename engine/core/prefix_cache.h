@@ -1,0 +1,126 @@
+// The prefix cache: full KV pages of earlier prompts, found again by a key
+// over their tokens, so a request whose prompt starts the same way skips
+// their prefill and reads the cached pages instead.
+//
+// Keys are salted SHA-256 chains: key(page i) = SHA-256(salt || key(page
+// i-1) || the page's token ids), the node secret drawn at random when the
+// cache is made. The mode (--prefix-cache) picks the salt:
+//   tenant (default): salt = SHA-256(node secret || tenant id). The tenant
+//     comes from the authenticated API key on the server side, never from
+//     the client, so only requests of the same tenant share pages (vLLM's
+//     cache_salt, done where a client cannot forge it).
+//   global: salt = SHA-256(node secret || 0), the same for every tenant: one
+//     tenant's cached prefix serves another's identical prompt (vLLM's and
+//     SGLang's default, the common misconfiguration). The pages keep their
+//     writer's stamp, so such a hit is a foreign_tenant_read: flagged in
+//     detect mode, refused in enforce.
+//   off: no cache (the engine makes none).
+//
+// The prefix-hash-collision fault weakens the key to a 32-bit FNV-1a over the
+// tokens with a constant seed and no salt (vLLM GHSA-rm76-4mrf-v9r8): any
+// tenant with the same prefix, or with a colliding one, gets the pages.
+//
+// A page in the cache belongs to the cache: published from the request that
+// computed it, which its stamp keeps naming as the writer, and flagged
+// shared (kStampShared), so every request of that tenant may read it in
+// this allocation and no other tenant may; a violation on it names the
+// request whose prompt it holds. Pages in use by requests are never
+// evicted; unused ones go least recently used first when the pool runs
+// short.
+//
+// Not thread-safe; owned by the engine thread.
+#ifndef KVCANARY_ENGINE_CORE_PREFIX_CACHE_H_
+#define KVCANARY_ENGINE_CORE_PREFIX_CACHE_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/ids.h"
+#include "engine/core/page_pool.h"
+#include "engine/core/trace_bus.h"
+
+namespace kvcanary::engine {
+
+// Who shares cached prefix pages (--prefix-cache).
+enum class PrefixCacheMode {
+  kOff,     // no prefix cache
+  kTenant,  // keys salted by tenant: pages shared within a tenant only
+  kGlobal,  // keys not salted by tenant: pages shared by every tenant
+};
+// "off", "tenant" or "global".
+const char* PrefixCacheModeName(PrefixCacheMode mode);
+// "tenant", "global" or "off"; "true" and "false" (the flag was a boolean)
+// mean tenant and off. kInvalidArgument otherwise.
+absl::StatusOr<PrefixCacheMode> ParsePrefixCacheMode(absl::string_view name);
+
+class PrefixCache {
+ public:
+  using Key = std::array<uint8_t, 32>;
+
+  // `weak_keys`: the prefix-hash-collision fault. REQUIRES: mode is not kOff.
+  PrefixCache(PagePool* pool, PrefixCacheMode mode, bool weak_keys,
+              TraceBus* trace);
+
+  // The key chain of the first `num_pages` full pages of `tokens`, as
+  // `tenant` sends them (in global mode, the same for every tenant).
+  std::vector<Key> Keys(TenantId tenant, const std::vector<int>& tokens,
+                        int num_pages) const;
+  // The 32-bit key the fault uses, for tests that craft collisions: the
+  // chain value after `tokens` starting from `parent` (0 for page 0).
+  static uint32_t WeakHash(uint32_t parent, const int* tokens, int n);
+
+  // The longest run of cached pages matching keys[0..], each now in use
+  // once more by `request` (of `tenant`, for the trace). Release with
+  // Unref.
+  std::vector<PageRef> Acquire(const std::vector<Key>& keys, TenantId tenant,
+                               RequestId request);
+  // Hands a page a request computed to the cache under `key`, flagging its
+  // stamp as the tenant's shared prefix (page_share in the trace); the request
+  // keeps using it (Unref when done). false (nothing changes) if the key is
+  // already cached.
+  bool Publish(const Key& key, PageRef page, TenantId tenant);
+  // A request stopped using a cached page.
+  void Unref(PageRef page);
+  // Frees unused cached pages, least recently used first, until the pool
+  // has `pages` free or nothing unused is left. Returns whether it has.
+  bool MakeRoom(int pages);
+
+  int size() const { return static_cast<int>(entries_.size()); }
+  int num_unused() const;
+  uint64_t hit_pages() const { return hit_pages_; }
+  uint64_t published_pages() const { return published_pages_; }
+  uint64_t evicted_pages() const { return evicted_pages_; }
+
+ private:
+  struct Entry {
+    PageRef page;
+    TenantId tenant;
+    int users = 0;
+    uint64_t last_used = 0;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  // The chain's start: SHA-256(secret || tenant id), tenant 0 in global mode.
+  Key Salt(TenantId tenant) const;
+
+  PagePool* pool_;
+  const PrefixCacheMode mode_;
+  const bool weak_keys_;
+  TraceBus* trace_;
+  std::array<uint8_t, 32> secret_;
+  absl::flat_hash_map<Key, Entry, KeyHash> entries_;
+  absl::flat_hash_map<uint32_t, Key> key_of_page_;  // page id -> key
+  uint64_t tick_ = 0;
+  uint64_t hit_pages_ = 0;
+  uint64_t published_pages_ = 0;
+  uint64_t evicted_pages_ = 0;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_CORE_PREFIX_CACHE_H_

@@ -1,0 +1,704 @@
+#include "engine/nodes/decode_node.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/check.h"
+#include "common/status_macros.h"
+#include "engine/nodes/node_common.h"
+#include "httplib.h"  // the client to the prefill node
+
+namespace kvcanary::engine {
+namespace {
+
+constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
+
+std::string NdjsonLine(const nlohmann::json& j) { return j.dump() + "\n"; }
+
+// The prefill node's 200 answer: "ok", or what it recorded as its
+// admission's abort_reason while going on anyway; and its cached tokens.
+void ReadPrefillAnswer(const std::string& body, nlohmann::json* outcome,
+                       int* cached_tokens) {
+  *outcome = "ok";
+  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  if (j.contains("cached_tokens") && j["cached_tokens"].is_number_unsigned()) {
+    *cached_tokens = j["cached_tokens"].get<int>();
+  }
+  if (j.contains("abort_reason") && j["abort_reason"].is_string()) {
+    *outcome = "abort_reason: " + j["abort_reason"].get<std::string>();
+  }
+}
+
+// The NDJSON line for a tokens or finished event.
+nlohmann::json EventLine(const RequestEvent& event, int prompt_tokens,
+                         int cached_tokens) {
+  nlohmann::json line;
+  if (event.kind == RequestEvent::Kind::kTokens) {
+    line["tokens"] = event.tokens;
+    return line;
+  }
+  line["finish_reason"] = FinishReasonName(event.reason);
+  line["prompt_tokens"] = prompt_tokens;
+  line["completion_tokens"] = event.num_output_tokens;
+  line["violations"] = event.violations.size();
+  line["cached_tokens"] = cached_tokens;
+  line["decode_outcome"] = OutcomeText(event.status);
+  if (!event.status.ok()) {
+    line["error"] =
+        nlohmann::json::parse(InternalErrorBody(event.status))["error"];
+  }
+  return line;
+}
+
+}  // namespace
+
+DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
+    : model_(model),
+      options_(options),
+      trace_(TraceNode::kDecode, options.trace.reader_capacity,
+             options.trace.read_sample_every),
+      loop_(model, WithTrace(options.engine, &trace_), options.max_waiting),
+      metrics_("decode") {
+  if (options_.max_prompt_tokens <= 0) {
+    options_.max_prompt_tokens = model->config.seq_len - 1;
+  }
+  CHECK_GT(options_.metadata_slots, 0);
+  slots_.resize(options_.metadata_slots);
+}
+
+absl::StatusOr<int> DecodeNode::AcquireSlot(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (options_.faults.has(Fault::kMetadataSlotReuse)) {
+    // The bug: the next slot round-robin, whether or not its last request
+    // has consumed it.
+    return static_cast<int>(next_slot_++ % slots_.size());
+  }
+  auto any_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const MetadataSlot& s : slots_) {
+      if (!s.in_use) return true;
+    }
+    return false;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&any_free), timeout)) {
+    return absl::UnavailableError("no transfer metadata slot free in time");
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].in_use) {
+      slots_[i] = MetadataSlot();
+      slots_[i].in_use = true;
+      return static_cast<int>(i);
+    }
+  }
+  CHECK(false) << "a free metadata slot vanished under the lock";
+  return absl::InternalError("unreachable");
+}
+
+void DecodeNode::ReleaseSlot(int slot) {
+  if (options_.faults.has(Fault::kMetadataSlotReuse)) return;  // never owned
+  absl::MutexLock lock(&mu_);
+  CHECK(slots_[slot].in_use) << "metadata slot " << slot << " released twice";
+  slots_[slot] = MetadataSlot();
+}
+
+DecodeNode::~DecodeNode() { Stop(); }
+
+absl::Status DecodeNode::Start() {
+  if (!options_.creds.internal.set()) {
+    return absl::FailedPreconditionError(
+        "the decode node needs the internal secret (--internal_secret_file)");
+  }
+  if (options_.prefill_urls.empty()) {
+    return absl::FailedPreconditionError(
+        "the decode node needs at least one prefill node (--prefill)");
+  }
+  ASSIGN_OR_RETURN(trace_file_,
+                   TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
+  server_ = MakeHttpServer(options_.http_threads);
+  server_->Post("/internal/v1/generate",
+                [this](const http::Request& req, http::Response& res) {
+                  HandleGenerate(req, res);
+                });
+  AddEngineNodeRoutes(server_.get(), "decode", options_.max_prompt_tokens,
+                      &loop_, &metrics_, &trace_, &options_.creds);
+  auto listener = kv::FrameListener::Listen(options_.host, options_.kv_port);
+  if (!listener.ok()) return listener.status();
+  listener_ = *std::move(listener);
+  kv_port_ = listener_->port();
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+  auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
+  if (!port.ok()) return port.status();
+  http_port_ = *port;
+  return absl::OkStatus();
+}
+
+void DecodeNode::Stop() {
+  if (server_ != nullptr) server_->Stop();
+  if (listener_ != nullptr) listener_->Close();
+  if (accept_thread_.joinable()) accept_thread_.join();
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
+      threads;
+  {
+    absl::MutexLock lock(&mu_);
+    threads.swap(transfer_threads_);
+  }
+  for (auto& t : threads) t.first.join();
+  trace_file_.reset();  // writes out what is queued
+}
+
+std::shared_ptr<DecodeNode::PendingTransfer> DecodeNode::FindPending(
+    RequestId id) {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(id);
+  return it == pending_.end() ? nullptr : it->second;
+}
+
+void DecodeNode::HandleGenerate(const http::Request& req, http::Response& res) {
+  // What the prefill node answered for the request (null until it has),
+  // and the prompt tokens it served from its prefix cache: passed on to
+  // the router with this node's own outcome.
+  nlohmann::json prefill_outcome = nullptr;
+  int cached_tokens = 0;
+  auto fail = [&](const absl::Status& status) {
+    metrics_.CountRequest(status);
+    RespondInternalError(res, status,
+                         {{"prefill_outcome", prefill_outcome},
+                          {"decode_outcome", OutcomeText(status)}});
+  };
+  if (!Authorized(req, options_.creds.internal, "internal secret", res)) return;
+  auto body = ParseJsonObject(req.body);
+  if (!body.ok()) return fail(body.status());
+  auto parsed = ParseNodeRequest(*body);
+  if (!parsed.ok()) return fail(parsed.status());
+  const NodeRequest& request = *parsed;
+  if (static_cast<int>(request.prompt.size()) > options_.max_prompt_tokens) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("prompt of ", request.prompt.size(),
+                     " tokens exceeds the decode node's limit of ",
+                     options_.max_prompt_tokens)));
+  }
+  auto channel = std::make_shared<RequestChannel>();
+  auto pending = Reserve(request, channel);
+  if (!pending.ok()) return fail(pending.status());
+
+  // Ask a prefill node to compute the prompt's K/V and ship it here.
+  absl::Status transfer =
+      RequestPrefill(request, **pending, &prefill_outcome, &cached_tokens);
+  // No answer at all: the prefill node went away (a transfer it cut short
+  // is no corruption).
+  const bool prefill_gone = !transfer.ok() && prefill_outcome.is_null();
+  transfer = SettleTransfer(request.id, **pending, transfer, prefill_gone);
+  transfer = InstallFromSlot(request.id, **pending, transfer);
+  if (!transfer.ok()) {
+    // If the request was finished already (a late write or the install's
+    // stamp check refused it), its own reason is the one to give, and its
+    // violations are counted.
+    while (auto event = channel->Wait(absl::ZeroDuration())) {
+      if (event->kind == RequestEvent::Kind::kFinished && !event->status.ok()) {
+        metrics_.CountViolations(event->violations);
+        transfer = event->status;
+      }
+    }
+    loop_.Abort(request.id, transfer);
+    return fail(transfer);
+  }
+  StreamDecoding(res, channel, request.id,
+                 static_cast<int>(request.prompt.size()), cached_tokens,
+                 prefill_outcome);
+}
+
+absl::StatusOr<std::shared_ptr<DecodeNode::PendingTransfer>>
+DecodeNode::Reserve(const NodeRequest& request,
+                    const std::shared_ptr<RequestChannel>& channel) {
+  const RequestId id = request.id;
+  const int prompt_tokens = static_cast<int>(request.prompt.size());
+  RETURN_IF_ERROR(loop_.Submit(request.tenant, request.prompt, request.sampling,
+                               {id, SequenceRole::kRemotePrefill}, channel));
+  // Admitted -> pages reserved (Transferring).
+  auto reserved = channel->Wait(options_.transfer_timeout);
+  if (!reserved.has_value()) {
+    const absl::Status late =
+        absl::DeadlineExceededError("no KV pages became free in time");
+    loop_.Abort(id, late);
+    return late;
+  }
+  if (reserved->kind == RequestEvent::Kind::kFinished) return reserved->status;
+  CHECK(reserved->kind == RequestEvent::Kind::kReserved);
+  auto slot = AcquireSlot(options_.transfer_timeout);
+  if (!slot.ok()) {
+    loop_.Abort(id, slot.status());
+    return slot.status();
+  }
+  auto pending = std::make_shared<PendingTransfer>();
+  pending->slot = *slot;
+  pending->block_table = reserved->block_table;
+  pending->tenant = request.tenant;
+  pending->prompt_tokens = prompt_tokens;
+  pending->prompt_pages = loop_.pool().PagesFor(prompt_tokens);
+  pending->reserved_pages = static_cast<int>(reserved->block_table.size());
+  pending->token = NewTransferToken();
+  absl::MutexLock lock(&mu_);
+  pending_[id] = pending;
+  return pending;
+}
+
+absl::Status DecodeNode::SettleTransfer(RequestId id, PendingTransfer& pending,
+                                        absl::Status transfer,
+                                        bool prefill_gone) {
+  absl::MutexLock lock(&mu_);
+  pending.cancelled = true;  // a receiver that has not claimed it may not now
+  pending_.erase(id);
+  // The receiver's verdict is the more precise one when it has one (unless
+  // the prefill node went away: a transfer cut short by that is no
+  // corruption).
+  if (pending.claimed && pending.result.has_value() && !pending.result->ok() &&
+      !prefill_gone) {
+    return *pending.result;
+  }
+  if (pending.claimed && !pending.result.has_value() && transfer.ok()) {
+    return absl::DataLossError(
+        "prefill reported success before the transfer finished");
+  }
+  if (!pending.claimed && transfer.ok()) {
+    return absl::DataLossError(
+        "prefill reported success but no KV transfer arrived");
+  }
+  return transfer;
+}
+
+absl::Status DecodeNode::InstallFromSlot(RequestId id,
+                                         const PendingTransfer& pending,
+                                         absl::Status transfer) {
+  if (!transfer.ok()) {
+    ReleaseSlot(pending.slot);
+    return transfer;
+  }
+  // The receiver left the transfer in the request's metadata slot.
+  MetadataSlot taken;
+  {
+    absl::MutexLock lock(&mu_);
+    MetadataSlot& s = slots_[pending.slot];
+    // metadata-slot-reuse: whatever is in the slot now is taken as this
+    // request's, without comparing the echoed id (and left there).
+    if (options_.faults.has(Fault::kMetadataSlotReuse)) {
+      taken = s;
+    } else {
+      taken = std::move(s);
+      if (taken.request != id) {
+        transfer = absl::DataLossError(
+            absl::StrCat("metadata slot ", pending.slot, " holds request ",
+                         taken.request.value(), ", not ", id.value()));
+      }
+    }
+  }
+  ReleaseSlot(pending.slot);
+  if (!transfer.ok()) return transfer;
+  return loop_.InstallTransferredKv(id, std::move(taken.pages),
+                                    taken.computed_tokens, taken.first_token);
+}
+
+void DecodeNode::StreamDecoding(http::Response& res,
+                                std::shared_ptr<RequestChannel> channel,
+                                RequestId id, int prompt_tokens,
+                                int cached_tokens,
+                                const nlohmann::json& prefill_outcome) {
+  // Decoding: stream NDJSON lines until finished: first what the prefill
+  // node reported, then the tokens, then the final line.
+  const std::string prefill_line = NdjsonLine(
+      {{"prefill_outcome", prefill_outcome}, {"cached_tokens", cached_tokens}});
+  auto counted = std::make_shared<bool>(false);  // the final line's outcome
+  res.set_chunked_content_provider(
+      "application/x-ndjson",
+      [this, channel, id, prompt_tokens, cached_tokens, prefill_line, counted,
+       prefill_sent = false](size_t, http::DataSink& sink) mutable {
+        auto gone = [&] {
+          loop_.Abort(id, absl::CancelledError("router went away"));
+          return false;
+        };
+        if (!prefill_sent) {
+          prefill_sent = true;
+          if (!sink.write(prefill_line.data(), prefill_line.size())) {
+            return gone();
+          }
+        }
+        auto event = channel->Wait(absl::Milliseconds(200));
+        if (!event.has_value()) return sink.is_writable() ? true : gone();
+        if (event->kind != RequestEvent::Kind::kTokens &&
+            event->kind != RequestEvent::Kind::kFinished) {
+          return true;
+        }
+        const std::string text =
+            NdjsonLine(EventLine(*event, prompt_tokens, cached_tokens));
+        if (event->kind == RequestEvent::Kind::kFinished) {
+          metrics_.CountRequest(event->status);
+          *counted = true;
+          metrics_.CountViolations(event->violations);
+        }
+        if (!sink.write(text.data(), text.size())) return gone();
+        if (event->kind == RequestEvent::Kind::kFinished) sink.done();
+        return true;
+      },
+      [this, id, counted](bool success) {
+        if (!success) loop_.Abort(id, absl::CancelledError("router went away"));
+        // Gone before the final line: requests_total{outcome="cancelled"}.
+        if (!*counted) metrics_.CountRequest(absl::CancelledError(""));
+      });
+}
+
+absl::Status DecodeNode::RequestPrefill(const NodeRequest& request,
+                                        const PendingTransfer& pending,
+                                        nlohmann::json* prefill_outcome,
+                                        int* cached_tokens) {
+  nlohmann::json pj;
+  pj["request_id"] = request.id.value();
+  pj["tenant_id"] = request.tenant.value();
+  pj["prompt"] = request.prompt;
+  pj["temperature"] = request.sampling.temperature;
+  pj["top_p"] = request.sampling.top_p;
+  pj["seed"] = request.sampling.seed;
+  pj["reserved_pages"] = pending.reserved_pages;
+  pj["kv_peer"] = options_.name;
+  pj["transfer_token"] = TransferTokenHex(pending.token);
+  const std::string& url = options_.prefill_urls[next_prefill_.fetch_add(1) %
+                                                 options_.prefill_urls.size()];
+  httplib::Client client(url);
+  const int64_t us = absl::ToInt64Microseconds(options_.transfer_timeout);
+  client.set_connection_timeout(5, 0);
+  client.set_read_timeout(us / 1000000, us % 1000000);
+  client.set_write_timeout(us / 1000000, us % 1000000);
+  auto pres = client.Post(
+      "/internal/v1/prefill",
+      {{"Authorization", options_.creds.internal.AuthorizationHeader()}},
+      pj.dump(), "application/json");
+  if (!pres) return NodeCallError("prefill", url, pres.error());
+  if (pres->status != 200) {
+    absl::Status s = StatusFromInternalResponse(pres->status, pres->body);
+    *prefill_outcome = OutcomeText(s);
+    return s;
+  }
+  ReadPrefillAnswer(pres->body, prefill_outcome, cached_tokens);
+  return absl::OkStatus();
+}
+
+void DecodeNode::AcceptLoop() {
+  while (true) {
+    auto conn = listener_->Accept(absl::Seconds(1));
+    if (!conn.ok()) {
+      if (conn.status().code() == absl::StatusCode::kCancelled)
+        return;  // closed
+      if (conn.status().code() != absl::StatusCode::kDeadlineExceeded) {
+        absl::SleepFor(absl::Milliseconds(50));  // e.g. out of fds: retry
+      }
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    // Reap receivers that are done, so threads do not pile up.
+    for (size_t i = 0; i < transfer_threads_.size();) {
+      if (transfer_threads_[i].second->load()) {
+        transfer_threads_[i].first.join();
+        transfer_threads_[i] = std::move(transfer_threads_.back());
+        transfer_threads_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (static_cast<int>(transfer_threads_.size()) >=
+        options_.max_kv_connections) {
+      metrics_.CountKvRefused("connection cap");
+      continue;  // closed: the sender retries or fails its request
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    transfer_threads_.emplace_back(
+        std::thread(
+            [this, done](std::unique_ptr<kv::FrameConnection> c) {
+              ServeTransfer(std::move(c));
+              done->store(true);
+            },
+            std::move(*conn)),
+        done);
+  }
+}
+
+void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
+  RequestId id;
+  bool claimed = false;
+  const uint64_t before = conn->bytes_received();
+  absl::Status verdict = ReceiveTransfer(*conn, &id, &claimed);
+  metrics_.CountTransfer(conn->bytes_received() - before, verdict);
+  if (verdict.ok()) {
+    (void)conn->Send(kv::Ack{id, 0, ""}, kFrameTimeout);
+    return;
+  }
+  // Tell the prefill node why (best effort), then make sure the request
+  // fails here too: nothing was written into its pages, so they can go. A
+  // connection that did not claim the reservation (stray, duplicate) must
+  // not touch the request.
+  (void)conn->Send(kv::Abort{id, static_cast<uint32_t>(verdict.code()),
+                             std::string(verdict.message())},
+                   kFrameTimeout);
+  if (claimed) loop_.Abort(id, verdict);
+}
+
+absl::Status DecodeNode::Authenticate(kv::FrameConnection& conn) {
+  const SharedSecret::Nonce nonce = SharedSecret::NewNonce();
+  RETURN_IF_ERROR(conn.Send(kv::Hello{nonce}, kFrameTimeout));
+  auto first = conn.Receive(kFrameTimeout);
+  if (!first.ok()) return first.status();
+  const auto* auth = std::get_if<kv::Auth>(&*first);
+  if (auth == nullptr ||
+      !options_.creds.internal.CheckKvProof(nonce, auth->proof)) {
+    metrics_.CountKvRefused("authentication");
+    return absl::UnauthenticatedError("KV connection failed authentication");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<DecodeNode::PendingTransfer>> DecodeNode::Claim(
+    const kv::Metadata& meta) {
+  std::shared_ptr<PendingTransfer> pending = FindPending(meta.request);
+  absl::MutexLock lock(&mu_);
+  if (pending == nullptr || !SameToken(pending->token, meta.transfer_token) ||
+      pending->claimed || pending->cancelled) {
+    metrics_.CountKvRefused("no matching reservation");
+    return absl::PermissionDeniedError(
+        "no reservation matches this request id and transfer token");
+  }
+  pending->claimed = true;
+  return pending;
+}
+
+absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
+                                         RequestId* id, bool* claimed) {
+  // Nothing larger than one page of this geometry is buffered.
+  const ModelConfig& cfg = model_->config;
+  conn.set_max_page_payload(static_cast<uint32_t>(
+      kv::kPageFixedPayloadSize +
+      2ull * loop_.pool().layout().page_tokens * cfg.kv_dim() * sizeof(float)));
+  RETURN_IF_ERROR(Authenticate(conn));
+  auto first = conn.Receive(kFrameTimeout);
+  if (!first.ok()) return first.status();
+  const auto* meta = std::get_if<kv::Metadata>(&*first);
+  if (meta == nullptr)
+    return absl::DataLossError("transfer did not start with metadata");
+  if (options_.test_receive_delay > absl::ZeroDuration()) {
+    absl::SleepFor(options_.test_receive_delay);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<PendingTransfer> pending, Claim(*meta));
+  *id = meta->request;
+  *claimed = true;
+  auto finish = [&](absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    pending->result = status;
+    return status;
+  };
+  if (absl::Status s = CheckMetadata(*meta, *pending); !s.ok()) {
+    return finish(s);
+  }
+  ReceivedKv received;
+  received.slots_per_layer.assign(cfg.n_layers, 0);
+  while (true) {
+    const uint64_t frame_start = conn.bytes_received();
+    auto frame = conn.Receive(kFrameTimeout);
+    if (!frame.ok()) return finish(frame.status());
+    if (options_.test_receive_bytes_per_s > 0) {
+      absl::SleepFor(absl::Seconds(
+          static_cast<double>(conn.bytes_received() - frame_start) /
+          static_cast<double>(options_.test_receive_bytes_per_s)));
+    }
+    if (auto* abort = std::get_if<kv::Abort>(&*frame)) {
+      return finish(
+          absl::Status(static_cast<absl::StatusCode>(abort->code),
+                       absl::StrCat("prefill node aborted: ", abort->message)));
+    }
+    if (auto* page = std::get_if<kv::Page>(&*frame)) {
+      absl::Status accepted =
+          AcceptPage(std::move(*page), *meta, *pending, &received);
+      if (!accepted.ok()) return finish(accepted);
+      continue;
+    }
+    auto* commit = std::get_if<kv::Commit>(&*frame);
+    if (commit == nullptr)
+      return finish(absl::DataLossError("unexpected frame in transfer"));
+    absl::Status committed = CheckCommit(*commit, *meta, *pending, received);
+    if (!committed.ok()) return finish(committed);
+    return HandOver(*commit, *meta, pending.get(), std::move(received));
+  }
+}
+
+absl::Status DecodeNode::CheckMetadata(const kv::Metadata& meta,
+                                       const PendingTransfer& pending) const {
+  const KvPageLayout& layout = loop_.pool().layout();
+  const ModelConfig& cfg = model_->config;
+  // admission-abort-lost: decode takes the transfer's word for how much was
+  // sent, yet keeps believing its own reservation for what the prompt is.
+  const bool trust_transfer = options_.faults.has(Fault::kAdmissionAbortLost);
+  if (meta.tenant != pending.tenant ||
+      (!trust_transfer &&
+       meta.prompt_tokens != static_cast<uint32_t>(pending.prompt_tokens)) ||
+      meta.reserved_pages != static_cast<uint32_t>(pending.reserved_pages)) {
+    return absl::DataLossError(absl::StrCat(
+        "transfer metadata disagrees with the reservation: tenant ",
+        meta.tenant.value(), " vs ", pending.tenant.value(), ", prompt tokens ",
+        meta.prompt_tokens, " vs ", pending.prompt_tokens, ", reserved pages ",
+        meta.reserved_pages, " vs ", pending.reserved_pages));
+  }
+  if (meta.page_tokens != static_cast<uint32_t>(layout.page_tokens) ||
+      meta.n_layers != static_cast<uint32_t>(cfg.n_layers) ||
+      meta.kv_heads != static_cast<uint32_t>(cfg.n_kv_heads) ||
+      meta.head_dim != static_cast<uint32_t>(cfg.head_dim())) {
+    return absl::FailedPreconditionError(
+        "KV geometry differs between the nodes");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeNode::AcceptPage(kv::Page page, const kv::Metadata& meta,
+                                    const PendingTransfer& pending,
+                                    ReceivedKv* received) {
+  const ModelConfig& cfg = model_->config;
+  const size_t row_bytes = static_cast<size_t>(cfg.kv_dim()) * sizeof(float);
+  // Each page carries exactly the prompt's slots in it: no holes.
+  const uint32_t pt = static_cast<uint32_t>(loop_.pool().layout().page_tokens);
+  const uint32_t want_slots =
+      page.index < static_cast<uint32_t>(pending.prompt_pages)
+          ? std::min(pt, meta.prompt_tokens - page.index * pt)
+          : 0;
+  if (page.index >= static_cast<uint32_t>(pending.prompt_pages) ||
+      page.layer >= static_cast<uint32_t>(cfg.n_layers) ||
+      page.slots != want_slots ||
+      page.kv_bytes.size() != 2 * page.slots * row_bytes ||
+      !received->seen.insert({page.index, page.layer}).second) {
+    return absl::DataLossError(
+        absl::StrCat("page ", page.index, " layer ", page.layer, " (",
+                     page.slots, " slots) does not fit the reservation"));
+  }
+  RETURN_IF_ERROR(CheckPageStamp(page, meta));
+  received->slots_per_layer[page.layer] += page.slots;
+  ++received->pages_received;
+  // abort-transfer-race: each page goes straight into the reserved page as
+  // it arrives, and nothing stops those writes when the request is aborted.
+  if (options_.faults.has(Fault::kAbortTransferRace)) {
+    loop_.WriteTransferredPage(pending.block_table[page.index],
+                               std::move(page));
+  } else {
+    received->pages.push_back(std::move(page));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeNode::CheckPageStamp(const kv::Page& page,
+                                        const kv::Metadata& meta) {
+  // The stamp says who wrote these bytes: this request, or its tenant's
+  // shared prefix. Anything else is a watermark violation of the transfer,
+  // handled as the mode says: enforce refuses the transfer, detect records
+  // it and goes on (attention here flags the reads too), off does not
+  // look. A frame with more slots than its stamp says were filled is
+  // malformed in any mode.
+  const StampIdentity& w = page.stamp.writer;
+  std::optional<ViolationKind> kind;
+  if (w.tenant != meta.tenant) {
+    kind = w.tenant == kNoTenant ? ViolationKind::kUnwrittenRead
+                                 : ViolationKind::kForeignTenantRead;
+  } else if (w.request != meta.request && !page.stamp.shared()) {
+    kind = ViolationKind::kStaleRequestRead;
+  }
+  const WatermarkMode mode = loop_.options().watermark;
+  if (kind.has_value() && mode != WatermarkMode::kOff) {
+    WatermarkViolation v;
+    v.kind = *kind;
+    v.layer = page.layer;
+    v.page = page.stamp.page;  // the prefill node's page
+    v.slots_read = page.slots;
+    v.reader =
+        StampIdentity{meta.request, meta.tenant, page.stamp.owner.generation};
+    v.writer = w;
+    v.writer_shared = page.stamp.shared();
+    v.owner = page.stamp.owner;
+    v.filled = page.stamp.filled;
+    trace_.Emit(FromViolation(v));
+    metrics_.CountViolations({v});
+  }
+  if ((kind.has_value() && mode == WatermarkMode::kEnforce) ||
+      page.stamp.filled < page.slots) {
+    return absl::DataLossError(absl::StrCat(
+        "page ", page.index, " layer ", page.layer, " is stamped by tenant ",
+        w.tenant.value(), " request ", w.request.value(), " (filled ",
+        page.stamp.filled, "), not by this request"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeNode::CheckCommit(const kv::Commit& commit,
+                                     const kv::Metadata& meta,
+                                     const PendingTransfer& pending,
+                                     const ReceivedKv& received) {
+  const ModelConfig& cfg = model_->config;
+  const bool trust_transfer = options_.faults.has(Fault::kAdmissionAbortLost);
+  const uint32_t expected_pages = static_cast<uint32_t>(
+      (trust_transfer
+           ? loop_.pool().PagesFor(static_cast<int>(meta.prompt_tokens))
+           : pending.prompt_pages) *
+      cfg.n_layers);
+  bool tokens_ok = commit.tokens_sent == meta.prompt_tokens;
+  for (uint32_t s : received.slots_per_layer)
+    tokens_ok = tokens_ok && s == meta.prompt_tokens;
+  TraceEvent e;
+  e.type = TraceEventType::kTransferCommit;
+  e.request = meta.request;
+  e.tenant = meta.tenant;
+  e.pages_sent = static_cast<uint32_t>(received.pages_received);
+  // What the reservation expects, whatever a fault made this node accept.
+  const uint32_t reserved_pages =
+      static_cast<uint32_t>(pending.prompt_pages * cfg.n_layers);
+  e.pages_expected = reserved_pages;
+  e.tokens_sent = commit.tokens_sent;
+  e.tokens_expected = static_cast<uint32_t>(pending.prompt_tokens);
+  e.ok = received.pages_received == reserved_pages &&
+         commit.pages_sent == received.pages_received &&
+         commit.tokens_sent == e.tokens_expected &&
+         received.slots_per_layer[0] == e.tokens_expected;
+  trace_.Emit(e);
+  // page-count-mismatch: the commit is taken on the sender's word.
+  const bool compare = !options_.faults.has(Fault::kPageCountMismatch);
+  if (commit.request != meta.request ||
+      (compare && (commit.pages_sent != received.pages_received ||
+                   received.pages_received != expected_pages || !tokens_ok)) ||
+      commit.first_token < 0 || commit.first_token >= cfg.vocab_size) {
+    return absl::DataLossError(absl::StrCat(
+        "commit mismatch: pages sent ", commit.pages_sent, ", received ",
+        received.pages_received, ", expected ", expected_pages,
+        "; tokens sent ", commit.tokens_sent, ", expected ", meta.prompt_tokens,
+        "; first token ", commit.first_token));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeNode::HandOver(const kv::Commit& commit,
+                                  const kv::Metadata& meta,
+                                  PendingTransfer* pending,
+                                  ReceivedKv received) {
+  // With admission-abort-lost the request is computed up to the prompt
+  // length it reserved for: attention reads every reserved prompt page.
+  const int computed = options_.faults.has(Fault::kAdmissionAbortLost)
+                           ? pending->prompt_tokens
+                           : static_cast<int>(meta.prompt_tokens);
+  // Hand the transfer to the request's handler through its metadata slot,
+  // echoing the request id; under the same lock as the check that the
+  // handler still waits (once it gave up, the slot may be another's).
+  absl::MutexLock lock(&mu_);
+  if (pending->cancelled) {
+    pending->result = absl::CancelledError("request gave up waiting");
+    return *pending->result;
+  }
+  MetadataSlot& slot = slots_[pending->slot];
+  slot.request = meta.request;
+  slot.first_token = commit.first_token;
+  slot.computed_tokens = computed;
+  slot.pages = std::move(received.pages);
+  pending->result = absl::OkStatus();
+  return absl::OkStatus();
+}
+
+}  // namespace kvcanary::engine

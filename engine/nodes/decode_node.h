@@ -1,0 +1,202 @@
+// The decode node: reserves pages for a request, asks a prefill node to fill
+// them, receives the K/V over the KV transfer protocol (KvReceiver: counts,
+// CRCs, stamps), then decodes with continuous batching and streams tokens
+// back to the router.
+//
+// Internal HTTP API (docs/nodes.md):
+//   POST /internal/v1/generate   one request; streams NDJSON lines (what
+//                                the prefill node reported, tokens, the end)
+//   GET  /internal/v1/limits     the node's settings (engine/node_settings.h)
+//   GET  /health, GET /metrics
+// and a TCP port for KV transfers.
+//
+// Thread-safe; owns its threads.
+#ifndef KVCANARY_ENGINE_NODES_DECODE_NODE_H_
+#define KVCANARY_ENGINE_NODES_DECODE_NODE_H_
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/http_server.h"
+#include "engine/core/engine_loop.h"
+#include "engine/core/faults.h"
+#include "engine/core/trace_bus.h"
+#include "engine/nodes/node_common.h"
+#include "engine/nodes/node_metrics.h"
+#include "engine/transfer/kv_connection.h"
+
+namespace kvcanary::engine {
+
+struct DecodeNodeOptions {
+  // This node's name, as the prefill nodes' configuration lists its KV
+  // port (PrefillNodeOptions::kv_peers); sent to them with each request.
+  std::string name = "decode-0";
+  // The prefill nodes this node asks to fill its reservations, round-robin
+  // (http://host:port). Configuration only: no request names an address.
+  std::vector<std::string> prefill_urls;
+  // The internal secret (mandatory), the trace token, the trace reader cap.
+  NodeCredentials creds;
+  // KV connections served at once; one more is closed at accept.
+  int max_kv_connections = 64;
+  std::string host = "127.0.0.1";
+  int http_port = 0;  // 0: any free port
+  int kv_port = 0;
+  int max_prompt_tokens = 0;  // 0: context - 1
+  int max_waiting = 256;
+  int http_threads = 96;
+  absl::Duration transfer_timeout = absl::Seconds(30);
+  // Tests only: the receiver waits this long after the metadata frame, so a
+  // test can kill the node in the middle of a transfer.
+  absl::Duration test_receive_delay = absl::ZeroDuration();
+  // Tests only: a slow link. Each transfer is received at most this many
+  // bytes per second (0: no limit).
+  int64_t test_receive_bytes_per_s = 0;
+  // Metadata slots: where the receiver leaves a finished transfer (first
+  // token, staged K/V, the request id echoed) for the request's handler.
+  int metadata_slots = 16;
+  FaultSet faults;
+  NodeTraceOptions trace;
+  EngineOptions engine;
+};
+
+class DecodeNode {
+ public:
+  DecodeNode(const Model* model, const DecodeNodeOptions& options);
+  ~DecodeNode();
+
+  absl::Status Start();
+  void Stop();
+  int http_port() const { return http_port_; }
+  int kv_port() const { return kv_port_; }
+
+ private:
+  // What the KV receiver must see for a request whose pages are reserved.
+  struct PendingTransfer {
+    TenantId tenant;
+    int prompt_tokens = 0;
+    int prompt_pages = 0;              // pages the prompt's K/V fill
+    int reserved_pages = 0;            // pages reserved for prompt + generation
+    std::vector<PageRef> block_table;  // the reservation
+    int slot = -1;                     // its metadata slot
+    TransferToken token{};             // the prefill node must present it
+    bool claimed = false;              // a receiver took it
+    bool cancelled = false;            // the generate handler gave up
+    std::optional<absl::Status> result;  // the receiver's verdict, once done
+  };
+
+  // A finished transfer, handed from the receiver to the request's handler.
+  struct MetadataSlot {
+    bool in_use = false;  // held from reservation until consumed
+    RequestId request;    // echoed by the receiver
+    int first_token = -1;
+    int computed_tokens = 0;
+    std::vector<kv::Page> pages;  // staged K/V (none if written directly)
+  };
+  // A slot for a new reservation, held until ReleaseSlot; waits for one up
+  // to `timeout`. Under metadata-slot-reuse: the next one round-robin,
+  // owned or not.
+  absl::StatusOr<int> AcquireSlot(absl::Duration timeout);
+  void ReleaseSlot(int slot);
+
+  void HandleGenerate(const http::Request& req, http::Response& res);
+  void AcceptLoop();
+  void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn);
+  // Receives, checks and installs one transfer; returns the verdict.
+  // *claimed: whether it took the request's reservation (only then may a
+  // failure abort the request).
+  absl::Status ReceiveTransfer(kv::FrameConnection& conn, RequestId* id,
+                               bool* claimed);
+  // What a transfer delivered so far.
+  struct ReceivedKv {
+    std::vector<kv::Page> pages;  // staged (unless written directly)
+    size_t pages_received = 0;
+    std::set<std::pair<uint32_t, uint32_t>> seen;  // (index, layer)
+    std::vector<uint32_t> slots_per_layer;
+  };
+  // The Metadata against the reservation and this node's KV geometry.
+  absl::Status CheckMetadata(const kv::Metadata& meta,
+                             const PendingTransfer& pending) const;
+  // One Page frame: fits the reservation, once, stamped as the watermark
+  // mode requires; then staged (or written, under abort-transfer-race).
+  absl::Status AcceptPage(kv::Page page, const kv::Metadata& meta,
+                          const PendingTransfer& pending, ReceivedKv* received);
+  absl::Status CheckPageStamp(const kv::Page& page, const kv::Metadata& meta);
+  // The Commit against what arrived (traced as a transfer_commit event).
+  absl::Status CheckCommit(const kv::Commit& commit, const kv::Metadata& meta,
+                           const PendingTransfer& pending,
+                           const ReceivedKv& received);
+  // Leaves the transfer in the request's metadata slot, unless its handler
+  // gave up.
+  absl::Status HandOver(const kv::Commit& commit, const kv::Metadata& meta,
+                        PendingTransfer* pending, ReceivedKv received);
+  // The handshake: Hello, then the sender's Auth within the frame timeout.
+  // kUnauthenticated for anything else.
+  absl::Status Authenticate(kv::FrameConnection& conn);
+  // The reservation a Metadata frame names, claimed for this connection if
+  // its transfer token matches and nobody claimed it. One answer for every
+  // refusal (unknown id, wrong token, taken), so a refusal reveals nothing.
+  absl::StatusOr<std::shared_ptr<PendingTransfer>> Claim(
+      const kv::Metadata& meta);
+  // Submits the request, waits for its pages and a metadata slot, and
+  // registers the reservation (with a fresh transfer token) for the
+  // receiver.
+  absl::StatusOr<std::shared_ptr<PendingTransfer>> Reserve(
+      const NodeRequest& request,
+      const std::shared_ptr<RequestChannel>& channel);
+  // Withdraws the reservation from the receiver and decides the transfer's
+  // verdict from the prefill node's answer and the receiver's.
+  absl::Status SettleTransfer(RequestId id, PendingTransfer& pending,
+                              absl::Status transfer, bool prefill_gone);
+  // Takes the transfer from its metadata slot (releasing the slot) and
+  // installs the K/V; `transfer` is the verdict so far.
+  absl::Status InstallFromSlot(RequestId id, const PendingTransfer& pending,
+                               absl::Status transfer);
+  // Streams the request's NDJSON lines as it decodes.
+  void StreamDecoding(http::Response& res,
+                      std::shared_ptr<RequestChannel> channel, RequestId id,
+                      int prompt_tokens, int cached_tokens,
+                      const nlohmann::json& prefill_outcome);
+  // Asks a prefill node to fill the reservation; its answer's outcome and
+  // cached tokens into *prefill_outcome / *cached_tokens.
+  absl::Status RequestPrefill(const NodeRequest& request,
+                              const PendingTransfer& pending,
+                              nlohmann::json* prefill_outcome,
+                              int* cached_tokens);
+  std::shared_ptr<PendingTransfer> FindPending(RequestId id);
+
+  const Model* model_;
+  DecodeNodeOptions options_;
+  TraceBus trace_;  // before loop_: the engine emits into it
+  std::unique_ptr<TraceFileWriter> trace_file_;
+  EngineLoop loop_;
+  NodeMetrics metrics_;
+  std::unique_ptr<http::Server> server_;
+  std::unique_ptr<kv::FrameListener> listener_;
+  std::thread accept_thread_;
+  int http_port_ = 0;
+  int kv_port_ = 0;
+
+  // Guards these, and the PendingTransfer fields claimed, cancelled and
+  // result (which live behind shared pointers the analysis cannot follow).
+  absl::Mutex mu_;
+  absl::flat_hash_map<RequestId, std::shared_ptr<PendingTransfer>> pending_
+      ABSL_GUARDED_BY(mu_);
+  // Receiver threads, each with a flag it sets when done (reaped on accept).
+  std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
+      transfer_threads_ ABSL_GUARDED_BY(mu_);
+  std::vector<MetadataSlot> slots_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;  // metadata-slot-reuse
+  std::atomic<uint64_t> next_prefill_{0};
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODES_DECODE_NODE_H_

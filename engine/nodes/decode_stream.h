@@ -1,0 +1,61 @@
+// The router's side of one POST /internal/v1/generate: the decode node's
+// NDJSON stream, read on a thread of its own so the client's handler can
+// wait for the headers first (and answer with the right status) and then
+// relay lines as they come.
+//
+// Thread-safe.
+#ifndef KVCANARY_ENGINE_NODES_DECODE_STREAM_H_
+#define KVCANARY_ENGINE_NODES_DECODE_STREAM_H_
+
+#include <atomic>
+#include <deque>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcanary::engine {
+
+class DecodeStream {
+ public:
+  // Starts the request to `url` (the decode node's base URL) with `body`,
+  // sending `authorization` as its Authorization header.
+  DecodeStream(const std::string& url, std::string authorization,
+               std::string body, absl::Duration timeout);
+  ~DecodeStream();  // cancels and joins
+  DecodeStream(const DecodeStream&) = delete;
+  DecodeStream& operator=(const DecodeStream&) = delete;
+
+  // Waits for the response headers: OK if 200, else the node's error (or
+  // kUnavailable if it could not be reached).
+  absl::Status WaitHeaders();
+  // After WaitHeaders() failed with the node's answer: its whole error body
+  // as JSON ({"error": ..., "prefill_outcome", "decode_outcome"}); null if
+  // there is none or it is not JSON.
+  nlohmann::json error_json();
+  // The next line; nullopt when the stream ended (see transport()).
+  std::optional<nlohmann::json> Next();
+  // Why the stream ended before its final line.
+  absl::Status transport();
+  void Cancel() { cancel_.store(true); }
+
+ private:
+  absl::Mutex mu_;
+  bool headers_ ABSL_GUARDED_BY(mu_) = false;
+  int http_status_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string error_body_ ABSL_GUARDED_BY(mu_);
+  std::string buffer_ ABSL_GUARDED_BY(mu_);
+  std::deque<nlohmann::json> lines_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status transport_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> cancel_{false};
+  std::thread thread_;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODES_DECODE_STREAM_H_

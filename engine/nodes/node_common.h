@@ -1,0 +1,118 @@
+// Pieces shared by the three node roles: internal error bodies between nodes
+// (which carry the absl status code so it survives the hop), JSON helpers,
+// and the HTTP server set-up.
+#ifndef KVCANARY_ENGINE_NODES_NODE_COMMON_H_
+#define KVCANARY_ENGINE_NODES_NODE_COMMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/http_server.h"
+#include "common/ids.h"
+#include "engine/model/sampler.h"
+#include "engine/transfer/internal_auth.h"
+#include "httplib.h"  // httplib::Error: the nodes call each other with its client
+#include "nlohmann/json.hpp"
+
+namespace kvcanary::engine {
+
+// {"error": {"message": ..., "code": <absl::StatusCode as int>}}
+std::string InternalErrorBody(const absl::Status& status);
+// Reads an internal error response back into a Status (unknown shapes:
+// kInternal with the HTTP status).
+absl::Status StatusFromInternalResponse(int http_status,
+                                        const std::string& body);
+// Writes `status` as the response: HTTP status by code, internal body, plus
+// the fields of `extra` (an object, or null) beside "error".
+void RespondInternalError(http::Response& res, const absl::Status& status,
+                          const nlohmann::json& extra = nullptr);
+
+// How a node reports what happened to a request at its step, for the
+// router's access log: "ok", or "<STATUS_CODE>: <message>" (e.g.
+// "DATA_LOSS: page 0 layer 1 failed its CRC32C check"). Messages name
+// counts and ids, never prompt or output text.
+std::string OutcomeText(const absl::Status& status);
+
+// A call to another node that got no HTTP answer, as kUnavailable naming
+// the node and what failed: "decode node http://…: connection refused or
+// unreachable", "…: connection lost while reading its answer", …
+absl::Status NodeCallError(const char* role, const std::string& url,
+                           httplib::Error error);
+
+// Parses a JSON object body; kInvalidArgument if it is not one.
+absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& body);
+// Reads a field with a type check; kInvalidArgument naming it otherwise.
+absl::StatusOr<uint64_t> JsonUint(const nlohmann::json& j, const char* field);
+absl::StatusOr<double> JsonNumber(const nlohmann::json& j, const char* field,
+                                  double default_value);
+absl::StatusOr<std::string> JsonString(const nlohmann::json& j,
+                                       const char* field);
+absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
+                                                const char* field);
+
+// What a node's listeners require (docs/nodes.md, "Internal plane").
+struct NodeCredentials {
+  // Every /internal/ route and the KV port; mandatory (a node refuses to
+  // start without it).
+  SharedSecret internal;
+  // GET /v1/trace; unset: the trace stream is off (403).
+  SharedSecret trace;
+  // Concurrent GET /v1/trace readers; one more gets 503.
+  int max_trace_readers = 8;
+};
+
+// Whether the request carries "Authorization: Bearer <secret>"; if not,
+// answers 401 with the internal error body (naming neither the secret nor
+// what was sent) and returns false.
+bool Authorized(const http::Request& req, const SharedSecret& secret,
+                const char* what, http::Response& res);
+
+// The routes every engine node serves: GET /internal/v1/limits (the node's
+// NodeSettings, engine/node_settings.h; internal secret), /v1/trace (trace
+// token, capped readers), /health and /metrics (open: no request or tenant
+// identifiers beyond the configured tenant ids). `loop`, `metrics`, `trace`
+// and `creds` must outlive the server.
+class EngineLoop;
+class NodeMetrics;
+class TraceBus;
+struct EngineOptions;
+void AddEngineNodeRoutes(http::Server* server, const std::string& role,
+                         int max_prompt_tokens, const EngineLoop* loop,
+                         NodeMetrics* metrics, TraceBus* trace,
+                         const NodeCredentials* creds);
+
+// `options` with its trace bus set.
+EngineOptions WithTrace(EngineOptions options, TraceBus* trace);
+
+// The fields every internal request carries: who, what, how to sample.
+struct NodeRequest {
+  RequestId id;
+  TenantId tenant;
+  std::vector<int> prompt;
+  SamplingParams sampling;  // max_tokens from the body, or 1 if absent
+};
+// request_id (non-zero, not kReservedRequestId) and tenant_id (non-zero),
+// prompt, temperature, top_p, seed (optional), max_tokens (optional);
+// kInvalidArgument (HTTP 400) naming the field.
+absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body);
+
+// The largest request body any listener accepts (router and nodes): 1 MiB,
+// far above the longest prompt a context holds; a larger one is a 413 with
+// an OpenAI-shaped error, refused before it is read into memory.
+inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
+
+// A server running up to `threads` handlers at once (each streaming
+// response holds one while it lasts), refusing bodies over
+// kMaxRequestBodyBytes, whose own errors (400, 404, 405, 408, 413, 431, 503,
+// 500) carry the OpenAI error shape.
+std::unique_ptr<http::Server> MakeHttpServer(int threads);
+// Binds host:port (0 = any free port) and serves on the server's own
+// threads. Returns the bound port.
+absl::StatusOr<int> BindAndServe(http::Server* server, const std::string& host,
+                                 int port);
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODES_NODE_COMMON_H_

@@ -1,0 +1,196 @@
+#include "engine/nodes/node_health.h"
+
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "engine/nodes/supervisor_status.h"
+#include "httplib.h"
+#include "nlohmann/json.hpp"
+#include "prometheus/text_serializer.h"
+
+namespace kvcanary::engine {
+namespace {
+
+using Probed = NodeHealth::Probed;
+
+Probed ProbeUrl(const std::string& url) {
+  httplib::Client client(url);
+  client.set_connection_timeout(0, 300 * 1000);
+  client.set_read_timeout(1, 0);
+  client.set_write_timeout(1, 0);
+  auto res = client.Get("/health");
+  if (res) return res->status == 200 ? Probed::kUp : Probed::kDown;
+  return res.error() == httplib::Error::Connection ? Probed::kDown
+                                                   : Probed::kTimedOut;
+}
+
+constexpr int kTimeoutsForDown = 3;
+constexpr const char* kRoles[] = {"prefill", "decode", "router"};
+
+}  // namespace
+
+NodeHealth::NodeHealth(NodeHealthOptions options)
+    : options_(std::move(options)),
+      registry_(std::make_shared<prometheus::Registry>()) {
+  auto& node_up = prometheus::BuildGauge()
+                      .Name("kvcanary_router_node_up")
+                      .Help("1 while the router's probes reach the node")
+                      .Register(*registry_);
+  absl::MutexLock lock(&mu_);
+  for (const auto& [role, urls] :
+       {std::pair<const char*, const std::vector<std::string>*>{
+            "prefill", &options_.prefill_urls},
+        {"decode", &options_.decode_urls}}) {
+    for (const std::string& url : *urls) {
+      Node n;
+      n.role = role;
+      n.url = url;
+      n.up_gauge = &node_up.Add({{"role", role}, {"url", url}});
+      n.up_gauge->Set(1);
+      nodes_.push_back(std::move(n));
+      roles_.push_back(role);
+      urls_.push_back(url);
+    }
+  }
+  if (!options_.up_status_file.empty()) {
+    auto& restarts =
+        prometheus::BuildCounter()
+            .Name("kvcanary_engine_restarts_total")
+            .Help("Restarts of each role by kvcanary-engine up since it began")
+            .Register(*registry_);
+    for (const char* role : kRoles) {
+      restarts_[role] = &restarts.Add({{"role", role}});
+      restarts_seen_[role] = 0;
+    }
+  }
+}
+
+NodeHealth::~NodeHealth() { Stop(); }
+
+void NodeHealth::Start() {
+  prober_ = std::thread([this] { ProbeLoop(); });
+}
+
+void NodeHealth::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (prober_.joinable()) prober_.join();
+}
+
+void NodeHealth::Update(size_t index, Probed probed) {
+  absl::MutexLock lock(&mu_);
+  Node& n = nodes_[index];
+  n.timeouts = probed == Probed::kTimedOut ? n.timeouts + 1 : 0;
+  const bool up =
+      probed == Probed::kUp ||
+      (probed == Probed::kTimedOut && n.up && n.timeouts < kTimeoutsForDown);
+  if (n.up && !up) n.down_since = absl::Now();
+  n.up = up;
+  n.up_gauge->Set(up ? 1 : 0);
+}
+
+void NodeHealth::ProbeLoop() {
+  while (true) {
+    for (size_t i = 0; i < urls_.size(); ++i) Update(i, ProbeUrl(urls_[i]));
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.probe_interval);
+    if (stop_) return;
+  }
+}
+
+absl::StatusOr<std::string> NodeHealth::PickOf(const std::string& role,
+                                               uint64_t n) const {
+  std::vector<const Node*> of_role;
+  for (const Node& node : nodes_) {
+    if (node.role == role) of_role.push_back(&node);
+  }
+  for (size_t i = 0; i < of_role.size(); ++i) {
+    const Node* node = of_role[(n + i) % of_role.size()];
+    if (node->up) return node->url;
+  }
+  std::vector<std::string> urls;
+  for (const Node* node : of_role) urls.push_back(node->url);
+  return absl::UnavailableError(
+      absl::StrCat("The ", role, " node is down (", absl::StrJoin(urls, ", "),
+                   " not answering); retry shortly."));
+}
+
+absl::StatusOr<NodeHealth::Route> NodeHealth::Pick(uint64_t n) {
+  for (int attempt = 0;; ++attempt) {
+    std::string down_role;
+    {
+      absl::MutexLock lock(&mu_);
+      auto prefill = PickOf("prefill", n);
+      auto decode = PickOf("decode", n);
+      if (prefill.ok() && decode.ok()) {
+        return Route{*std::move(prefill), *std::move(decode)};
+      }
+      if (attempt > 0) return prefill.ok() ? decode.status() : prefill.status();
+      down_role = prefill.ok() ? "decode" : "prefill";
+    }
+    // The prober may not have seen the node come back yet: ask now, so a
+    // node is served as soon as it answers.
+    for (size_t i = 0; i < urls_.size(); ++i) {
+      if (roles_[i] == down_role) Update(i, ProbeUrl(urls_[i]));
+    }
+  }
+}
+
+std::string NodeHealth::HealthJson() const {
+  nlohmann::ordered_json j;
+  j["status"] = "ok";
+  j["role"] = "router";
+  j["nodes"] = nlohmann::ordered_json::array();
+  {
+    absl::MutexLock lock(&mu_);
+    bool prefill_up = false, decode_up = false;
+    for (const Node& n : nodes_) {
+      nlohmann::ordered_json node = {
+          {"role", n.role}, {"url", n.url}, {"state", n.up ? "up" : "down"}};
+      if (!n.up) {
+        node["down_ms"] = absl::ToInt64Milliseconds(absl::Now() - n.down_since);
+      }
+      j["nodes"].push_back(std::move(node));
+      (n.role == "prefill" ? prefill_up : decode_up) |= n.up;
+    }
+    if (!prefill_up || !decode_up) j["status"] = "degraded";
+  }
+  if (!options_.up_status_file.empty()) {
+    auto s = SupervisorStatus::ReadFile(options_.up_status_file);
+    if (!s.ok()) {
+      j["supervisor"] = {{"error", std::string(s.status().message())}};
+    } else {
+      std::string text;
+      s->EncodeTo(&text);
+      j["supervisor"] = nlohmann::ordered_json::parse(text);
+      j["supervisor"].erase("format");
+    }
+  }
+  return j.dump();
+}
+
+std::string NodeHealth::MetricsText() {
+  absl::MutexLock lock(&metrics_mu_);
+  if (!options_.up_status_file.empty()) {
+    auto s = SupervisorStatus::ReadFile(options_.up_status_file);
+    if (s.ok()) {
+      for (const SupervisorStatus::Role& r : s->roles) {
+        auto it = restarts_.find(r.role);
+        if (it == restarts_.end()) continue;
+        int64_t& seen = restarts_seen_[r.role];
+        if (r.restarts > seen) {
+          it->second->Increment(static_cast<double>(r.restarts - seen));
+          seen = r.restarts;
+        }
+      }
+    }
+  }
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace kvcanary::engine

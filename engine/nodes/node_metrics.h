@@ -1,0 +1,61 @@
+// The metrics of a node (router, prefill or decode), declared in one place;
+// handles bound at startup, the hot path only increments. Served at
+// GET /metrics in the Prometheus text format. Labels are bounded: role,
+// outcome, endpoint; never a tenant or request id.
+#ifndef KVCANARY_ENGINE_NODES_NODE_METRICS_H_
+#define KVCANARY_ENGINE_NODES_NODE_METRICS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/core/engine_loop.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace kvcanary::engine {
+
+// Thread-safe (prometheus-cpp handles are).
+class NodeMetrics {
+ public:
+  explicit NodeMetrics(const std::string& role);
+
+  // One finished request, by outcome: "ok", "cancelled" (kCancelled: the
+  // client, or for a node the router, went away before the answer ended),
+  // or the status code's name.
+  void CountRequest(const absl::Status& status);
+  void CountTransfer(uint64_t bytes, const absl::Status& status);
+  // Watermark violations of one finished request, by kind.
+  void CountViolations(const std::vector<WatermarkViolation>& violations);
+  // A KV connection refused before it could touch a reservation, by
+  // reason: "connection cap", "authentication", "no matching reservation".
+  void CountKvRefused(const char* reason);
+  // Refreshes gauges from an engine loop, then serializes everything.
+  std::string Serialize(const EngineLoop* loop);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Counter* transfer_bytes_;
+  prometheus::Counter* transfer_failures_;
+  prometheus::Counter* transfers_ok_;
+  prometheus::Gauge* pages_used_;
+  prometheus::Gauge* pages_free_;
+  prometheus::Gauge* pages_cached_;
+  prometheus::Counter* prefix_hits_;
+  uint64_t prefix_hits_seen_ = 0;
+  prometheus::Gauge* queue_waiting_;
+  prometheus::Gauge* running_;
+  prometheus::Gauge* transferring_;
+  prometheus::Counter* tokens_;
+  prometheus::Family<prometheus::Counter>* violations_;
+  uint64_t tokens_seen_ = 0;
+  prometheus::Family<prometheus::Counter>* kv_refused_;
+  std::string role_;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODES_NODE_METRICS_H_

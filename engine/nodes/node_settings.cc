@@ -1,0 +1,125 @@
+#include "engine/nodes/node_settings.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "common/page_stamp.h"
+#include "common/trace_event.h"
+#include "engine/core/engine.h"
+#include "engine/nodes/version.h"
+
+namespace kvcanary::engine {
+namespace {
+
+// Rank of a setting by how much it protects tenants from each other: the
+// smaller, the less. Unknown values rank lowest (an unknown mode is not
+// vouched for).
+int WatermarkRank(const std::string& mode) {
+  if (mode == "enforce") return 3;
+  if (mode == "detect") return 2;
+  if (mode == "off") return 1;
+  return 0;
+}
+int PrefixCacheRank(const std::string& mode) {
+  if (mode == "off") return 3;
+  if (mode == "tenant") return 2;
+  if (mode == "global") return 1;
+  return 0;
+}
+
+// The least protective value of `field` over `nodes`, by `rank`.
+template <typename Field, typename Rank>
+std::string Weakest(const std::vector<NodeSettings>& nodes, Field field,
+                    Rank rank) {
+  std::string out = field(nodes.front());
+  for (const NodeSettings& n : nodes) {
+    if (rank(field(n)) < rank(out)) out = field(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+NodeSettings NodeSettings::Of(const EngineOptions& engine,
+                              int max_prompt_tokens, int context_tokens) {
+  NodeSettings s;
+  s.max_prompt_tokens = max_prompt_tokens;
+  s.context_tokens = context_tokens;
+  s.page_tokens = engine.page_tokens;
+  s.watermark = WatermarkModeName(engine.watermark);
+  s.prefix_cache = PrefixCacheModeName(engine.prefix_cache);
+  s.kv_checksum = "crc32c";  // docs/kv-transfer.md: not switchable
+  s.trace_format = absl::StrCat("kvt", static_cast<int>(kTraceVersionLatest));
+  s.version = kEngineVersion;
+  return s;
+}
+
+nlohmann::json NodeSettings::ToJson() const {
+  nlohmann::json j;
+  j["max_prompt_tokens"] = max_prompt_tokens;
+  j["context_tokens"] = context_tokens;
+  j["page_tokens"] = page_tokens;
+  j["watermark"] = watermark;
+  j["prefix_cache"] = prefix_cache;
+  j["kv_checksum"] = kv_checksum;
+  j["trace_format"] = trace_format;
+  j["version"] = version;
+  return j;
+}
+
+absl::StatusOr<NodeSettings> NodeSettings::FromJson(const nlohmann::json& j) {
+  auto int_field = [&](const char* name) {
+    return j.contains(name) && j[name].is_number_integer();
+  };
+  if (!j.is_object() || !int_field("max_prompt_tokens") ||
+      !int_field("context_tokens")) {
+    return absl::DataLossError("malformed limits");
+  }
+  NodeSettings s;
+  s.max_prompt_tokens = j["max_prompt_tokens"].get<int>();
+  s.context_tokens = j["context_tokens"].get<int>();
+  if (int_field("page_tokens")) s.page_tokens = j["page_tokens"].get<int>();
+  auto string_field = [&](const char* name, std::string* out) {
+    if (j.contains(name) && j[name].is_string()) *out = j[name];
+  };
+  string_field("watermark", &s.watermark);
+  string_field("prefix_cache", &s.prefix_cache);
+  string_field("kv_checksum", &s.kv_checksum);
+  string_field("trace_format", &s.trace_format);
+  string_field("version", &s.version);
+  return s;
+}
+
+ServingSettings CombineNodeSettings(const std::vector<NodeSettings>& prefill,
+                                    const std::vector<NodeSettings>& decode) {
+  CHECK(!prefill.empty() && !decode.empty());
+  std::vector<NodeSettings> all = prefill;
+  all.insert(all.end(), decode.begin(), decode.end());
+  ServingSettings s;
+  s.max_prompt_tokens = s.decode_max_prompt_tokens = s.context_tokens =
+      s.page_tokens = 1 << 30;
+  for (const NodeSettings& n : all) {
+    s.max_prompt_tokens = std::min(s.max_prompt_tokens, n.max_prompt_tokens);
+    s.context_tokens = std::min(s.context_tokens, n.context_tokens);
+    s.page_tokens = std::min(s.page_tokens, n.page_tokens);
+  }
+  for (const NodeSettings& n : decode) {
+    s.decode_max_prompt_tokens =
+        std::min(s.decode_max_prompt_tokens, n.max_prompt_tokens);
+  }
+  s.watermark = Weakest(
+      all, [](const NodeSettings& n) { return n.watermark; }, WatermarkRank);
+  s.prefix_cache = Weakest(
+      prefill, [](const NodeSettings& n) { return n.prefix_cache; },
+      PrefixCacheRank);
+  s.kv_checksum = Weakest(
+      decode, [](const NodeSettings& n) { return n.kv_checksum; },
+      [](const std::string& c) { return c == "crc32c" ? 1 : 0; });
+  s.trace_format = Weakest(
+      all, [](const NodeSettings& n) { return n.trace_format; },
+      [](const std::string& t) { return t.empty() ? 0 : 1; });
+  return s;
+}
+
+}  // namespace kvcanary::engine

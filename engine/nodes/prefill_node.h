@@ -1,0 +1,108 @@
+// The prefill node: computes a prompt's K/V and first token (PrefillQueue ->
+// Scheduler -> ModelRunner), then ships the pages to the decode node that
+// reserved them (KvSender), and frees them once decode acked or the transfer
+// failed: never while a write into them could still be in flight.
+//
+// Internal HTTP API (docs/nodes.md):
+//   POST /internal/v1/prefill    compute and transfer; 200 once decode acked,
+//                                with the prompt tokens its prefix cache served
+//   GET  /internal/v1/limits     the node's settings (engine/node_settings.h)
+//   GET  /health, GET /metrics
+//
+// Thread-safe; owns its threads.
+#ifndef KVCANARY_ENGINE_NODES_PREFILL_NODE_H_
+#define KVCANARY_ENGINE_NODES_PREFILL_NODE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/http_server.h"
+#include "engine/core/engine_loop.h"
+#include "engine/core/faults.h"
+#include "engine/core/trace_bus.h"
+#include "engine/nodes/node_common.h"
+#include "engine/nodes/node_metrics.h"
+
+namespace kvcanary::engine {
+
+// Test-only damage to outgoing transfers, to prove the receiver's checks.
+enum class TransferDamage { kNone, kFlipPageByte, kTruncateFrame };
+
+// A decode node's KV port, as this node's configuration names it.
+struct KvPeer {
+  std::string name;  // what the decode node calls itself (its --name)
+  std::string host;
+  int port = 0;
+};
+// "NAME=HOST:PORT"; kInvalidArgument otherwise.
+absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec);
+
+struct PrefillNodeOptions {
+  // Where this node may send K/V: the decode nodes' KV ports, by name.
+  // Configuration only: a request names a peer, never an address.
+  std::vector<KvPeer> kv_peers;
+  // The internal secret (mandatory), the trace token, the trace reader cap.
+  NodeCredentials creds;
+  std::string host = "127.0.0.1";
+  int http_port = 0;
+  // Longest prompt this node accepts; 0: half the model's context (as the
+  // incident's prefill tier: below the model's context).
+  int max_prompt_tokens = 0;
+  int max_waiting = 256;
+  int http_threads = 64;
+  absl::Duration transfer_timeout = absl::Seconds(30);
+  TransferDamage damage = TransferDamage::kNone;
+  FaultSet faults;
+  NodeTraceOptions trace;
+  EngineOptions engine;
+};
+
+class PrefillNode {
+ public:
+  PrefillNode(const Model* model, const PrefillNodeOptions& options);
+  ~PrefillNode();
+
+  absl::Status Start();
+  void Stop();
+  int http_port() const { return http_port_; }
+  // Adds (or replaces, by name) a KV peer: for a process that starts the
+  // decode node after this one and learns its KV port then.
+  void AddKvPeer(const KvPeer& peer);
+
+ private:
+  // Where and as what a request's K/V go: the reservation's size, its
+  // transfer token, the configured peer it names.
+  struct TransferTarget {
+    uint64_t reserved_pages = 0;
+    TransferToken token{};
+    KvPeer peer;
+  };
+  absl::StatusOr<TransferTarget> ParseTransferTarget(
+      const nlohmann::json& body);
+  // The configured peer a request names; with one peer, an unnamed
+  // request goes to it. kFailedPrecondition for an unknown name.
+  absl::StatusOr<KvPeer> FindKvPeer(const std::string& name);
+  void HandlePrefill(const http::Request& req, http::Response& res);
+  // KvSender: one transfer to the decode node; returns decode's verdict.
+  absl::Status SendKv(const KvPeer& peer, const kv::Metadata& meta,
+                      const std::vector<PageRef>& block_table, int first_token,
+                      uint64_t* bytes_sent);
+
+  const Model* model_;
+  PrefillNodeOptions options_;
+  TraceBus trace_;  // before loop_: the engine emits into it
+  std::unique_ptr<TraceFileWriter> trace_file_;
+  EngineLoop loop_;
+  NodeMetrics metrics_;
+  std::unique_ptr<http::Server> server_;
+  int http_port_ = 0;
+  absl::Mutex peers_mu_;
+  std::vector<KvPeer> peers_ ABSL_GUARDED_BY(peers_mu_);
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODES_PREFILL_NODE_H_

@@ -1,0 +1,111 @@
+// The router: the OpenAI-compatible front door. Authenticates (API key ->
+// tenant), tokenizes, admits (length limits checked here, once, against the
+// smallest limit of the prefill and decode nodes -> 400), picks a prefill and
+// a decode node (round robin), and relays the decode node's tokens to the
+// client as JSON or SSE.
+//
+// Public HTTP API (docs/api.md): POST /v1/completions, POST
+// /v1/chat/completions, GET /v1/models, GET /version, GET /health, GET
+// /metrics; every answer carries "Server: kvcanary/<version>". Every
+// completion response from the moment a request id is assigned (after
+// authentication, parsing and admission) carries it in kRequestIdHeader.
+// With an access log, every completion request ends in one line of it
+// (engine/access_log.h).
+//
+// Thread-safe; owns its threads.
+#ifndef KVCANARY_ENGINE_NODES_ROUTER_H_
+#define KVCANARY_ENGINE_NODES_ROUTER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/http_server.h"
+#include "engine/core/faults.h"
+#include "engine/model/tokenizer.h"
+#include "engine/nodes/access_log.h"
+#include "engine/nodes/node_health.h"
+#include "engine/nodes/node_metrics.h"
+#include "engine/nodes/node_settings.h"
+#include "engine/nodes/request_ids.h"
+#include "engine/nodes/tenants.h"
+#include "engine/transfer/internal_auth.h"
+
+namespace kvcanary::engine {
+
+struct RouterOptions {
+  std::string host = "127.0.0.1";
+  int http_port = 0;
+  std::vector<std::string> prefill_urls;  // http://host:port
+  std::vector<std::string> decode_urls;
+  // Sent to the nodes on every internal call; mandatory.
+  SharedSecret internal_secret;
+  std::string model_name = "kvcanary";
+  int http_threads = 96;
+  int max_in_flight = 256;  // beyond: 429
+  absl::Duration node_timeout = absl::Seconds(60);
+  absl::Duration startup_timeout = absl::Seconds(20);
+  FaultSet faults;
+  AccessLogOptions access_log;  // path "": no access log
+  std::string up_status_file;   // "": not run by up (engine/node_health.h)
+};
+
+class Router {
+ public:
+  // `tokenizer` and `tenants` must outlive the router.
+  Router(const Tokenizer* tokenizer, const TenantRegistry* tenants,
+         const RouterOptions& options);
+  ~Router();
+
+  // Opens the access log if one is set, reads every node's settings
+  // (waiting up to startup_timeout for them), then serves.
+  absl::Status Start();
+  void Stop();
+  int http_port() const { return http_port_; }
+  int max_prompt_tokens() const { return settings_.max_prompt_tokens; }
+  int context_tokens() const { return settings_.context_tokens; }
+
+ private:
+  struct Admitted;
+  void HandleCompletion(const http::Request& req, http::Response& res,
+                        bool chat);
+  // Authentication, parsing, tokenizing and admission (length limits and
+  // in-flight counts), filling `record` as it learns; the request's error
+  // otherwise.
+  absl::StatusOr<std::shared_ptr<Admitted>> Admit(const http::Request& req,
+                                                  bool chat,
+                                                  AccessRecord* record);
+  // Relays the decode node's answer to the client, JSON or SSE.
+  void Relay(std::shared_ptr<Admitted> admitted, http::Response& res,
+             std::shared_ptr<AccessRecord> record);
+  // Answers `status` as an OpenAI error and logs the request.
+  void Fail(const absl::Status& status, http::Response& res,
+            AccessRecord* record);
+  // Finishes `record` (total_ms) and appends it to the access log, if any.
+  void Log(AccessRecord* record);
+  // Reads every node's GET /internal/v1/limits into settings_.
+  absl::Status FetchSettings();
+
+  const Tokenizer* tokenizer_;
+  const TenantRegistry* tenants_;
+  RouterOptions options_;
+  NodeMetrics metrics_;
+  std::unique_ptr<AccessLog> access_log_;  // null: none
+  std::unique_ptr<http::Server> server_;
+  int http_port_ = 0;
+  ServingSettings settings_;  // from the nodes, at Start()
+  RequestIdSequence request_ids_;
+  std::unique_ptr<NodeHealth> health_;  // from Start()
+  std::atomic<uint64_t> next_node_{0};
+  std::atomic<int> in_flight_{0};
+  // Requests in flight per tenant, indexed by TenantId (1..N).
+  std::unique_ptr<std::atomic<int>[]> tenant_in_flight_;
+  int64_t created_ = 0;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODES_ROUTER_H_

@@ -1,0 +1,352 @@
+#include "engine/nodes/serve.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
+#include "engine/nodes/decode_node.h"
+#include "engine/nodes/router.h"
+#include "engine/nodes/supervisor.h"
+#include "engine/nodes/tenants.h"
+
+namespace kvcanary::engine {
+namespace {
+
+absl::StatusOr<Model> LoadModel(const ServeOptions& o) {
+  if (o.model_path.empty()) return DefaultModel();
+  return LoadLlama2cModel(o.model_path);
+}
+
+absl::StatusOr<Tokenizer> LoadTokenizer(const ServeOptions& o, int vocab_size) {
+  if (o.model_path.empty()) return Tokenizer::Default(vocab_size);
+  if (o.tokenizer_path.empty())
+    return absl::InvalidArgumentError("--model needs --tokenizer");
+  return Tokenizer::Load(o.tokenizer_path, vocab_size);
+}
+
+// Blocks SIGINT/SIGTERM in this thread (and the threads it starts), so
+// WaitForStopSignal() can take them synchronously.
+sigset_t BlockStopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return set;
+}
+
+void PrintReady(const std::string& line) {
+  std::fprintf(stdout, "%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+// Prints the ready line, serves until SIGINT/SIGTERM, then stops the node.
+template <typename Node>
+absl::Status ServeUntilSignal(Node& node, const std::string& ready_line,
+                              const sigset_t& stop) {
+  PrintReady(ready_line);
+  int sig;
+  sigwait(&stop, &sig);
+  node.Stop();
+  return absl::OkStatus();
+}
+
+// The credentials a node's listeners require, from the files the options
+// name: the internal secret is mandatory, the trace token optional.
+absl::StatusOr<NodeCredentials> LoadCredentials(const ServeOptions& o) {
+  NodeCredentials c;
+  if (o.internal_secret_file.empty()) {
+    return absl::InvalidArgumentError(
+        "serve needs --internal-secret-file (up generates one)");
+  }
+  ASSIGN_OR_RETURN(c.internal, SharedSecret::FromFile(o.internal_secret_file));
+  if (!o.trace_token_file.empty()) {
+    ASSIGN_OR_RETURN(c.trace, SharedSecret::FromFile(o.trace_token_file));
+  }
+  c.max_trace_readers = o.max_trace_readers;
+  return c;
+}
+
+}  // namespace
+
+absl::Status RunServe(const ServeOptions& o) {
+  sigset_t stop = BlockStopSignals();
+  ASSIGN_OR_RETURN(Model model, LoadModel(o));
+  ASSIGN_OR_RETURN(NodeCredentials creds, LoadCredentials(o));
+  if (o.role == "prefill") {
+    PrefillNodeOptions p;
+    p.creds = creds;
+    for (const std::string& spec : o.decode_kv) {
+      ASSIGN_OR_RETURN(KvPeer peer, ParseKvPeer(spec));
+      p.kv_peers.push_back(peer);
+    }
+    p.host = o.host;
+    p.http_port = o.port;
+    p.max_prompt_tokens = o.max_prompt_tokens;
+    p.max_waiting = o.max_waiting;
+    p.engine = o.engine;
+    p.damage = o.damage;
+    p.faults = o.faults;
+    p.trace = o.trace;
+    p.transfer_timeout = o.transfer_timeout;
+    PrefillNode node(&model, p);
+    RETURN_IF_ERROR(node.Start());
+    return ServeUntilSignal(
+        node, absl::StrCat("ready role=prefill http=", node.http_port()), stop);
+  }
+  if (o.role == "decode") {
+    DecodeNodeOptions d;
+    d.creds = creds;
+    d.name = o.node_name;
+    d.prefill_urls = o.prefill_urls;
+    d.host = o.host;
+    d.http_port = o.port;
+    d.kv_port = o.kv_port;
+    d.max_prompt_tokens = o.max_prompt_tokens;
+    d.max_waiting = o.max_waiting;
+    d.engine = o.engine;
+    d.test_receive_delay = o.test_receive_delay;
+    d.test_receive_bytes_per_s = o.test_receive_bytes_per_s;
+    d.transfer_timeout = o.transfer_timeout;
+    d.metadata_slots = o.metadata_slots;
+    d.faults = o.faults;
+    d.trace = o.trace;
+    DecodeNode node(&model, d);
+    RETURN_IF_ERROR(node.Start());
+    return ServeUntilSignal(
+        node,
+        absl::StrCat("ready role=decode http=", node.http_port(),
+                     " kv=", node.kv_port()),
+        stop);
+  }
+  if (o.role == "router") {
+    ASSIGN_OR_RETURN(Tokenizer tokenizer,
+                     LoadTokenizer(o, model.config.vocab_size));
+    if (o.tenants_path.empty())
+      return absl::InvalidArgumentError("the router needs --tenants");
+    ASSIGN_OR_RETURN(TenantRegistry tenants,
+                     TenantRegistry::LoadFile(o.tenants_path));
+    RouterOptions r;
+    r.internal_secret = creds.internal;
+    r.host = o.host;
+    r.http_port = o.port;
+    r.prefill_urls = o.prefill_urls;
+    r.decode_urls = o.decode_urls;
+    r.max_in_flight = o.max_in_flight;
+    r.faults = o.faults;
+    r.access_log = o.access_log;
+    r.up_status_file = o.up_status_file;
+    Router router(&tokenizer, &tenants, r);
+    RETURN_IF_ERROR(router.Start());
+    return ServeUntilSignal(
+        router, absl::StrCat("ready role=router http=", router.http_port()),
+        stop);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --role '", o.role, "' (want router, prefill or decode)"));
+}
+
+absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args) {
+  std::vector<std::string> up_args = {"/proc/self/exe", "up"};
+  up_args.insert(up_args.end(), args.begin(), args.end());
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    dup2(fds[1], STDOUT_FILENO);
+    std::vector<char*> argv;
+    for (auto& a : up_args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv("/proc/self/exe", argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  UpProcess up;
+  up.pid = pid;
+  std::string line;
+  std::vector<std::string> urls;
+  char ch;
+  while (urls.size() < 4 && read(fds[0], &ch, 1) == 1) {
+    if (ch != '\n') {
+      line.push_back(ch);
+      continue;
+    }
+    std::vector<std::string> words = absl::StrSplit(line, ' ');
+    if (words.size() >= 2) urls.push_back(words[1]);
+    line.clear();
+  }
+  close(fds[0]);
+  if (urls.size() < 4) {
+    StopUpProcess(up);
+    return absl::UnavailableError("kvcanary-engine up did not start");
+  }
+  up.router = urls[0];
+  up.prefill = urls[1];
+  up.decode = urls[2];
+  up.trace_token_file = urls[3];
+  return up;
+}
+
+void StopUpProcess(UpProcess& up) {
+  if (up.pid <= 0) return;
+  kill(up.pid, SIGTERM);
+  waitpid(up.pid, nullptr, 0);
+  up.pid = -1;
+}
+
+namespace {
+
+// Where `up` writes the status of its children for the router
+// (engine/supervisor_status.h): in $TMPDIR (or /tmp), removed on exit.
+std::string UpStatusPath() {
+  const char* tmp = std::getenv("TMPDIR");
+  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
+                      "/kvcanary-up-", getpid(), ".status.json");
+}
+
+// A port on `host` free now: bound to 0, read back, released. (Another
+// process could take it before the node binds it; the node then fails to
+// start, loudly.)
+absl::StatusOr<int> PickFreePort(const std::string& host) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError("socket failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  }
+  socklen_t len = sizeof(addr);
+  const bool ok =
+      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) {
+    return absl::UnavailableError(absl::StrCat("no free port on ", host));
+  }
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+// The deployment's secrets for `up`: the operator's files, or fresh ones in
+// a private directory (removed with it).
+class UpSecrets {
+ public:
+  ~UpSecrets() {
+    if (dir_.empty()) return;
+    for (const std::string& f : {secret_, trace_}) {
+      if (absl::StartsWith(f, dir_)) ::unlink(f.c_str());
+    }
+    ::rmdir(dir_.c_str());
+  }
+  absl::Status Init(const ServeOptions& o) {
+    secret_ = o.internal_secret_file;
+    trace_ = o.trace_token_file;
+    if (!secret_.empty() && !trace_.empty()) return absl::OkStatus();
+    char tmpl[] = "/tmp/kvcanary-up-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) {
+      return absl::InternalError("cannot create a directory for the secrets");
+    }
+    dir_ = tmpl;
+    for (std::string* f : {&secret_, &trace_}) {
+      if (!f->empty()) continue;
+      *f = dir_ + (f == &secret_ ? "/internal.secret" : "/trace.token");
+      RETURN_IF_ERROR(SharedSecret::GenerateToFile(*f).status());
+    }
+    return absl::OkStatus();
+  }
+  const std::string& secret_file() const { return secret_; }
+  const std::string& trace_file() const { return trace_; }
+
+ private:
+  std::string dir_, secret_, trace_;
+};
+
+}  // namespace
+
+absl::Status RunUp(const ServeOptions& o,
+                   const std::vector<std::string>& node_args) {
+  sigset_t stop = BlockStopSignals();
+  // Whoever reads our stdout may stop reading (StartUpProcess reads the
+  // URLs only): restart lines must not kill us.
+  signal(SIGPIPE, SIG_IGN);
+  SupervisorOptions so;
+  so.status_path = UpStatusPath();
+  Supervisor children(so);
+  UpSecrets secrets;
+  RETURN_IF_ERROR(secrets.Init(o));
+  std::vector<std::string> common;
+  if (!o.model_path.empty()) {
+    common = {"--model=" + o.model_path, "--tokenizer=" + o.tokenizer_path};
+  }
+  common.push_back("--internal_secret_file=" + secrets.secret_file());
+  std::vector<std::string> node = common;
+  node.insert(node.end(), node_args.begin(), node_args.end());
+  node.push_back("--trace_token_file=" + secrets.trace_file());
+  node.push_back(absl::StrCat("--max_trace_readers=", o.max_trace_readers));
+  // The prefill node's configuration names the decode node's KV port, and
+  // the decode node's names the prefill node: the KV port is chosen first.
+  ASSIGN_OR_RETURN(const int kv_port, PickFreePort(o.host));
+  std::vector<std::string> prefill_args = node;
+  prefill_args.push_back(
+      absl::StrCat("--decode_kv=decode-0=", o.host, ":", kv_port));
+  ASSIGN_OR_RETURN(const int prefill, children.Spawn("prefill", prefill_args));
+  ASSIGN_OR_RETURN(const ReadyLine prefill_ready,
+                   children.WaitReady(prefill, absl::Seconds(60)));
+  const std::string prefill_url =
+      absl::StrCat("http://", o.host, ":", prefill_ready.http_port);
+  std::vector<std::string> decode_args = node;
+  decode_args.push_back("--prefill=" + prefill_url);
+  decode_args.push_back(absl::StrCat("--kv_port=", kv_port));
+  decode_args.push_back("--name=decode-0");
+  ASSIGN_OR_RETURN(const int decode, children.Spawn("decode", decode_args));
+  ASSIGN_OR_RETURN(const ReadyLine decode_ready,
+                   children.WaitReady(decode, absl::Seconds(60)));
+  const std::string decode_url =
+      absl::StrCat("http://", o.host, ":", decode_ready.http_port);
+  std::vector<std::string> router_args = common;
+  router_args.push_back(absl::StrCat("--port=", o.port));
+  router_args.push_back("--tenants=" + o.tenants_path);
+  router_args.push_back("--prefill=" + prefill_url);
+  router_args.push_back("--decode=" + decode_url);
+  router_args.push_back("--fault=" + o.faults.ToString());
+  router_args.push_back("--up_status_file=" + so.status_path);
+  if (!o.access_log.path.empty()) {
+    router_args.push_back("--access_log=" + o.access_log.path);
+    router_args.push_back(
+        absl::StrCat("--access_log_max_bytes=", o.access_log.max_bytes));
+    router_args.push_back(
+        absl::StrCat("--access_log_keep=", o.access_log.keep));
+  }
+  ASSIGN_OR_RETURN(const int router, children.Spawn("router", router_args));
+  ASSIGN_OR_RETURN(const ReadyLine router_ready,
+                   children.WaitReady(router, absl::Seconds(60)));
+  PrintReady(
+      absl::StrCat("router http://", o.host, ":", router_ready.http_port));
+  PrintReady("prefill " + prefill_url);
+  PrintReady(absl::StrCat("decode ", decode_url, " kv=", decode_ready.kv_port));
+  PrintReady("trace-token-file " + secrets.trace_file());
+  // Serve until asked to stop, restarting whichever child dies.
+  children.Run(stop);
+  children.StopAll();
+  return absl::OkStatus();
+}
+
+}  // namespace kvcanary::engine

@@ -1,0 +1,79 @@
+// Process-level entry points of `kvcanary-engine serve` and
+// `kvcanary-engine up`: start a node role in this process, or start the
+// whole topology (router + prefill + decode) as separate processes.
+#ifndef KVCANARY_ENGINE_NODES_SERVE_H_
+#define KVCANARY_ENGINE_NODES_SERVE_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/core/engine.h"
+#include "engine/core/faults.h"
+#include "engine/core/trace_bus.h"
+#include "engine/nodes/access_log.h"
+#include "engine/nodes/prefill_node.h"
+
+namespace kvcanary::engine {
+
+struct ServeOptions {
+  std::string role;  // router, prefill or decode
+  std::string host = "127.0.0.1";
+  int port = 0;
+  int kv_port = 0;  // decode
+  std::string model_path;
+  std::string tokenizer_path;
+  std::string tenants_path;               // router
+  std::vector<std::string> prefill_urls;  // router
+  std::vector<std::string> decode_urls;   // router
+  std::vector<std::string> decode_kv;     // prefill: NAME=HOST:PORT
+  std::string node_name = "decode-0";     // decode
+  std::string internal_secret_file;       // every role (up: generated if "")
+  std::string trace_token_file;           // nodes (up: generated if "")
+  int max_trace_readers = 8;              // nodes
+  int max_prompt_tokens = 0;              // nodes; 0 = role default
+  int max_waiting = 256;
+  EngineOptions engine;
+  TransferDamage damage = TransferDamage::kNone;        // prefill, tests only
+  absl::Duration test_receive_delay;                    // decode, tests only
+  int64_t test_receive_bytes_per_s = 0;                 // decode, tests only
+  absl::Duration transfer_timeout = absl::Seconds(30);  // nodes
+  int metadata_slots = 16;                              // decode
+  FaultSet faults;                                      // every role
+  NodeTraceOptions trace;                               // nodes
+  int max_in_flight = 256;                              // router
+  AccessLogOptions access_log;                          // router
+  std::string up_status_file;  // router: the status file of the `up` above
+};
+
+// Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and
+// serves until SIGINT or SIGTERM; then stops cleanly.
+absl::Status RunServe(const ServeOptions& options);
+
+// Starts prefill, decode, then router as child processes of this binary
+// (`serve --role=...`, with `node_args` passed to the two nodes, and
+// options.faults and options.access_log to the router), prints
+// "router http://...", "prefill http://...", "decode http://..." once all
+// are ready, restarts any that dies on the same ports (engine/supervisor.h:
+// the others keep serving; one line per exit and restart on stdout; the
+// state in a status file the router serves), and stops them all on
+// SIGINT/SIGTERM. Fails only if the first start of a role fails.
+// `kvcanary-engine up <args>` started from this binary as a child process,
+// with the URLs it printed.
+struct UpProcess {
+  pid_t pid = -1;
+  std::string router, prefill, decode;
+  std::string trace_token_file;  // GET /v1/trace's admin token
+};
+absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args);
+// SIGTERM, then waits for it (and so for its nodes).
+void StopUpProcess(UpProcess& up);
+
+absl::Status RunUp(const ServeOptions& options,
+                   const std::vector<std::string>& node_args);
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_NODES_SERVE_H_

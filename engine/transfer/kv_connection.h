@@ -1,0 +1,122 @@
+// Frames over TCP (docs/kv-transfer.md): a connection that sends and receives
+// whole kv::Frames with deadlines, and a listener that accepts them. Every
+// socket error is converted to an absl::Status once, here:
+//   kDeadlineExceeded  the timeout passed (the stream is still in sync if
+//                      nothing of the frame was written or read yet)
+//   kUnavailable       the peer is unreachable, closed at a frame boundary,
+//                      or reset the connection
+//   kDataLoss          the stream ended mid-frame or a frame is corrupt
+//   kCancelled         Shutdown()/Close() was called on this end
+#ifndef KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
+#define KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/transfer/kv_transfer_format.h"
+
+namespace kvcanary::engine::kv {
+
+// One TCP connection carrying frames, blocking with per-call timeouts.
+//
+// Thread-safety: one sender thread (Send) and one receiver thread (Receive)
+// may use a connection concurrently; two threads must not Send (or Receive)
+// at once. Shutdown() and the byte counters are safe from any thread. The
+// destructor closes the socket: no thread may be inside Send/Receive then.
+class FrameConnection {
+ public:
+  // Connects to host:port within `timeout` (TCP_NODELAY on). kUnavailable if
+  // refused or unreachable, kDeadlineExceeded on timeout, kInvalidArgument
+  // for a bad port or an unknown host.
+  static absl::StatusOr<std::unique_ptr<FrameConnection>> Connect(
+      const std::string& host, int port, absl::Duration timeout);
+  // Takes ownership of a connected stream socket (made non-blocking here;
+  // TCP_NODELAY where it applies). REQUIRES: fd >= 0.
+  static std::unique_ptr<FrameConnection> FromFd(int fd);
+
+  ~FrameConnection();
+  FrameConnection(const FrameConnection&) = delete;
+  FrameConnection& operator=(const FrameConnection&) = delete;
+
+  // Writes one whole frame. A failure after part of the frame was written
+  // leaves the stream out of sync, so every later Send returns that error.
+  absl::Status Send(const Frame& frame, absl::Duration timeout);
+  // Writes `bytes` as they are, with Send's errors: for fault injection and
+  // tests that need a damaged or partial frame on the wire.
+  absl::Status SendRaw(absl::string_view bytes, absl::Duration timeout);
+  // The next frame. kDeadlineExceeded is retryable (bytes read so far stay
+  // buffered); any other error is final and returned by every later call.
+  absl::StatusOr<Frame> Receive(absl::Duration timeout);
+  // Unblocks Send and Receive (they return kCancelled) and ends the
+  // connection for the peer. Idempotent.
+  void Shutdown();
+
+  // Receiver thread only: Page frames over `max` payload bytes are refused
+  // from their header, before they are buffered (kDataLoss).
+  void set_max_page_payload(uint32_t max) {
+    decoder_.set_max_page_payload(max);
+  }
+
+  uint64_t bytes_sent() const { return bytes_sent_.load(); }
+  uint64_t bytes_received() const { return bytes_received_.load(); }
+
+ private:
+  explicit FrameConnection(int fd);
+  // Writes all of `bytes` (`what` names them in errors).
+  absl::Status WriteAll(absl::string_view bytes, absl::Time deadline,
+                        absl::string_view what);
+  absl::Status ReceiveFailed(absl::Status status);
+
+  const int fd_;
+  std::atomic<bool> shut_down_{false};
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
+  // Sender thread only.
+  std::string send_buffer_;
+  absl::Status send_failed_;
+  // Receiver thread only.
+  FrameDecoder decoder_;
+  std::vector<char> recv_chunk_;
+  absl::Status receive_failed_;
+};
+
+// A listening TCP socket. Thread-safety: one thread calls Accept; Close()
+// and port() are safe from any thread. The destructor closes the socket: no
+// thread may be inside Accept then.
+class FrameListener {
+ public:
+  // Binds host:port (port 0: any free port; host "" or "0.0.0.0": all
+  // interfaces) and listens. kUnavailable if the address is in use.
+  static absl::StatusOr<std::unique_ptr<FrameListener>> Listen(
+      const std::string& host, int port);
+
+  ~FrameListener();
+  FrameListener(const FrameListener&) = delete;
+  FrameListener& operator=(const FrameListener&) = delete;
+
+  int port() const { return port_; }
+  // The next connection; kDeadlineExceeded on timeout, kCancelled once
+  // Close() has been called.
+  absl::StatusOr<std::unique_ptr<FrameConnection>> Accept(
+      absl::Duration timeout);
+  // Stops listening and unblocks Accept. Idempotent.
+  void Close();
+
+ private:
+  FrameListener(int fd, int port) : fd_(fd), port_(port) {}
+
+  const int fd_;
+  const int port_;
+  std::atomic<bool> closed_{false};
+};
+
+}  // namespace kvcanary::engine::kv
+
+#endif  // KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_

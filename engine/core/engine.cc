@@ -151,8 +151,7 @@ absl::Status Engine::CheckTransferFits(const Sequence& seq,
                                        int computed_tokens,
                                        int first_token) const {
   const KvPageLayout& layout = pool_.layout();
-  const size_t row_bytes =
-      static_cast<size_t>(layout.kv_heads) * layout.head_dim * sizeof(float);
+  const size_t row_bytes = KvRowBytes();
   if (computed_tokens < 1 ||
       computed_tokens > static_cast<int>(seq.prompt.size()) ||
       first_token < 0 || first_token >= model_->config.vocab_size) {
@@ -211,8 +210,7 @@ absl::Status Engine::CheckTransferStamps(Sequence* seq,
 void Engine::WriteTransferredPages(const Sequence& seq,
                                    const std::vector<kv::Page>& pages) {
   const KvPageLayout& layout = pool_.layout();
-  const size_t row_bytes =
-      static_cast<size_t>(layout.kv_heads) * layout.head_dim * sizeof(float);
+  const size_t row_bytes = KvRowBytes();
   for (const kv::Page& page : pages) {
     const PageRef ref = seq.block_table[page.index];
     char* dst =
@@ -294,8 +292,7 @@ void Engine::EmitTransferredWrite(PageRef ref, const kv::Page& page) {
 
 RequestId Engine::WriteTransferredPage(PageRef ref, const kv::Page& page) {
   const KvPageLayout& layout = pool_.layout();
-  const size_t row_bytes =
-      static_cast<size_t>(layout.kv_heads) * layout.head_dim * sizeof(float);
+  const size_t row_bytes = KvRowBytes();
   CHECK_LT(ref.page.value(), static_cast<uint32_t>(pool_.num_pages()));
   CHECK_LT(page.layer, static_cast<uint32_t>(pool_.n_layers()));
   CHECK_LE(page.slots, static_cast<uint32_t>(layout.page_tokens));

@@ -129,6 +129,11 @@ class Engine {
   // a page_share if the frame's stamp says the bytes are a shared prefix.
   // REQUIRES: options_.trace.
   void EmitTransferredWrite(PageRef ref, const kv::Page& page);
+  // Bytes of one token's K (or V) row: kv_heads × head_dim floats.
+  size_t KvRowBytes() const {
+    return static_cast<size_t>(pool_.layout().kv_heads) *
+           pool_.layout().head_dim * sizeof(float);
+  }
   // Whether `pages` fit `seq`'s reservation and the KV geometry.
   absl::Status CheckTransferFits(const Sequence& seq,
                                  const std::vector<kv::Page>& pages,

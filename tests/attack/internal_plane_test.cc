@@ -48,11 +48,6 @@ double Requests(const std::string& node) {
   return total;
 }
 
-double UsedPages(const std::string& node) {
-  return MetricValue(Get(node, "/metrics").body, "kvcanary_node_kv_pages",
-                     "state=\"used\"");
-}
-
 HttpResult GetWithAuth(const std::string& base, const std::string& path,
                        const std::string& authorization) {
   httplib::Client client(base);
@@ -364,12 +359,8 @@ TEST_F(KvPortTest, ClaimRaceWithoutTheTransferTokenFailsNoVictim) {
   EXPECT_TRUE(WaitForNoUsedPages());
 }
 
-// POSTs a JSON body of `size` bytes the way a careful client does: it
-// reads the answer as soon as one comes, even before the body is all sent
-// (the router answers 413 from the headers, drains up to 16 MiB, then
-// closes). Returns the raw response ("" if none).
-std::string PostHuge(const std::string& base, const std::string& key,
-                     size_t size) {
+// A raw connection to 127.0.0.1:port (-1 on failure).
+int Dial(const std::string& base) {
   const int port = std::stoi(base.substr(base.rfind(':') + 1));
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -378,8 +369,19 @@ std::string PostHuge(const std::string& base, const std::string& key,
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
+  return fd;
+}
+
+// POSTs a JSON body of `size` bytes the way a careful client does: it
+// reads the answer as soon as one comes, even before the body is all sent
+// (the router answers 413 from the headers, drains up to 16 MiB, then
+// closes). Returns the raw response ("" if none).
+std::string PostHuge(const std::string& base, const std::string& key,
+                     size_t size) {
+  const int fd = Dial(base);
+  if (fd < 0) return "";
   const std::string head = absl::StrCat(
       "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ", key,
       "\r\nContent-Type: application/json\r\nContent-Length: ", size,
@@ -431,21 +433,6 @@ TEST_F(InternalPlaneTest, AFiftyMegabyteBodyIs413WithoutTheRouterGrowing) {
                  Completion("after the flood", 2), "sk-acme")
                 .status,
             200);
-}
-
-// A raw connection to 127.0.0.1:port (-1 on failure).
-int Dial(const std::string& base) {
-  const int port = std::stoi(base.substr(base.rfind(':') + 1));
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 TEST_F(InternalPlaneTest, PipelinedRequestsAreAllAnsweredInOrder) {

@@ -34,21 +34,7 @@ TEST(CancelledTest, ClientDisconnectCountsAsCancelledOnRouterAndDecode) {
                  "sk-acme")
                 .status,
             200);
-  {
-    httplib::Client client(cluster.router());
-    std::atomic<int> chunks{0};
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.headers = {{"Authorization", "Bearer sk-acme"}};
-    req.set_header("Content-Type", "application/json");
-    req.body = Completion("a very long story", 400, /*stream=*/true);
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      return ++chunks < 3;  // hang up after a few chunks
-    };
-    client.send(req);
-    EXPECT_GE(chunks.load(), 1);
-  }
+  EXPECT_GE(StreamAndHangUp(cluster.router()), 1);
   for (const std::string& node : {cluster.router(), cluster.decode()}) {
     SCOPED_TRACE(node);
     EXPECT_TRUE(EventuallyCounts(node, "cancelled", 1))

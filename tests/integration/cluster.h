@@ -313,6 +313,39 @@ inline double MetricValue(const std::string& metrics, const std::string& name,
   return -1;
 }
 
+// A node's KV pages in use (its /metrics); -1 if unreadable.
+inline double UsedPages(const std::string& node) {
+  return MetricValue(Get(node, "/metrics").body, "kvcanary_node_kv_pages",
+                     "state=\"used\"");
+}
+
+// Polls until the node reports no used pages (up to `tries` × 50 ms).
+inline bool EventuallyNoPagesUsed(const std::string& node, int tries = 200) {
+  for (int i = 0; i < tries; ++i) {
+    if (UsedPages(node) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// Streams a long completion as acme and hangs up after a few chunks: a
+// client that goes away mid-answer. Returns the chunks it read.
+inline int StreamAndHangUp(const std::string& router) {
+  httplib::Client client(router);
+  std::atomic<int> chunks{0};
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.headers = {{"Authorization", "Bearer sk-acme"}};
+  req.set_header("Content-Type", "application/json");
+  req.body = Completion("a very long story", 400, /*stream=*/true);
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
+    return ++chunks < 3;  // hang up after a few chunks
+  };
+  client.send(req);
+  return chunks.load();
+}
+
 // Reads a node's trace stream (with the admin token) on a thread until
 // Stop().
 class TraceTap {

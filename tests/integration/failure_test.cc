@@ -14,20 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-double UsedPages(const std::string& node) {
-  return MetricValue(Get(node, "/metrics").body, "kvcanary_node_kv_pages",
-                     "state=\"used\"");
-}
-
-// Polls until the node reports no used pages (or gives up).
-bool EventuallyNoPagesUsed(const std::string& node) {
-  for (int i = 0; i < 100; ++i) {
-    if (UsedPages(node) == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 int PortOf(const std::string& url) {
   return std::stoi(url.substr(url.rfind(':') + 1));
 }
@@ -220,22 +206,7 @@ TEST(FailureTest, TenantOverItsConcurrencyLimitIs429OthersAreServed) {
 TEST(FailureTest, ClientDisconnectAbortsTheRequestOnTheNodes) {
   Cluster cluster({});
   ASSERT_TRUE(cluster.ok());
-  {
-    httplib::Client client(cluster.router());
-    std::atomic<int> chunks{0};
-    httplib::Headers headers = {{"Authorization", "Bearer sk-acme"}};
-    httplib::Request req;
-    req.method = "POST";
-    req.path = "/v1/completions";
-    req.headers = headers;
-    req.set_header("Content-Type", "application/json");
-    req.body = Completion("a very long story", 400, /*stream=*/true);
-    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
-      return ++chunks < 3;  // hang up after a few chunks
-    };
-    client.send(req);
-    EXPECT_GE(chunks.load(), 1);
-  }
+  EXPECT_GE(StreamAndHangUp(cluster.router()), 1);
   EXPECT_TRUE(EventuallyNoPagesUsed(cluster.decode()))
       << "decode kept decoding for nobody";
   EXPECT_TRUE(EventuallyNoPagesUsed(cluster.prefill()));

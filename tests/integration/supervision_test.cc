@@ -133,19 +133,6 @@ std::string Field(const std::string& line, const std::string& key) {
   return line.substr(start, line.find(' ', start) - start);
 }
 
-double UsedPages(const std::string& node) {
-  return MetricValue(Get(node, "/metrics").body, "kvcanary_node_kv_pages",
-                     "state=\"used\"");
-}
-
-bool EventuallyNoPagesUsed(const std::string& node) {
-  for (int i = 0; i < 200; ++i) {
-    if (UsedPages(node) == 0) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
-}
-
 class SupervisionTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SupervisionTest, KilledChildIsRestartedAndServiceReturns) {

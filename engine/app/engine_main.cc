@@ -89,6 +89,10 @@ ABSL_FLAG(std::string, trace_token_file, "",
           "Prefill and decode roles: the admin token GET /v1/trace requires "
           "(same file rules); none: the trace stream is off. up generates "
           "one when empty and prints its path.");
+ABSL_FLAG(int, metrics_port, -1,
+          "serve, every role: serve /metrics (and /health) on this port of "
+          "its own (0: any free port; the ready line names it), off the API "
+          "listener; -1: on the node's HTTP port.");
 ABSL_FLAG(int, max_trace_readers, 8,
           "Prefill and decode roles: concurrent GET /v1/trace readers; one "
           "more gets 503.");
@@ -186,6 +190,7 @@ CliSpec Cli() {
                                     "internal_secret_file",
                                     "trace_token_file",
                                     "max_trace_readers",
+                                    "metrics_port",
                                     "max_in_flight",
                                     "trace_file",
                                     "up_status_file"};
@@ -359,6 +364,10 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.internal_secret_file = absl::GetFlag(FLAGS_internal_secret_file);
   o.trace_token_file = absl::GetFlag(FLAGS_trace_token_file);
   o.max_trace_readers = absl::GetFlag(FLAGS_max_trace_readers);
+  o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (o.metrics_port < -1 || o.metrics_port > 65535) {
+    return absl::InvalidArgumentError("--metrics-port must be in [-1, 65535]");
+  }
   if (o.max_trace_readers < 1 || o.max_trace_readers > 1024) {
     return absl::InvalidArgumentError(
         "--max-trace-readers must be in [1, 1024]");

@@ -123,6 +123,11 @@ absl::Status DecodeNode::Start() {
                 });
   AddEngineNodeRoutes(server_.get(), "decode", options_.max_prompt_tokens,
                       &loop_, &metrics_, &trace_, &options_.creds);
+  ASSIGN_OR_RETURN(
+      metrics_port_,
+      ServeMetrics(
+          server_.get(), options_.host, options_.metrics_port,
+          [this] { return metrics_.Serialize(&loop_); }, &metrics_server_));
   auto listener = kv::FrameListener::Listen(options_.host, options_.kv_port);
   if (!listener.ok()) return listener.status();
   listener_ = *std::move(listener);
@@ -136,6 +141,7 @@ absl::Status DecodeNode::Start() {
 
 void DecodeNode::Stop() {
   if (server_ != nullptr) server_->Stop();
+  if (metrics_server_ != nullptr) metrics_server_->Stop();
   if (listener_ != nullptr) listener_->Close();
   if (accept_thread_.joinable()) accept_thread_.join();
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>

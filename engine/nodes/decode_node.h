@@ -46,6 +46,9 @@ struct DecodeNodeOptions {
   NodeCredentials creds;
   // KV connections served at once; one more is closed at accept.
   int max_kv_connections = 64;
+  // /metrics on a listener of its own (0: any free port); -1: on the
+  // node's HTTP port.
+  int metrics_port = -1;
   std::string host = "127.0.0.1";
   int http_port = 0;  // 0: any free port
   int kv_port = 0;
@@ -75,6 +78,7 @@ class DecodeNode {
   absl::Status Start();
   void Stop();
   int http_port() const { return http_port_; }
+  int metrics_port() const { return metrics_port_; }  // -1: on http_port
   int kv_port() const { return kv_port_; }
 
  private:
@@ -178,6 +182,8 @@ class DecodeNode {
   std::unique_ptr<TraceFileWriter> trace_file_;
   EngineLoop loop_;
   NodeMetrics metrics_;
+  std::unique_ptr<http::Server> metrics_server_;
+  int metrics_port_ = -1;
   std::unique_ptr<http::Server> server_;
   std::unique_ptr<kv::FrameListener> listener_;
   std::thread accept_thread_;

@@ -205,9 +205,24 @@ void AddEngineNodeRoutes(http::Server* server, const std::string& role,
     j["role"] = role;
     res.set_content(j.dump(), "application/json");
   });
-  server->Get("/metrics", [=](const http::Request&, http::Response& res) {
-    res.set_content(metrics->Serialize(loop), "text/plain; version=0.0.4");
+}
+
+absl::StatusOr<int> ServeMetrics(http::Server* main, const std::string& host,
+                                 int port, std::function<std::string()> text,
+                                 std::unique_ptr<http::Server>* separate) {
+  auto handler = [text](const http::Request&, http::Response& res) {
+    res.set_content(text(), "text/plain; version=0.0.4");
+  };
+  if (port < 0) {
+    main->Get("/metrics", handler);
+    return -1;
+  }
+  *separate = MakeHttpServer(4);
+  (*separate)->Get("/metrics", handler);
+  (*separate)->Get("/health", [](const http::Request&, http::Response& res) {
+    res.set_content("{\"status\":\"ok\"}", "application/json");
   });
+  return BindAndServe(separate->get(), host, port);
 }
 
 absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {

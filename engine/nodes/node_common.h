@@ -4,6 +4,7 @@
 #ifndef KVCANARY_ENGINE_NODES_NODE_COMMON_H_
 #define KVCANARY_ENGINE_NODES_NODE_COMMON_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -69,10 +70,20 @@ struct NodeCredentials {
 bool Authorized(const http::Request& req, const SharedSecret& secret,
                 const char* what, http::Response& res);
 
+// Serves GET /metrics (`text()`, the Prometheus text format): on `main`, or,
+// with `port` >= 0, on a listener of its own at host:port (0: any free
+// port), with a GET /health beside it, so a scraper can reach the metrics
+// without reaching the node's API. Returns that listener's port, or -1
+// when the metrics are on `main`. *separate holds the listener.
+absl::StatusOr<int> ServeMetrics(http::Server* main, const std::string& host,
+                                 int port, std::function<std::string()> text,
+                                 std::unique_ptr<http::Server>* separate);
+
 // The routes every engine node serves: GET /internal/v1/limits (the node's
 // NodeSettings, engine/node_settings.h; internal secret), /v1/trace (trace
 // token, capped readers), /health and /metrics (open: no request or tenant
-// identifiers beyond the configured tenant ids). `loop`, `metrics`, `trace`
+// identifiers beyond the configured tenant ids; /metrics through
+// ServeMetrics). `loop`, `metrics`, `trace`
 // and `creds` must outlive the server.
 class EngineLoop;
 class NodeMetrics;

@@ -79,6 +79,11 @@ absl::Status PrefillNode::Start() {
                 });
   AddEngineNodeRoutes(server_.get(), "prefill", options_.max_prompt_tokens,
                       &loop_, &metrics_, &trace_, &options_.creds);
+  ASSIGN_OR_RETURN(
+      metrics_port_,
+      ServeMetrics(
+          server_.get(), options_.host, options_.metrics_port,
+          [this] { return metrics_.Serialize(&loop_); }, &metrics_server_));
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
   if (!port.ok()) return port.status();
   http_port_ = *port;
@@ -87,6 +92,7 @@ absl::Status PrefillNode::Start() {
 
 void PrefillNode::Stop() {
   if (server_ != nullptr) server_->Stop();
+  if (metrics_server_ != nullptr) metrics_server_->Stop();
   trace_file_.reset();  // writes out what is queued
 }
 

@@ -46,6 +46,9 @@ struct PrefillNodeOptions {
   std::vector<KvPeer> kv_peers;
   // The internal secret (mandatory), the trace token, the trace reader cap.
   NodeCredentials creds;
+  // /metrics on a listener of its own (0: any free port); -1: on the
+  // node's HTTP port.
+  int metrics_port = -1;
   std::string host = "127.0.0.1";
   int http_port = 0;
   // Longest prompt this node accepts; 0: half the model's context (as the
@@ -68,6 +71,7 @@ class PrefillNode {
   absl::Status Start();
   void Stop();
   int http_port() const { return http_port_; }
+  int metrics_port() const { return metrics_port_; }  // -1: on http_port
   // Adds (or replaces, by name) a KV peer: for a process that starts the
   // decode node after this one and learns its KV port then.
   void AddKvPeer(const KvPeer& peer);
@@ -97,6 +101,8 @@ class PrefillNode {
   std::unique_ptr<TraceFileWriter> trace_file_;
   EngineLoop loop_;
   NodeMetrics metrics_;
+  std::unique_ptr<http::Server> metrics_server_;
+  int metrics_port_ = -1;
   std::unique_ptr<http::Server> server_;
   int http_port_ = 0;
   absl::Mutex peers_mu_;

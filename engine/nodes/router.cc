@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "engine/nodes/decode_stream.h"
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/openai_api.h"
@@ -269,10 +270,14 @@ absl::Status Router::Start() {
   server_->Get("/health", [this](const http::Request&, http::Response& res) {
     res.set_content(health_->HealthJson(), "application/json");
   });
-  server_->Get("/metrics", [this](const http::Request&, http::Response& res) {
-    res.set_content(metrics_.Serialize(nullptr) + health_->MetricsText(),
-                    "text/plain; version=0.0.4");
-  });
+  ASSIGN_OR_RETURN(metrics_port_,
+                   ServeMetrics(
+                       server_.get(), options_.host, options_.metrics_port,
+                       [this] {
+                         return metrics_.Serialize(nullptr) +
+                                health_->MetricsText();
+                       },
+                       &metrics_server_));
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
   if (!port.ok()) return port.status();
   http_port_ = *port;
@@ -281,6 +286,7 @@ absl::Status Router::Start() {
 
 void Router::Stop() {
   if (server_ != nullptr) server_->Stop();
+  if (metrics_server_ != nullptr) metrics_server_->Stop();
   if (health_ != nullptr) health_->Stop();
 }
 

@@ -37,6 +37,7 @@
 namespace kvcanary::engine {
 
 struct RouterOptions {
+  int metrics_port = -1;  // /metrics on its own listener (0: any); -1: not
   std::string host = "127.0.0.1";
   int http_port = 0;
   std::vector<std::string> prefill_urls;  // http://host:port
@@ -65,6 +66,7 @@ class Router {
   absl::Status Start();
   void Stop();
   int http_port() const { return http_port_; }
+  int metrics_port() const { return metrics_port_; }  // -1: on http_port
   int max_prompt_tokens() const { return settings_.max_prompt_tokens; }
   int context_tokens() const { return settings_.context_tokens; }
 
@@ -93,6 +95,8 @@ class Router {
   const TenantRegistry* tenants_;
   RouterOptions options_;
   NodeMetrics metrics_;
+  std::unique_ptr<http::Server> metrics_server_;
+  int metrics_port_ = -1;
   std::unique_ptr<AccessLog> access_log_;  // null: none
   std::unique_ptr<http::Server> server_;
   int http_port_ = 0;

@@ -83,6 +83,11 @@ absl::StatusOr<NodeCredentials> LoadCredentials(const ServeOptions& o) {
   return c;
 }
 
+// " metrics=PORT" for a ready line, when the metrics have their own port.
+std::string MetricsField(int port) {
+  return port < 0 ? "" : absl::StrCat(" metrics=", port);
+}
+
 }  // namespace
 
 absl::Status RunServe(const ServeOptions& o) {
@@ -92,6 +97,7 @@ absl::Status RunServe(const ServeOptions& o) {
   if (o.role == "prefill") {
     PrefillNodeOptions p;
     p.creds = creds;
+    p.metrics_port = o.metrics_port;
     for (const std::string& spec : o.decode_kv) {
       ASSIGN_OR_RETURN(KvPeer peer, ParseKvPeer(spec));
       p.kv_peers.push_back(peer);
@@ -108,11 +114,15 @@ absl::Status RunServe(const ServeOptions& o) {
     PrefillNode node(&model, p);
     RETURN_IF_ERROR(node.Start());
     return ServeUntilSignal(
-        node, absl::StrCat("ready role=prefill http=", node.http_port()), stop);
+        node,
+        absl::StrCat("ready role=prefill http=", node.http_port(),
+                     MetricsField(node.metrics_port())),
+        stop);
   }
   if (o.role == "decode") {
     DecodeNodeOptions d;
     d.creds = creds;
+    d.metrics_port = o.metrics_port;
     d.name = o.node_name;
     d.prefill_urls = o.prefill_urls;
     d.host = o.host;
@@ -132,7 +142,7 @@ absl::Status RunServe(const ServeOptions& o) {
     return ServeUntilSignal(
         node,
         absl::StrCat("ready role=decode http=", node.http_port(),
-                     " kv=", node.kv_port()),
+                     " kv=", node.kv_port(), MetricsField(node.metrics_port())),
         stop);
   }
   if (o.role == "router") {
@@ -144,6 +154,7 @@ absl::Status RunServe(const ServeOptions& o) {
                      TenantRegistry::LoadFile(o.tenants_path));
     RouterOptions r;
     r.internal_secret = creds.internal;
+    r.metrics_port = o.metrics_port;
     r.host = o.host;
     r.http_port = o.port;
     r.prefill_urls = o.prefill_urls;
@@ -155,7 +166,9 @@ absl::Status RunServe(const ServeOptions& o) {
     Router router(&tokenizer, &tenants, r);
     RETURN_IF_ERROR(router.Start());
     return ServeUntilSignal(
-        router, absl::StrCat("ready role=router http=", router.http_port()),
+        router,
+        absl::StrCat("ready role=router http=", router.http_port(),
+                     MetricsField(router.metrics_port())),
         stop);
   }
   return absl::InvalidArgumentError(absl::StrCat(

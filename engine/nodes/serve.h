@@ -33,6 +33,7 @@ struct ServeOptions {
   std::string internal_secret_file;       // every role (up: generated if "")
   std::string trace_token_file;           // nodes (up: generated if "")
   int max_trace_readers = 8;              // nodes
+  int metrics_port = -1;                  // every role: -1 = on its port
   int max_prompt_tokens = 0;              // nodes; 0 = role default
   int max_waiting = 256;
   EngineOptions engine;

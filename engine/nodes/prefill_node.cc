@@ -6,7 +6,7 @@
 #include "common/status_macros.h"
 #include "engine/core/kv_export.h"
 #include "engine/nodes/node_common.h"
-#include "engine/transfer/kv_connection.h"
+#include "engine/transfer/kv_sender.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -26,22 +26,6 @@ PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
 }
 
 PrefillNode::~PrefillNode() { Stop(); }
-
-absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec) {
-  const size_t eq = spec.find('=');
-  const size_t colon = spec.rfind(':');
-  KvPeer peer;
-  if (eq == absl::string_view::npos || colon == absl::string_view::npos ||
-      colon < eq || eq == 0 || colon == eq + 1 ||
-      !absl::SimpleAtoi(spec.substr(colon + 1), &peer.port) || peer.port <= 0 ||
-      peer.port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV peer '", spec, "' is not NAME=HOST:PORT"));
-  }
-  peer.name = std::string(spec.substr(0, eq));
-  peer.host = std::string(spec.substr(eq + 1, colon - eq - 1));
-  return peer;
-}
 
 void PrefillNode::AddKvPeer(const KvPeer& peer) {
   absl::MutexLock lock(&peers_mu_);
@@ -209,73 +193,16 @@ void PrefillNode::HandlePrefill(const http::Request& req, http::Response& res) {
 absl::Status PrefillNode::SendKv(const KvPeer& peer, const kv::Metadata& meta,
                                  const std::vector<PageRef>& block_table,
                                  int first_token, uint64_t* bytes_sent) {
-  auto conn = kv::FrameConnection::Connect(peer.host, peer.port, kFrameTimeout);
-  if (!conn.ok()) return conn.status();
-  kv::FrameConnection& c = **conn;
-  auto done = [&](absl::Status s) {
-    *bytes_sent = c.bytes_sent();
-    return s;
-  };
-  // The handshake: answer the decode node's nonce under the secret.
-  auto hello = c.Receive(kFrameTimeout);
-  if (!hello.ok()) return done(hello.status());
-  const auto* h = std::get_if<kv::Hello>(&*hello);
-  if (h == nullptr) {
-    return done(absl::DataLossError(absl::StrCat(
-        "decode node ", peer.name, " did not open the transfer with hello")));
-  }
-  absl::Status s = c.Send(kv::Auth{options_.creds.internal.KvProof(h->nonce)},
-                          kFrameTimeout);
-  if (!s.ok()) return done(s);
-  s = c.Send(meta, kFrameTimeout);
-  if (!s.ok()) return done(s);
   int tokens_to_ship = static_cast<int>(meta.prompt_tokens);
   if (options_.faults.has(Fault::kPageCountMismatch)) {
     // The bug: pages = tokens / page_tokens, rounded down.
     const int pt = static_cast<int>(meta.page_tokens);
     tokens_to_ship = tokens_to_ship / pt * pt;
   }
-  std::vector<kv::Page> pages =
-      ExportKvPages(loop_.pool(), block_table, tokens_to_ship);
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (options_.damage != TransferDamage::kNone && i == 0) {
-      std::string bytes;
-      kv::EncodeFrame(pages[i], &bytes);
-      if (options_.damage == TransferDamage::kFlipPageByte) {
-        bytes[bytes.size() / 2] ^= 0x01;  // inside the K/V bytes
-        s = c.SendRaw(bytes, kFrameTimeout);
-      } else {
-        s = c.SendRaw(absl::string_view(bytes).substr(0, bytes.size() / 2),
-                      kFrameTimeout);
-        c.Shutdown();  // the stream ends mid-frame
-        return done(absl::DataLossError("transfer truncated (test damage)"));
-      }
-    } else {
-      s = c.Send(pages[i], kFrameTimeout);
-    }
-    if (!s.ok()) return done(s);
-  }
-  kv::Commit commit;
-  commit.request = meta.request;
-  commit.pages_sent = static_cast<uint32_t>(pages.size());
-  commit.tokens_sent = meta.prompt_tokens;
-  commit.first_token = first_token;
-  s = c.Send(commit, kFrameTimeout);
-  if (!s.ok()) return done(s);
-  auto reply = c.Receive(kFrameTimeout);
-  if (!reply.ok()) return done(reply.status());
-  if (auto* ack = std::get_if<kv::Ack>(&*reply)) {
-    if (ack->code == 0) return done(absl::OkStatus());
-    return done(
-        absl::Status(static_cast<absl::StatusCode>(ack->code), ack->message));
-  }
-  if (auto* abort = std::get_if<kv::Abort>(&*reply)) {
-    return done(absl::Status(
-        static_cast<absl::StatusCode>(abort->code),
-        absl::StrCat("decode node refused the transfer: ", abort->message)));
-  }
-  return done(
-      absl::DataLossError("decode node answered with an unexpected frame"));
+  const KvSender sender(&options_.creds.internal, kFrameTimeout);
+  return sender.Send(peer, meta,
+                     ExportKvPages(loop_.pool(), block_table, tokens_to_ship),
+                     first_token, options_.damage, bytes_sent);
 }
 
 }  // namespace kvcanary::engine

@@ -25,20 +25,9 @@
 #include "engine/core/trace_bus.h"
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/node_metrics.h"
+#include "engine/transfer/kv_sender.h"
 
 namespace kvcanary::engine {
-
-// Test-only damage to outgoing transfers, to prove the receiver's checks.
-enum class TransferDamage { kNone, kFlipPageByte, kTruncateFrame };
-
-// A decode node's KV port, as this node's configuration names it.
-struct KvPeer {
-  std::string name;  // what the decode node calls itself (its --name)
-  std::string host;
-  int port = 0;
-};
-// "NAME=HOST:PORT"; kInvalidArgument otherwise.
-absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec);
 
 struct PrefillNodeOptions {
   // Where this node may send K/V: the decode nodes' KV ports, by name.

@@ -1,0 +1,89 @@
+#include "engine/transfer/kv_sender.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "engine/transfer/kv_connection.h"
+
+namespace kvcanary::engine {
+
+absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec) {
+  const size_t eq = spec.find('=');
+  const size_t colon = spec.rfind(':');
+  KvPeer peer;
+  if (eq == absl::string_view::npos || colon == absl::string_view::npos ||
+      colon < eq || eq == 0 || colon == eq + 1 ||
+      !absl::SimpleAtoi(spec.substr(colon + 1), &peer.port) || peer.port <= 0 ||
+      peer.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV peer '", spec, "' is not NAME=HOST:PORT"));
+  }
+  peer.name = std::string(spec.substr(0, eq));
+  peer.host = std::string(spec.substr(eq + 1, colon - eq - 1));
+  return peer;
+}
+
+absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
+                            const std::vector<kv::Page>& pages, int first_token,
+                            TransferDamage damage, uint64_t* bytes_sent) const {
+  auto conn =
+      kv::FrameConnection::Connect(peer.host, peer.port, frame_timeout_);
+  if (!conn.ok()) return conn.status();
+  kv::FrameConnection& c = **conn;
+  auto done = [&](absl::Status s) {
+    *bytes_sent = c.bytes_sent();
+    return s;
+  };
+  // The handshake: answer the decode node's nonce under the secret.
+  auto hello = c.Receive(frame_timeout_);
+  if (!hello.ok()) return done(hello.status());
+  const auto* h = std::get_if<kv::Hello>(&*hello);
+  if (h == nullptr) {
+    return done(absl::DataLossError(absl::StrCat(
+        "decode node ", peer.name, " did not open the transfer with hello")));
+  }
+  absl::Status s = c.Send(kv::Auth{secret_->KvProof(h->nonce)}, frame_timeout_);
+  if (!s.ok()) return done(s);
+  s = c.Send(meta, frame_timeout_);
+  if (!s.ok()) return done(s);
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (damage != TransferDamage::kNone && i == 0) {
+      std::string bytes;
+      kv::EncodeFrame(pages[i], &bytes);
+      if (damage == TransferDamage::kFlipPageByte) {
+        bytes[bytes.size() / 2] ^= 0x01;  // inside the K/V bytes
+        s = c.SendRaw(bytes, frame_timeout_);
+      } else {
+        s = c.SendRaw(absl::string_view(bytes).substr(0, bytes.size() / 2),
+                      frame_timeout_);
+        c.Shutdown();  // the stream ends mid-frame
+        return done(absl::DataLossError("transfer truncated (test damage)"));
+      }
+    } else {
+      s = c.Send(pages[i], frame_timeout_);
+    }
+    if (!s.ok()) return done(s);
+  }
+  kv::Commit commit;
+  commit.request = meta.request;
+  commit.pages_sent = static_cast<uint32_t>(pages.size());
+  commit.tokens_sent = meta.prompt_tokens;
+  commit.first_token = first_token;
+  s = c.Send(commit, frame_timeout_);
+  if (!s.ok()) return done(s);
+  auto reply = c.Receive(frame_timeout_);
+  if (!reply.ok()) return done(reply.status());
+  if (auto* ack = std::get_if<kv::Ack>(&*reply)) {
+    if (ack->code == 0) return done(absl::OkStatus());
+    return done(
+        absl::Status(static_cast<absl::StatusCode>(ack->code), ack->message));
+  }
+  if (auto* abort = std::get_if<kv::Abort>(&*reply)) {
+    return done(absl::Status(
+        static_cast<absl::StatusCode>(abort->code),
+        absl::StrCat("decode node refused the transfer: ", abort->message)));
+  }
+  return done(
+      absl::DataLossError("decode node answered with an unexpected frame"));
+}
+
+}  // namespace kvcanary::engine

@@ -1,0 +1,57 @@
+// The prefill node's side of a KV transfer (docs/kv-transfer.md): a decode
+// node's KV port as configuration names it, and the sender that connects
+// there, answers the handshake, and ships the Metadata, the pages and the
+// Commit, then reads the decode node's verdict. The receiving side's checks
+// are the decode node's (engine/nodes/decode_node.h).
+#ifndef KVCANARY_ENGINE_TRANSFER_KV_SENDER_H_
+#define KVCANARY_ENGINE_TRANSFER_KV_SENDER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "engine/transfer/internal_auth.h"
+#include "engine/transfer/kv_transfer_format.h"
+
+namespace kvcanary::engine {
+
+// Test-only damage to outgoing transfers, to prove the receiver's checks.
+enum class TransferDamage { kNone, kFlipPageByte, kTruncateFrame };
+
+// A decode node's KV port, as this node's configuration names it.
+struct KvPeer {
+  std::string name;  // what the decode node calls itself (its --name)
+  std::string host;
+  int port = 0;
+};
+// "NAME=HOST:PORT"; kInvalidArgument otherwise.
+absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec);
+
+// One transfer per Send(). Thread-compatible; holds no connection.
+class KvSender {
+ public:
+  // `secret` (the deployment's) must outlive the sender.
+  KvSender(const SharedSecret* secret, absl::Duration frame_timeout)
+      : secret_(secret), frame_timeout_(frame_timeout) {}
+
+  // Connects to `peer`, answers its Hello with the proof, sends `meta`,
+  // `pages` in order (the first damaged as `damage` says: tests only) and
+  // a Commit naming `first_token`, and returns the decode node's verdict:
+  // OK on its Ack, its refusal otherwise, or the transport's error.
+  // *bytes_sent: what went on the wire.
+  absl::Status Send(const KvPeer& peer, const kv::Metadata& meta,
+                    const std::vector<kv::Page>& pages, int first_token,
+                    TransferDamage damage, uint64_t* bytes_sent) const;
+
+ private:
+  const SharedSecret* secret_;
+  absl::Duration frame_timeout_;
+};
+
+}  // namespace kvcanary::engine
+
+#endif  // KVCANARY_ENGINE_TRANSFER_KV_SENDER_H_

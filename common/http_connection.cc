@@ -72,7 +72,7 @@ std::string ServerState::AllowedMethods(const std::string& path) const {
 }
 
 ServerState::Admission ServerState::Register(const void* connection, int fd) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (draining_.load()) return Admission::kDraining;
   if (static_cast<int>(open_.size()) >= options.max_connections) {
     return Admission::kOverCap;
@@ -82,24 +82,24 @@ ServerState::Admission ServerState::Register(const void* connection, int fd) {
 }
 
 void ServerState::Unregister(const void* connection) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   open_.erase(connection);
 }
 
 bool ServerState::MarkBusy(const void* connection) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (draining_.load()) return false;
   open_.at(connection).busy = true;
   return true;
 }
 
 void ServerState::MarkIdle(const void* connection) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   open_.at(connection).busy = false;
 }
 
 void ServerState::Drain() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   draining_.store(true);
   // Wakes the reads on the strands; the descriptors stay open until their
   // connections close them.
@@ -109,7 +109,7 @@ void ServerState::Drain() {
 }
 
 void ServerState::ShutdownAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   draining_.store(true);
   stopping_.store(true);
   for (const auto& [connection, open] : open_) ::shutdown(open.fd, SHUT_RDWR);

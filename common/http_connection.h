@@ -21,13 +21,13 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/asio/any_io_executor.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/steady_timer.hpp"
@@ -89,7 +89,7 @@ class ServerState {
   };
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   // Open connections: a descriptor here is open.
   std::unordered_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
 };

@@ -16,15 +16,13 @@ HandlerPool::HandlerPool(int max_threads)
 HandlerPool::~HandlerPool() { Stop(); }
 
 bool HandlerPool::Post(std::function<void()> task) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (stopped_) return false;
   queue_.push_back(std::move(task));
   // Every queued task beyond the idle threads wants a thread of its own.
   if (static_cast<int>(queue_.size()) > idle_ &&
       static_cast<int>(threads_.size()) < max_threads_) {
     threads_.emplace_back([this] { Work(); });
-  } else {
-    wake_.notify_one();
   }
   return true;
 }
@@ -33,18 +31,17 @@ void HandlerPool::Stop() {
   std::deque<std::function<void()>> dropped;
   std::vector<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopped_ = true;
     dropped.swap(queue_);
     threads.swap(threads_);
   }
-  wake_.notify_all();
   dropped.clear();  // outside the lock: a task's captures may take locks
   for (std::thread& t : threads) t.join();
 }
 
 int HandlerPool::threads() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return static_cast<int>(threads_.size());
 }
 
@@ -52,18 +49,22 @@ bool HandlerPool::OnPoolThread() { return on_pool_thread; }
 
 void HandlerPool::Work() {
   on_pool_thread = true;
-  std::unique_lock<std::mutex> lock(mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopped_ || !queue_.empty();
+  };
   while (true) {
-    ++idle_;
-    wake_.wait(lock, [this] { return stopped_ || !queue_.empty(); });
-    --idle_;
-    if (stopped_) return;
-    std::function<void()> task = std::move(queue_.front());
-    queue_.pop_front();
-    lock.unlock();
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&mu_);
+      ++idle_;
+      mu_.Await(absl::Condition(&ready));
+      --idle_;
+      if (stopped_) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
     task();
     task = nullptr;  // its captures go before the lock is taken again
-    lock.lock();
   }
 }
 

@@ -14,14 +14,13 @@
 #ifndef KVCANARY_COMMON_HTTP_HANDLER_POOL_H_
 #define KVCANARY_COMMON_HTTP_HANDLER_POOL_H_
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace kvcanary::http::internal {
 
@@ -47,8 +46,7 @@ class HandlerPool {
   void Work();
 
   const int max_threads_;
-  mutable std::mutex mu_;
-  std::condition_variable wake_;
+  mutable absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
   int idle_ ABSL_GUARDED_BY(mu_) = 0;  // threads waiting for a task

@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "boost/asio/executor_work_guard.hpp"
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
@@ -204,9 +205,9 @@ class Server::Impl {
   std::vector<std::thread> io_threads_;
   // The listener's descriptor while it is open (-1 after), for
   // StopListening() from any thread.
-  std::mutex listen_mu_;
+  absl::Mutex listen_mu_;
   int listen_fd_ ABSL_GUARDED_BY(listen_mu_) = -1;
-  std::mutex stop_mu_;
+  absl::Mutex stop_mu_;
   bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
 };
 
@@ -235,7 +236,7 @@ absl::StatusOr<int> Server::Impl::Bind(const std::string& host, int port) {
     if (ec) return absl::InternalError(ec.message());
     acceptor_.emplace(std::move(acceptor));
     accept_retry_.emplace(*io);
-    std::lock_guard<std::mutex> lock(listen_mu_);
+    absl::MutexLock lock(&listen_mu_);
     listen_fd_ = acceptor_->native_handle();
     return bound;
   }
@@ -274,7 +275,7 @@ void Server::Impl::StopListening() {
     // Shutting a listening socket down makes the kernel refuse new
     // connections at once and ends the pending accept; the acceptor itself
     // is closed by Stop(), on no I/O thread.
-    std::lock_guard<std::mutex> lock(listen_mu_);
+    absl::MutexLock lock(&listen_mu_);
     if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
   }
   state.Drain();
@@ -284,7 +285,7 @@ void Server::Impl::Stop() {
   CHECK(!internal::HandlerPool::OnPoolThread())
       << "http::Server::Stop() from a handler would wait for itself; use "
          "StopListening()";
-  std::lock_guard<std::mutex> lock(stop_mu_);
+  absl::MutexLock lock(&stop_mu_);
   if (stopped_) return;
   stopped_ = true;
   StopListening();
@@ -299,7 +300,7 @@ void Server::Impl::Stop() {
   io_threads_.clear();
   accept_retry_.reset();
   {
-    std::lock_guard<std::mutex> listen_lock(listen_mu_);
+    absl::MutexLock listen_lock(&listen_mu_);
     listen_fd_ = -1;
   }
   acceptor_.reset();  // closes the listener

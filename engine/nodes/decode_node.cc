@@ -14,6 +14,9 @@ namespace kvcanary::engine {
 namespace {
 
 constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
+// How long a KV connection may take to answer the Hello: an unauthenticated
+// connection holds one of the capped receiver threads only this long.
+constexpr absl::Duration kAuthTimeout = absl::Seconds(2);
 
 std::string NdjsonLine(const nlohmann::json& j) { return j.dump() + "\n"; }
 
@@ -449,8 +452,8 @@ void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
 
 absl::Status DecodeNode::Authenticate(kv::FrameConnection& conn) {
   const SharedSecret::Nonce nonce = SharedSecret::NewNonce();
-  RETURN_IF_ERROR(conn.Send(kv::Hello{nonce}, kFrameTimeout));
-  auto first = conn.Receive(kFrameTimeout);
+  RETURN_IF_ERROR(conn.Send(kv::Hello{nonce}, kAuthTimeout));
+  auto first = conn.Receive(kAuthTimeout);
   if (!first.ok()) return first.status();
   const auto* auth = std::get_if<kv::Auth>(&*first);
   if (auth == nullptr ||

@@ -83,6 +83,22 @@ absl::StatusOr<NodeCredentials> LoadCredentials(const ServeOptions& o) {
   return c;
 }
 
+// What both node roles take from the serve options alike.
+template <typename NodeOptions>
+void SetNodeOptions(const ServeOptions& o, const NodeCredentials& creds,
+                    NodeOptions* n) {
+  n->creds = creds;
+  n->metrics_port = o.metrics_port;
+  n->host = o.host;
+  n->http_port = o.port;
+  n->max_prompt_tokens = o.max_prompt_tokens;
+  n->max_waiting = o.max_waiting;
+  n->engine = o.engine;
+  n->faults = o.faults;
+  n->trace = o.trace;
+  n->transfer_timeout = o.transfer_timeout;
+}
+
 // " metrics=PORT" for a ready line, when the metrics have their own port.
 std::string MetricsField(int port) {
   return port < 0 ? "" : absl::StrCat(" metrics=", port);
@@ -96,21 +112,12 @@ absl::Status RunServe(const ServeOptions& o) {
   ASSIGN_OR_RETURN(NodeCredentials creds, LoadCredentials(o));
   if (o.role == "prefill") {
     PrefillNodeOptions p;
-    p.creds = creds;
-    p.metrics_port = o.metrics_port;
+    SetNodeOptions(o, creds, &p);
     for (const std::string& spec : o.decode_kv) {
       ASSIGN_OR_RETURN(KvPeer peer, ParseKvPeer(spec));
       p.kv_peers.push_back(peer);
     }
-    p.host = o.host;
-    p.http_port = o.port;
-    p.max_prompt_tokens = o.max_prompt_tokens;
-    p.max_waiting = o.max_waiting;
-    p.engine = o.engine;
     p.damage = o.damage;
-    p.faults = o.faults;
-    p.trace = o.trace;
-    p.transfer_timeout = o.transfer_timeout;
     PrefillNode node(&model, p);
     RETURN_IF_ERROR(node.Start());
     return ServeUntilSignal(
@@ -121,22 +128,13 @@ absl::Status RunServe(const ServeOptions& o) {
   }
   if (o.role == "decode") {
     DecodeNodeOptions d;
-    d.creds = creds;
-    d.metrics_port = o.metrics_port;
+    SetNodeOptions(o, creds, &d);
     d.name = o.node_name;
     d.prefill_urls = o.prefill_urls;
-    d.host = o.host;
-    d.http_port = o.port;
     d.kv_port = o.kv_port;
-    d.max_prompt_tokens = o.max_prompt_tokens;
-    d.max_waiting = o.max_waiting;
-    d.engine = o.engine;
     d.test_receive_delay = o.test_receive_delay;
     d.test_receive_bytes_per_s = o.test_receive_bytes_per_s;
-    d.transfer_timeout = o.transfer_timeout;
     d.metadata_slots = o.metadata_slots;
-    d.faults = o.faults;
-    d.trace = o.trace;
     DecodeNode node(&model, d);
     RETURN_IF_ERROR(node.Start());
     return ServeUntilSignal(

@@ -37,6 +37,10 @@ std::array<uint8_t, SHA256_DIGEST_LENGTH> Sha256(absl::string_view s) {
 
 }  // namespace
 
+SharedSecret::SharedSecret(std::string secret)
+    : secret_(std::move(secret)),
+      authorization_digest_(Sha256(AuthorizationHeader())) {}
+
 absl::StatusOr<SharedSecret> SharedSecret::FromFile(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
@@ -95,9 +99,9 @@ std::string SharedSecret::AuthorizationHeader() const {
 
 bool SharedSecret::CheckAuthorization(absl::string_view authorization) const {
   if (secret_.empty()) return false;
-  const auto want = Sha256(AuthorizationHeader());
   const auto got = Sha256(authorization);
-  return CRYPTO_memcmp(want.data(), got.data(), want.size()) == 0;
+  return CRYPTO_memcmp(authorization_digest_.data(), got.data(), got.size()) ==
+         0;
 }
 
 SharedSecret::Nonce SharedSecret::NewNonce() { return RandomBytes<16>(); }

@@ -54,8 +54,11 @@ class SharedSecret {
   bool CheckKvProof(const Nonce& nonce, const Proof& proof) const;
 
  private:
-  explicit SharedSecret(std::string secret) : secret_(std::move(secret)) {}
+  explicit SharedSecret(std::string secret);
   std::string secret_;
+  // SHA-256 of "Bearer <secret>", computed once: each check hashes only
+  // what the caller sent.
+  std::array<uint8_t, 32> authorization_digest_{};
 };
 
 // A KV reservation's transfer token: 128 random bits the decode node gives

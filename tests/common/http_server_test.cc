@@ -303,6 +303,17 @@ class HttpServerTest : public ::testing::Test {
   std::optional<absl::Time> write_failed_at_;
 };
 
+TEST(StatusReasonTest, NamesKnownStatusesAndNothingElse) {
+  EXPECT_EQ(StatusReason(100), "Continue");
+  EXPECT_EQ(StatusReason(200), "OK");
+  EXPECT_EQ(StatusReason(404), "Not Found");
+  EXPECT_EQ(StatusReason(429), "Too Many Requests");
+  EXPECT_EQ(StatusReason(505), "HTTP Version Not Supported");
+  EXPECT_EQ(StatusReason(299), "");
+  EXPECT_EQ(StatusReason(0), "");
+  EXPECT_EQ(StatusReason(-1), "");
+}
+
 TEST_F(HttpServerTest, AnswersGetAndPost) {
   Serve();
   RawClient client(port_);

@@ -148,36 +148,48 @@ ABSL_FLAG(std::string, out, "", "File to write the checkpoint to.");
 namespace kvcanary::engine {
 namespace {
 
-// The subcommands and the flags each reads. None takes positional arguments.
-CliSpec Cli() {
-  // What a prefill or decode node reads; `up` passes them to both nodes.
-  const std::vector<std::string> node = {"model",
-                                         "tokenizer",
-                                         "watermark",
-                                         "scrub",
-                                         "prefix_cache",
-                                         "fault",
-                                         "threads",
-                                         "page_tokens",
-                                         "num_pages",
-                                         "max_waiting",
-                                         "max_prompt_tokens",
-                                         "transfer_timeout_ms",
-                                         "metadata_slots",
-                                         "trace_read_sample",
-                                         "test_kv_receive_delay_ms",
-                                         "test_kv_receive_bytes_per_s",
-                                         "test_transfer_damage"};
-  const std::vector<std::string> access_log = {
-      "access_log", "access_log_max_bytes", "access_log_keep"};
+// The flags a prefill or decode node reads; `up` passes them to both nodes.
+std::vector<std::string> NodeFlagNames() {
+  return {"model",
+          "tokenizer",
+          "watermark",
+          "scrub",
+          "prefix_cache",
+          "fault",
+          "threads",
+          "page_tokens",
+          "num_pages",
+          "max_waiting",
+          "max_prompt_tokens",
+          "transfer_timeout_ms",
+          "metadata_slots",
+          "trace_read_sample",
+          "test_kv_receive_delay_ms",
+          "test_kv_receive_bytes_per_s",
+          "test_transfer_damage"};
+}
+
+std::vector<std::string> AccessLogFlagNames() {
+  return {"access_log", "access_log_max_bytes", "access_log_keep"};
+}
+
+// `up`'s own flags, then the nodes' and the access log's.
+std::vector<std::string> UpFlagNames() {
   std::vector<std::string> up = {"host",
                                  "port",
                                  "tenants",
                                  "internal_secret_file",
                                  "trace_token_file",
                                  "max_trace_readers"};
+  const std::vector<std::string> node = NodeFlagNames();
+  const std::vector<std::string> access_log = AccessLogFlagNames();
   up.insert(up.end(), node.begin(), node.end());
   up.insert(up.end(), access_log.begin(), access_log.end());
+  return up;
+}
+
+// `serve`'s own flags (every role's), then the access log's and the nodes'.
+std::vector<std::string> ServeFlagNames() {
   std::vector<std::string> serve = {"role",
                                     "host",
                                     "port",
@@ -194,8 +206,15 @@ CliSpec Cli() {
                                     "max_in_flight",
                                     "trace_file",
                                     "up_status_file"};
+  const std::vector<std::string> access_log = AccessLogFlagNames();
+  const std::vector<std::string> node = NodeFlagNames();
   serve.insert(serve.end(), access_log.begin(), access_log.end());
   serve.insert(serve.end(), node.begin(), node.end());
+  return serve;
+}
+
+// The subcommands and the flags each reads. None takes positional arguments.
+CliSpec Cli() {
   CliSpec spec;
   spec.program = "kvcanary-engine";
   spec.summary =
@@ -219,12 +238,12 @@ CliSpec Cli() {
       {"up",
        "Starts a router, a prefill node and a decode node as processes on "
        "this machine, prints their URLs, and serves until Ctrl-C.",
-       up,
+       UpFlagNames(),
        {},
        {}},
       {"serve",
        "Runs one node, --role=router, prefill or decode, in this process.",
-       serve,
+       ServeFlagNames(),
        {},
        {}},
       {"faults", "Lists the fault switches --fault turns on.", {}, {}, {}},

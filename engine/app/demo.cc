@@ -6,6 +6,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status_macros.h"
 #include "engine/core/engine.h"
 
 namespace kvcanary::engine {
@@ -57,32 +58,30 @@ void PlantForeignWrite(Engine& engine, const Sequence& seq, TenantId intruder) {
   }
 }
 
-}  // namespace
-
-absl::Status RunDemo(const Model& model, const Tokenizer& tok,
-                     const DemoOptions& o, FILE* out) {
-  std::fprintf(out,
-               "== kvcanary engine demo: %s, %d tenants x %d requests ==\n",
-               model.source.c_str(), o.tenants, o.requests_per_tenant);
-  SamplingParams sp;
-  sp.max_tokens = o.max_tokens;
-
-  // 1. A multi-tenant workload: requests arrive in waves and join the batch
-  //    while others decode; pages are freed and reused across tenants.
-  Engine engine(&model, Options(o, WatermarkMode::kEnforce));
+// Submits `o.requests_per_tenant` waves of one request per tenant, stepping
+// the engine between waves, so that requests join the batch while others
+// decode and pages are freed and reused across tenants.
+absl::StatusOr<std::vector<Request>> SubmitInWaves(Engine& engine,
+                                                   const Tokenizer& tok,
+                                                   const DemoOptions& o,
+                                                   const SamplingParams& sp) {
   std::vector<Request> requests;
   for (int i = 0; i < o.requests_per_tenant; ++i) {
     for (int t = 1; t <= o.tenants; ++t) {
       Request r{TenantId(t), tok.Encode(PromptFor(t, i), true, false),
                 RequestId()};
-      auto id = engine.Submit(r.tenant, r.prompt, sp);
-      if (!id.ok()) return id.status();
-      r.id = *id;
+      ASSIGN_OR_RETURN(r.id, engine.Submit(r.tenant, r.prompt, sp));
       requests.push_back(std::move(r));
     }
     for (int s = 0; s < 5; ++s) engine.Step();
   }
-  engine.RunUntilIdle();
+  return requests;
+}
+
+// Prints a row per finished request and a summary. Returns an error if any
+// request recorded a watermark violation.
+absl::Status ReportCleanRun(const Engine& engine,
+                            const std::vector<Request>& requests, FILE* out) {
   std::fprintf(out, "\n%-8s %-7s %-7s %-7s %-7s %-10s %s\n", "request",
                "tenant", "prompt", "tokens", "finish", "violations",
                "output hash");
@@ -101,45 +100,83 @@ absl::Status RunDemo(const Model& model, const Tokenizer& tok,
                "use after\n",
                requests.size(), violations, engine.pool().num_used_pages());
   if (violations != 0) return absl::InternalError("violations in a clean run");
+  return absl::OkStatus();
+}
 
-  // 2. Batch invariance: every request alone gives the same tokens.
+// Runs each of `requests`, finished in `batched`, again alone in an engine of
+// its own; returns an error unless each gives the tokens it gave batched.
+absl::Status CheckBatchInvariance(const Model& model, const DemoOptions& o,
+                                  const SamplingParams& sp,
+                                  const Engine& batched,
+                                  const std::vector<Request>& requests,
+                                  FILE* out) {
   int mismatches = 0;
   for (const Request& r : requests) {
     Engine alone(&model, Options(o, WatermarkMode::kEnforce));
-    auto id = alone.Submit(r.tenant, r.prompt, sp);
-    if (!id.ok()) return id.status();
+    ASSIGN_OR_RETURN(RequestId id, alone.Submit(r.tenant, r.prompt, sp));
     alone.RunUntilIdle();
-    if (alone.Get(*id)->output != engine.Get(r.id)->output) ++mismatches;
+    if (alone.Get(id)->output != batched.Get(r.id)->output) ++mismatches;
   }
   std::fprintf(
       out,
       "batch invariance: %zu of %zu requests identical alone and batched\n",
       requests.size() - mismatches, requests.size());
   if (mismatches != 0) return absl::InternalError("batch invariance broken");
+  return absl::OkStatus();
+}
+
+// Runs `victim` under watermark `mode`, plants another tenant's K/V in its
+// first page after a few steps, and returns an error unless the check
+// catches it.
+absl::Status CatchPlantedWrite(const Model& model, const DemoOptions& o,
+                               const SamplingParams& sp, const Request& victim,
+                               WatermarkMode mode, FILE* out) {
+  Engine e(&model, Options(o, mode));
+  ASSIGN_OR_RETURN(RequestId id, e.Submit(victim.tenant, victim.prompt, sp));
+  for (int s = 0; s < 3; ++s) e.Step();
+  PlantForeignWrite(e, *e.Get(id), TenantId(o.tenants + 1));
+  e.RunUntilIdle();
+  const Sequence& s = *e.Get(id);
+  std::fprintf(out,
+               "\nplanted write, watermark=%s: finish=%s, %zu tokens returned, "
+               "%zu violation(s)\n",
+               WatermarkModeName(mode),
+               FinishReasonName(s.state.finish_reason()), s.output.size(),
+               s.violations.size());
+  if (s.violations.empty()) {
+    return absl::InternalError("planted write not caught");
+  }
+  std::fprintf(out, "  first: %s\n", s.violations[0].DebugString().c_str());
+  if (mode == WatermarkMode::kEnforce) {
+    std::fprintf(out, "  client error: %s\n",
+                 s.state.abort_status().ToString().c_str());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunDemo(const Model& model, const Tokenizer& tok,
+                     const DemoOptions& o, FILE* out) {
+  std::fprintf(out,
+               "== kvcanary engine demo: %s, %d tenants x %d requests ==\n",
+               model.source.c_str(), o.tenants, o.requests_per_tenant);
+  SamplingParams sp;
+  sp.max_tokens = o.max_tokens;
+
+  // 1. A multi-tenant workload with continuous batching, no violation.
+  Engine engine(&model, Options(o, WatermarkMode::kEnforce));
+  ASSIGN_OR_RETURN(std::vector<Request> requests,
+                   SubmitInWaves(engine, tok, o, sp));
+  engine.RunUntilIdle();
+  RETURN_IF_ERROR(ReportCleanRun(engine, requests, out));
+
+  // 2. Batch invariance: every request alone gives the same tokens.
+  RETURN_IF_ERROR(CheckBatchInvariance(model, o, sp, engine, requests, out));
 
   // 3. Another tenant's bytes in a request's pages, caught by the check.
   for (WatermarkMode mode : {WatermarkMode::kDetect, WatermarkMode::kEnforce}) {
-    Engine e(&model, Options(o, mode));
-    const Request& victim = requests[0];
-    auto id = e.Submit(victim.tenant, victim.prompt, sp);
-    if (!id.ok()) return id.status();
-    for (int s = 0; s < 3; ++s) e.Step();
-    PlantForeignWrite(e, *e.Get(*id), TenantId(o.tenants + 1));
-    e.RunUntilIdle();
-    const Sequence& s = *e.Get(*id);
-    std::fprintf(
-        out,
-        "\nplanted write, watermark=%s: finish=%s, %zu tokens returned, "
-        "%zu violation(s)\n",
-        WatermarkModeName(mode), FinishReasonName(s.state.finish_reason()),
-        s.output.size(), s.violations.size());
-    if (s.violations.empty())
-      return absl::InternalError("planted write not caught");
-    std::fprintf(out, "  first: %s\n", s.violations[0].DebugString().c_str());
-    if (mode == WatermarkMode::kEnforce) {
-      std::fprintf(out, "  client error: %s\n",
-                   s.state.abort_status().ToString().c_str());
-    }
+    RETURN_IF_ERROR(CatchPlantedWrite(model, o, sp, requests[0], mode, out));
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
@@ -26,7 +27,11 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "llama2.c checkpoints are little-endian; add byte swapping");
 static_assert(sizeof(float) == 4 && sizeof(int32_t) == 4, "f32/i32 sizes");
 
+// The header: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size
+// (negative: a separate classifier follows), seq_len; i32 each.
+using Llama2cHeader = std::array<int32_t, 7>;
 constexpr int64_t kHeaderBytes = 7 * 4;
+static_assert(sizeof(Llama2cHeader) == kHeaderBytes, "header size");
 // No checkpoint we load or write may claim more than 1 TiB.
 constexpr int64_t kMaxModelBytes = int64_t{1} << 40;
 
@@ -206,47 +211,65 @@ ModelConfig Stories15MShapeConfig() {
   return c;
 }
 
-absl::StatusOr<Model> LoadLlama2cModel(const std::string& path) {
-  FilePtr file(std::fopen(path.c_str(), "rb"));
-  if (file == nullptr) return ErrnoStatus(errno, path + ": cannot open");
+namespace {
+
+// Bytes of the regular file open as `file`.
+absl::StatusOr<int64_t> RegularFileBytes(std::FILE* file,
+                                         const std::string& path) {
   struct stat st;
-  if (fstat(fileno(file.get()), &st) != 0) {
+  if (fstat(fileno(file), &st) != 0) {
     return ErrnoStatus(errno, path + ": cannot stat");
   }
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(path + ": not a regular file");
   }
-  const int64_t file_bytes = st.st_size;
-  if (file_bytes < kHeaderBytes) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": truncated: expected at least ", kHeaderBytes,
-                     " bytes (header), file has ", file_bytes));
-  }
+  return static_cast<int64_t>(st.st_size);
+}
 
-  int32_t header[7];
-  if (std::fread(header, 4, 7, file.get()) != 7) {
-    return absl::DataLossError(path + ": cannot read the header");
-  }
-  Model model;
-  model.source = path;
-  ModelConfig& config = model.config;
+// The shape a checkpoint's header states, not yet validated.
+ModelConfig ConfigFromHeader(const Llama2cHeader& header) {
+  ModelConfig config;
   config.dim = header[0];
   config.hidden_dim = header[1];
   config.n_layers = header[2];
   config.n_heads = header[3];
   config.n_kv_heads = header[4];
   // A negative vocab_size marks a separate classifier. INT32_MIN has no
-  // positive counterpart; it becomes an out-of-range vocab below.
+  // positive counterpart; it becomes an out-of-range vocab, which Validate
+  // refuses.
   const int32_t vocab = header[5];
   config.shared_classifier = vocab > 0;
   config.vocab_size =
       vocab >= 0 ? vocab : (vocab == INT32_MIN ? INT32_MAX : -vocab);
   config.seq_len = header[6];
+  return config;
+}
+
+// Reads the header of the checkpoint open as `file` (`file_bytes` long) and
+// returns the valid shape it states.
+absl::StatusOr<ModelConfig> ReadHeader(std::FILE* file, const std::string& path,
+                                       int64_t file_bytes) {
+  if (file_bytes < kHeaderBytes) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": truncated: expected at least ", kHeaderBytes,
+                     " bytes (header), file has ", file_bytes));
+  }
+  Llama2cHeader header;
+  if (std::fread(header.data(), 4, header.size(), file) != header.size()) {
+    return absl::DataLossError(path + ": cannot read the header");
+  }
+  const ModelConfig config = ConfigFromHeader(header);
   if (absl::Status s = config.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": invalid header: ", s.message()));
   }
+  return config;
+}
 
+// Returns an error unless a checkpoint of `file_bytes` is exactly as long as
+// `config` says and no longer than the limit.
+absl::Status CheckFileBytes(const std::string& path, const ModelConfig& config,
+                            int64_t file_bytes) {
   const int64_t expected = CheckpointBytes(config);
   if (expected > kMaxModelBytes) {
     return absl::InvalidArgumentError(
@@ -263,19 +286,24 @@ absl::StatusOr<Model> LoadLlama2cModel(const std::string& path) {
         path, ": trailing bytes: expected ", expected, " bytes, file has ",
         file_bytes, " (", file_bytes - expected, " trailing)"));
   }
+  return absl::OkStatus();
+}
 
+// Reads the arrays after the header into `weights`, skipping the RoPE
+// tables. Returns kDataLoss for a short read or a NaN or infinite weight.
+absl::Status ReadTensors(std::FILE* file, const std::string& path,
+                         const ModelConfig& config, ModelWeights& weights) {
   for (const TensorSpec& spec : CheckpointLayout(config)) {
     if (spec.member == nullptr) {
-      if (fseeko(file.get(), static_cast<off_t>(4 * spec.count), SEEK_CUR) !=
-          0) {
+      if (fseeko(file, static_cast<off_t>(4 * spec.count), SEEK_CUR) != 0) {
         return ErrnoStatus(errno,
                            absl::StrCat(path, ": cannot skip ", spec.name));
       }
       continue;
     }
-    std::vector<float>& tensor = model.weights.*spec.member;
+    std::vector<float>& tensor = weights.*spec.member;
     tensor.resize(static_cast<size_t>(spec.count));
-    const size_t got = std::fread(tensor.data(), 4, tensor.size(), file.get());
+    const size_t got = std::fread(tensor.data(), 4, tensor.size(), file);
     if (got != tensor.size()) {
       return absl::DataLossError(
           absl::StrCat(path, ": short read in ", spec.name,
@@ -287,10 +315,30 @@ absl::StatusOr<Model> LoadLlama2cModel(const std::string& path) {
                                               tensor[i], ")"));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Model> LoadLlama2cModel(const std::string& path) {
+  FilePtr file(std::fopen(path.c_str(), "rb"));
+  if (file == nullptr) return ErrnoStatus(errno, path + ": cannot open");
+  ASSIGN_OR_RETURN(const int64_t file_bytes,
+                   RegularFileBytes(file.get(), path));
+  Model model;
+  model.source = path;
+  ASSIGN_OR_RETURN(model.config, ReadHeader(file.get(), path, file_bytes));
+  RETURN_IF_ERROR(CheckFileBytes(path, model.config, file_bytes));
+  RETURN_IF_ERROR(ReadTensors(file.get(), path, model.config, model.weights));
   return model;
 }
 
-absl::Status WriteLlama2cModel(const Model& model, const std::string& path) {
+namespace {
+
+// Returns kInvalidArgument unless a checkpoint can hold `model`: a valid
+// config within the size limit, every array of the size the config gives,
+// and no wcls when the classifier is shared.
+absl::Status CheckWritable(const Model& model, const std::string& path) {
   const ModelConfig& config = model.config;
   if (absl::Status s = config.Validate(); !s.ok()) {
     return absl::InvalidArgumentError(
@@ -299,8 +347,7 @@ absl::Status WriteLlama2cModel(const Model& model, const std::string& path) {
   if (CheckpointBytes(config) > kMaxModelBytes) {
     return absl::InvalidArgumentError(path + ": model too large to write");
   }
-  const std::vector<TensorSpec> layout = CheckpointLayout(config);
-  for (const TensorSpec& spec : layout) {
+  for (const TensorSpec& spec : CheckpointLayout(config)) {
     if (spec.member == nullptr) continue;
     const std::vector<float>& tensor = model.weights.*spec.member;
     if (static_cast<int64_t>(tensor.size()) != spec.count) {
@@ -314,52 +361,80 @@ absl::Status WriteLlama2cModel(const Model& model, const std::string& path) {
         path,
         ": cannot write model: wcls is set but the classifier is shared"));
   }
+  return absl::OkStatus();
+}
 
-  // RoPE tables as llama2.c's legacy export writes them (row pos, column i).
+// The inverse of ConfigFromHeader.
+Llama2cHeader HeaderFromConfig(const ModelConfig& config) {
+  return {config.dim,
+          config.hidden_dim,
+          config.n_layers,
+          config.n_heads,
+          config.n_kv_heads,
+          config.shared_classifier ? config.vocab_size : -config.vocab_size,
+          config.seq_len};
+}
+
+// The RoPE tables as llama2.c's legacy export writes them.
+struct RopeTables {
+  std::vector<float> real;  // (seq_len, head_dim / 2), f32: cos(pos * freq_i)
+  std::vector<float> imag;  // (seq_len, head_dim / 2), f32: sin(pos * freq_i)
+};
+
+RopeTables LegacyRopeTables(const ModelConfig& config) {
   const int half = config.head_dim() / 2;
-  std::vector<float> freq_real(static_cast<size_t>(config.seq_len) * half);
-  std::vector<float> freq_imag(freq_real.size());
+  RopeTables rope;
+  rope.real.resize(static_cast<size_t>(config.seq_len) * half);
+  rope.imag.resize(rope.real.size());
   for (int i = 0; i < half; ++i) {
     const double freq =
         1.0 / std::pow(10000.0, static_cast<double>(2 * i) / config.head_dim());
     for (int pos = 0; pos < config.seq_len; ++pos) {
       const double angle = static_cast<double>(pos) * freq;
-      freq_real[static_cast<size_t>(pos) * half + i] =
+      rope.real[static_cast<size_t>(pos) * half + i] =
           static_cast<float>(std::cos(angle));
-      freq_imag[static_cast<size_t>(pos) * half + i] =
+      rope.imag[static_cast<size_t>(pos) * half + i] =
           static_cast<float>(std::sin(angle));
     }
   }
+  return rope;
+}
 
+// Writes the header and every array of `model`'s checkpoint to `f`, which it
+// does not close. Returns the errno of the first failure (EIO where errno
+// gives none), 0 if none. REQUIRES: CheckWritable(model) is OK.
+int WriteHeaderAndArrays(std::FILE* f, const Model& model) {
+  const RopeTables rope = LegacyRopeTables(model.config);
+  errno = 0;
+  const Llama2cHeader header = HeaderFromConfig(model.config);
+  if (std::fwrite(header.data(), 4, header.size(), f) != header.size()) {
+    return errno != 0 ? errno : EIO;
+  }
+  for (const TensorSpec& spec : CheckpointLayout(model.config)) {
+    const std::vector<float>* tensor;
+    if (spec.member != nullptr) {
+      tensor = &(model.weights.*spec.member);
+    } else {
+      tensor = std::strcmp(spec.name, "freq_cis_real") == 0 ? &rope.real
+                                                            : &rope.imag;
+    }
+    if (std::fwrite(tensor->data(), 4, tensor->size(), f) != tensor->size()) {
+      return errno != 0 ? errno : EIO;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+absl::Status WriteLlama2cModel(const Model& model, const std::string& path) {
+  RETURN_IF_ERROR(CheckWritable(model, path));
   // Write to a temporary next to `path`, then rename: a reader never sees a
   // half-written checkpoint.
   const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) return ErrnoStatus(errno, tmp + ": cannot create");
-  errno = 0;
-  const int32_t header[7] = {
-      config.dim,
-      config.hidden_dim,
-      config.n_layers,
-      config.n_heads,
-      config.n_kv_heads,
-      config.shared_classifier ? config.vocab_size : -config.vocab_size,
-      config.seq_len};
-  int err = 0;  // errno of the first failure
-  if (std::fwrite(header, 4, 7, f) != 7) err = errno != 0 ? errno : EIO;
-  for (const TensorSpec& spec : layout) {
-    if (err != 0) break;
-    const std::vector<float>* tensor;
-    if (spec.member != nullptr) {
-      tensor = &(model.weights.*spec.member);
-    } else {
-      tensor = std::strcmp(spec.name, "freq_cis_real") == 0 ? &freq_real
-                                                            : &freq_imag;
-    }
-    if (std::fwrite(tensor->data(), 4, tensor->size(), f) != tensor->size()) {
-      err = errno != 0 ? errno : EIO;
-    }
-  }
+  int err = WriteHeaderAndArrays(f, model);  // errno of the first failure
   if (std::fclose(f) != 0 && err == 0) err = errno != 0 ? errno : EIO;
   if (err != 0) {
     std::remove(tmp.c_str());

@@ -33,6 +33,7 @@
 #include "auditor/trace_follower.h"
 #include "common/cli.h"
 #include "common/http_server.h"
+#include "common/status_macros.h"
 #include "storage/evidence_store.h"
 
 ABSL_FLAG(std::string, target, "",
@@ -46,6 +47,12 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, trace_token_file, "",
           "File holding the nodes' /v1/trace admin token (kvcanary-engine "
           "up prints its path); facts reads the nodes without it.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "probe, sidecar: for nodes that require mutual TLS "
+          "(kvcanary-engine --tls), the client certificate (PEM) to present "
+          "when following their traces; with --tls-key and --tls-ca.");
+ABSL_FLAG(std::string, tls_key, "", "The key of --tls-cert (PEM).");
+ABSL_FLAG(std::string, tls_ca, "", "The nodes' CA (PEM), the only trusted.");
 ABSL_FLAG(std::vector<std::string>, trace, {},
           "Base URLs of engine nodes, comma-separated. probe, sidecar: whose "
           "/v1/trace (kvt1/kvt2) to follow; without it the trace detector is "
@@ -294,9 +301,9 @@ CliSpec Cli() {
   // probe and sidecar: the target and how hard to probe it, then the
   // probes, the verdict and the reports.
   std::vector<std::string> probe = {
-      "target",           "tenants",     "trace",
-      "trace_token_file", "db",          "duration",
-      "max_probes",       "concurrency", "rate"};
+      "target",   "tenants",    "trace",       "trace_token_file",
+      "tls_cert", "tls_key",    "tls_ca",      "db",
+      "duration", "max_probes", "concurrency", "rate"};
   probe.insert(probe.end(),
                {"key_file", "model", "max_prompt_tokens", "timeout", "floor",
                 "require", "max_consecutive_failures", "max_ladder_tokens",
@@ -418,15 +425,13 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
   o.model = target->model;
   o.request_timeout = target->request_timeout;
   o.max_consecutive_failures = target->max_consecutive_failures;
-  auto trace_urls = TraceUrlsFromFlags();
-  if (!trace_urls.ok()) return trace_urls.status();
-  o.trace_urls = *std::move(trace_urls);
-  auto token = ReadTraceToken(absl::GetFlag(FLAGS_trace_token_file));
-  if (!token.ok()) return token.status();
-  o.trace_token = *std::move(token);
-  auto db = DbFromFlags();
-  if (!db.ok()) return db.status();
-  o.db_path = *db;
+  ASSIGN_OR_RETURN(o.trace_urls, TraceUrlsFromFlags());
+  ASSIGN_OR_RETURN(o.trace_token,
+                   ReadTraceToken(absl::GetFlag(FLAGS_trace_token_file)));
+  o.trace_tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                 absl::GetFlag(FLAGS_tls_ca)};
+  RETURN_IF_ERROR(tls::CheckFiles(o.trace_tls));
+  ASSIGN_OR_RETURN(o.db_path, DbFromFlags());
   for (const auto& [name, value] :
        {std::pair<const char*, double>{"--duration",
                                        absl::GetFlag(FLAGS_duration)},

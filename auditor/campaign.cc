@@ -153,7 +153,8 @@ void Campaign::Progress(const char* what) {
 
 absl::Status Campaign::StartTrace() {
   for (const std::string& url : o_.trace_urls) {
-    followers_.push_back(std::make_unique<TraceFollower>(url, o_.trace_token));
+    followers_.push_back(
+        std::make_unique<TraceFollower>(url, o_.trace_token, o_.trace_tls));
     RETURN_IF_ERROR(followers_.back()->Start());
   }
   return absl::OkStatus();

@@ -32,6 +32,7 @@ struct CampaignOptions {
   std::vector<AuditTenant> tenants;
   std::vector<std::string> trace_urls;  // engine nodes (base URLs)
   std::string trace_token;  // their /v1/trace admin token ("" sends none)
+  tls::Files trace_tls;     // the nodes' mutual TLS, if they require it
   std::string db_path;
   absl::Duration duration = absl::Seconds(30);
   int max_probes = 0;  // 0: until `duration`

@@ -39,8 +39,11 @@ absl::StatusOr<std::string> ReadTraceToken(const std::string& path) {
   return token;
 }
 
-TraceFollower::TraceFollower(std::string node_url, std::string token)
-    : url_(std::move(node_url)), token_(std::move(token)) {}
+TraceFollower::TraceFollower(std::string node_url, std::string token,
+                             tls::Files tls)
+    : url_(std::move(node_url)),
+      token_(std::move(token)),
+      tls_(std::move(tls)) {}
 
 TraceFollower::~TraceFollower() {
   if (thread_.joinable()) (void)Stop(absl::ZeroDuration());
@@ -141,6 +144,15 @@ void TraceFollower::Run() {
   curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, &TraceFollower::OnProgress);
   curl_easy_setopt(curl, CURLOPT_XFERINFODATA, this);
+  if (!tls_.empty()) {
+    curl_easy_setopt(curl, CURLOPT_SSLCERT, tls_.cert.c_str());
+    curl_easy_setopt(curl, CURLOPT_SSLKEY, tls_.key.c_str());
+    // The deployment's CA only, not the system's trust store.
+    curl_easy_setopt(curl, CURLOPT_CAINFO, tls_.ca.c_str());
+    curl_easy_setopt(curl, CURLOPT_CAPATH, nullptr);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);
+  }
   curl_slist* headers = nullptr;
   if (!token_.empty()) {
     const std::string auth = "Authorization: Bearer " + token_;

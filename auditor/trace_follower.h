@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "auditor/shadow_ledger.h"
+#include "common/tls.h"
 #include "common/trace_event.h"
 
 namespace kvcanary::auditor {
@@ -35,7 +36,11 @@ absl::StatusOr<std::vector<std::string>> NormalizeTraceUrls(
 class TraceFollower {
  public:
   // `token`: sent as "Authorization: Bearer <token>"; "" sends none.
-  explicit TraceFollower(std::string node_url, std::string token = "");
+  // `tls`: for nodes that require mutual TLS (kvcanary-engine --tls), the
+  // client certificate and key to present and the only CA to trust; empty
+  // for plain nodes.
+  explicit TraceFollower(std::string node_url, std::string token = "",
+                         tls::Files tls = {});
   ~TraceFollower();  // stops
   TraceFollower(const TraceFollower&) = delete;
   TraceFollower& operator=(const TraceFollower&) = delete;
@@ -63,6 +68,7 @@ class TraceFollower {
 
   const std::string url_;
   const std::string token_;
+  const tls::Files tls_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;

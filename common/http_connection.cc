@@ -191,16 +191,50 @@ void Connection::Start() {
   fd_ = socket_.native_handle();
   const ServerState::Admission admission = server_->Register(this, fd_);
   registered_ = admission == ServerState::Admission::kAdmitted;
-  asio::dispatch(strand_, [self = shared_from_this(), admission] {
+  const bool tls = server_->options.tls != nullptr;
+  asio::dispatch(strand_, [self = shared_from_this(), admission, tls] {
     switch (admission) {
       case ServerState::Admission::kAdmitted:
-        return self->ReadRequest();
+        return tls ? self->Handshake() : self->ReadRequest();
       case ServerState::Admission::kOverCap:
+        // Over TLS an answer would cost a handshake first.
+        if (tls) return self->Close();
         return self->AnswerError(503, /*keep_alive=*/false);
       case ServerState::Admission::kDraining:
         return self->Close();
     }
   });
+}
+
+void Connection::Handshake() {
+  absl::StatusOr<std::unique_ptr<tls::Session>> session =
+      tls::Session::Server(*server_->options.tls, fd_);
+  if (!session.ok()) return Close();
+  stream_.set_session(*std::move(session));
+  ArmTimer(server_->options.header_timeout);
+  ContinueHandshake();
+}
+
+void Connection::ContinueHandshake() {
+  const tls::Io io = stream_.session()->Handshake();
+  if (io == tls::Io::kOk) {
+    DisarmTimer();
+    return ReadRequest();
+  }
+  if (io != tls::Io::kWantRead && io != tls::Io::kWantWrite) {
+    // A refused certificate, or not TLS at all: nothing to answer it in.
+    DisarmTimer();
+    return Close();
+  }
+  socket_.async_wait(io == tls::Io::kWantRead ? Tcp::socket::wait_read
+                                              : Tcp::socket::wait_write,
+                     [self = shared_from_this()](ErrorCode ec) {
+                       if (ec || self->timed_out_) {
+                         self->DisarmTimer();
+                         return self->Close();
+                       }
+                       self->ContinueHandshake();
+                     });
 }
 
 void Connection::ReadRequest() {
@@ -213,7 +247,10 @@ void Connection::ReadRequest() {
   request_.remote_addr = remote_addr_;
   // The first request's deadline runs from the accept; a pipelined one's
   // from now; otherwise the idle wait comes first.
-  if (first_request_ || buffer_.size() > 0) return ReadHeader();
+  if (first_request_ || buffer_.size() > 0 ||
+      (stream_.session() != nullptr && stream_.session()->HasBuffered())) {
+    return ReadHeader();
+  }
   WaitFirstByte();
 }
 
@@ -229,7 +266,7 @@ void Connection::WaitFirstByte() {
 
 void Connection::ReadHeader() {
   ArmTimer(server_->options.header_timeout);
-  bhttp::async_read_header(socket_, buffer_, *parser_,
+  bhttp::async_read_header(stream_, buffer_, *parser_,
                            [self = shared_from_this()](ErrorCode ec, size_t) {
                              self->OnHeader(ec);
                            });
@@ -258,7 +295,7 @@ void Connection::OnHeader(ErrorCode ec) {
 void Connection::ContinueThenReadBody() {
   write_buffer_ = "HTTP/1.1 100 Continue\r\n\r\n";
   ArmTimer(server_->options.write_timeout);
-  asio::async_write(socket_, asio::buffer(write_buffer_),
+  asio::async_write(stream_, asio::buffer(write_buffer_),
                     [self = shared_from_this()](ErrorCode ec, size_t) {
                       const bool timed_out = self->DisarmTimer();
                       if (ec || timed_out) return self->Close();
@@ -269,7 +306,7 @@ void Connection::ContinueThenReadBody() {
 void Connection::ReadBody() {
   ArmTimer(server_->options.body_timeout);
   bhttp::async_read(
-      socket_, buffer_, *parser_,
+      stream_, buffer_, *parser_,
       [self = shared_from_this()](ErrorCode ec, size_t) { self->OnBody(ec); });
 }
 
@@ -341,7 +378,7 @@ void Connection::AnswerError(int status, bool keep_alive) {
   if (!head) write_buffer_ += res.body;
   ArmTimer(server_->options.write_timeout);
   asio::async_write(
-      socket_, asio::buffer(write_buffer_),
+      stream_, asio::buffer(write_buffer_),
       [self = shared_from_this(), keep_alive](ErrorCode ec, size_t) {
         const bool timed_out = self->DisarmTimer();
         if (ec || timed_out) return self->Close();
@@ -361,6 +398,7 @@ void Connection::Continue(Next next) {
 }
 
 void Connection::LingeringClose() {
+  if (stream_.session() != nullptr) stream_.session()->SendCloseNotify();
   ErrorCode ec;
   socket_.shutdown(Tcp::socket::shutdown_send, ec);
   if (ec) return Close();
@@ -475,27 +513,56 @@ bool Connection::WriteAll(absl::string_view data) {
   const Clock::time_point deadline =
       Clock::now() + absl::ToChronoMilliseconds(server_->options.write_timeout);
   while (!data.empty()) {
-    const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+    short wait_events = 0;
+    const ssize_t n = WriteSome(data, &wait_events);
     if (n > 0) {
       data.remove_prefix(static_cast<size_t>(n));
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            deadline - Clock::now())
-                            .count();
-      pollfd p{fd_, POLLOUT, 0};
-      const int ready = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0) {
-        continue;
-      }
-      if (ready == 0) ::shutdown(fd_, SHUT_RDWR);  // the client stopped reading
+    if (n < 0) return false;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - Clock::now())
+                          .count();
+    pollfd p{fd_, wait_events, 0};
+    const int ready = left > 0 ? ::poll(&p, 1, static_cast<int>(left)) : 0;
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready > 0 && (p.revents & (POLLERR | POLLNVAL)) == 0 &&
+        (wait_events == POLLIN || (p.revents & POLLHUP) == 0)) {
+      continue;
     }
+    if (ready == 0) ::shutdown(fd_, SHUT_RDWR);  // the client stopped reading
     return false;
   }
   return true;
+}
+
+ssize_t Connection::WriteSome(absl::string_view data, short* wait_events) {
+  if (tls::Session* session = stream_.session()) {
+    size_t n = 0;
+    switch (session->Write(data.data(), data.size(), &n)) {
+      case tls::Io::kOk:
+        return static_cast<ssize_t>(n);
+      case tls::Io::kWantRead:
+        *wait_events = POLLIN;
+        return 0;
+      case tls::Io::kWantWrite:
+        *wait_events = POLLOUT;
+        return 0;
+      case tls::Io::kClosed:
+      case tls::Io::kFailed:
+        return -1;
+    }
+  }
+  while (true) {
+    const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n > 0) return n;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      *wait_events = POLLOUT;
+      return 0;
+    }
+    return -1;
+  }
 }
 
 bool Connection::PeerGone() const {

@@ -18,17 +18,23 @@
 #ifndef KVCANARY_COMMON_HTTP_CONNECTION_H_
 #define KVCANARY_COMMON_HTTP_CONNECTION_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "boost/asio/any_io_executor.hpp"
+#include "boost/asio/buffer.hpp"
+#include "boost/asio/compose.hpp"
+#include "boost/asio/error.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
@@ -36,6 +42,7 @@
 #include "boost/beast/http/string_body.hpp"
 #include "common/http_handler_pool.h"
 #include "common/http_server.h"
+#include "common/tls.h"
 
 namespace kvcanary::http::internal {
 
@@ -94,6 +101,98 @@ class ServerState {
   std::unordered_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
 };
 
+// What a connection reads and writes through, as Beast's AsyncReadStream and
+// AsyncWriteStream: the socket itself, or a TLS session over it (each call
+// tries the session, and waits on the socket for the direction the session
+// asks for). Used on the strand only.
+class Stream {
+ public:
+  using executor_type = Strand;
+
+  explicit Stream(Tcp::socket& socket) : socket_(socket) {}
+
+  executor_type get_executor() { return socket_.get_executor(); }
+  // Null: plain TCP.
+  tls::Session* session() const { return session_.get(); }
+  void set_session(std::unique_ptr<tls::Session> session) {
+    session_ = std::move(session);
+  }
+
+  template <typename Buffers, typename Token>
+  auto async_read_some(const Buffers& buffers, Token&& token) {
+    if (session_ == nullptr) {
+      return socket_.async_read_some(buffers, std::forward<Token>(token));
+    }
+    return boost::asio::async_compose<Token,
+                                      void(boost::system::error_code, size_t)>(
+        TlsOp<boost::asio::mutable_buffer, /*kWrite=*/false>{
+            socket_, *session_, First<boost::asio::mutable_buffer>(buffers)},
+        token, socket_);
+  }
+
+  template <typename Buffers, typename Token>
+  auto async_write_some(const Buffers& buffers, Token&& token) {
+    if (session_ == nullptr) {
+      return socket_.async_write_some(buffers, std::forward<Token>(token));
+    }
+    return boost::asio::async_compose<Token,
+                                      void(boost::system::error_code, size_t)>(
+        TlsOp<boost::asio::const_buffer, /*kWrite=*/true>{
+            socket_, *session_, First<boost::asio::const_buffer>(buffers)},
+        token, socket_);
+  }
+
+ private:
+  // The first non-empty buffer of a sequence (an empty one if none): a
+  // read_some or write_some may move fewer bytes than offered.
+  template <typename Buffer, typename Buffers>
+  static Buffer First(const Buffers& buffers) {
+    for (auto it = boost::asio::buffer_sequence_begin(buffers);
+         it != boost::asio::buffer_sequence_end(buffers); ++it) {
+      Buffer b(*it);
+      if (b.size() > 0) return b;
+    }
+    return Buffer();
+  }
+
+  // One read_some or write_some through the session.
+  template <typename Buffer, bool kWrite>
+  struct TlsOp {
+    Tcp::socket& socket;
+    tls::Session& session;
+    Buffer buffer;
+
+    template <typename Self>
+    void operator()(Self& self, boost::system::error_code ec = {}) {
+      if (ec) return self.complete(ec, 0);
+      if (buffer.size() == 0) return self.complete(ec, 0);
+      size_t n = 0;
+      tls::Io io;
+      if constexpr (kWrite) {
+        io = session.Write(static_cast<const char*>(buffer.data()),
+                           buffer.size(), &n);
+      } else {
+        io = session.Read(static_cast<char*>(buffer.data()), buffer.size(), &n);
+      }
+      switch (io) {
+        case tls::Io::kOk:
+          return self.complete(ec, n);
+        case tls::Io::kWantRead:
+          return socket.async_wait(Tcp::socket::wait_read, std::move(self));
+        case tls::Io::kWantWrite:
+          return socket.async_wait(Tcp::socket::wait_write, std::move(self));
+        case tls::Io::kClosed:
+          return self.complete(boost::asio::error::eof, 0);
+        case tls::Io::kFailed:
+          return self.complete(boost::asio::error::connection_reset, 0);
+      }
+    }
+  };
+
+  Tcp::socket& socket_;
+  std::unique_ptr<tls::Session> session_;
+};
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(ServerState* server, Tcp::socket socket);
@@ -111,6 +210,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   enum class Next { kRead, kLinger, kClose };
 
   // --- On the strand ---
+  // Mutual TLS: the handshake, within header_timeout, then ReadRequest.
+  void Handshake();
+  void ContinueHandshake();
   void ReadRequest();
   void WaitFirstByte();
   void ReadHeader();
@@ -137,6 +239,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Sends all of `data` within write_timeout; false (and the socket shut
   // down) otherwise.
   bool WriteAll(absl::string_view data);
+  // Writes some of `data` without blocking: the bytes written, 0 with
+  // *wait_events set to what to poll for, or -1 once the connection failed.
+  ssize_t WriteSome(absl::string_view data, short* wait_events);
   // Whether the client closed or reset the connection (bytes it sent and
   // we have not read yet count as still there).
   bool PeerGone() const;
@@ -149,6 +254,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ServerState* const server_;
   Strand strand_;
   Tcp::socket socket_;
+  Stream stream_{socket_};  // after socket_
   boost::asio::steady_timer timer_;
   int fd_ = -1;
   std::string remote_addr_;

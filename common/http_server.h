@@ -28,6 +28,9 @@
 // time), 413 (body over max_body_bytes; refused from Content-Length before it
 // is read), 431 (header over max_header_bytes), 503 (over max_connections),
 // 500 (a handler threw).
+//
+// With Options::tls set, the listener speaks HTTPS and requires a client
+// certificate from the deployment's CA (mutual TLS between nodes).
 #ifndef KVCANARY_COMMON_HTTP_SERVER_H_
 #define KVCANARY_COMMON_HTTP_SERVER_H_
 
@@ -42,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 
 namespace kvcanary::http {
 
@@ -71,6 +75,12 @@ struct Options {
   // Handlers running at once; requests beyond wait their turn (FIFO).
   int handler_threads = 64;
   int io_threads = 1;
+  // Mutual TLS (common/tls.h): every connection must complete a handshake
+  // with a client certificate the deployment CA signed, within
+  // header_timeout, before its first request is read; one that does not is
+  // closed without an answer (so is one over max_connections). Null: plain
+  // HTTP.
+  std::shared_ptr<const tls::Context> tls;
 };
 
 struct Request {

@@ -89,6 +89,20 @@ ABSL_FLAG(std::string, trace_token_file, "",
           "Prefill and decode roles: the admin token GET /v1/trace requires "
           "(same file rules); none: the trace stream is off. up generates "
           "one when empty and prints its path.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "Mutual TLS between nodes (docs/nodes.md): this node's certificate "
+          "(PEM), signed by the deployment CA. With --tls-key and --tls-ca "
+          "the nodes' listeners and the KV port require the CA's client "
+          "certificates and node URLs are https://.");
+ABSL_FLAG(std::string, tls_key, "",
+          "Mutual TLS: the private key of --tls-cert (PEM).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "Mutual TLS: the deployment CA's certificate (PEM); the only one "
+          "trusted.");
+ABSL_FLAG(bool, tls, false,
+          "up: run the internal plane over mutual TLS, with a fresh CA and "
+          "node certificate in up's private directory unless --tls-cert, "
+          "--tls-key and --tls-ca name the deployment's own.");
 ABSL_FLAG(int, metrics_port, -1,
           "serve, every role: serve /metrics (and /health) on this port of "
           "its own (0: any free port; the ready line names it), off the API "
@@ -180,7 +194,11 @@ std::vector<std::string> UpFlagNames() {
                                  "tenants",
                                  "internal_secret_file",
                                  "trace_token_file",
-                                 "max_trace_readers"};
+                                 "max_trace_readers",
+                                 "tls",
+                                 "tls_cert",
+                                 "tls_key",
+                                 "tls_ca"};
   const std::vector<std::string> node = NodeFlagNames();
   const std::vector<std::string> access_log = AccessLogFlagNames();
   up.insert(up.end(), node.begin(), node.end());
@@ -202,6 +220,9 @@ std::vector<std::string> ServeFlagNames() {
                                     "internal_secret_file",
                                     "trace_token_file",
                                     "max_trace_readers",
+                                    "tls_cert",
+                                    "tls_key",
+                                    "tls_ca",
                                     "metrics_port",
                                     "max_in_flight",
                                     "trace_file",
@@ -383,6 +404,10 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.internal_secret_file = absl::GetFlag(FLAGS_internal_secret_file);
   o.trace_token_file = absl::GetFlag(FLAGS_trace_token_file);
   o.max_trace_readers = absl::GetFlag(FLAGS_max_trace_readers);
+  o.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+           absl::GetFlag(FLAGS_tls_ca)};
+  RETURN_IF_ERROR(tls::CheckFiles(o.tls));
+  o.up_tls = absl::GetFlag(FLAGS_tls) || !o.tls.empty();
   o.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   if (o.metrics_port < -1 || o.metrics_port > 65535) {
     return absl::InvalidArgumentError("--metrics-port must be in [-1, 65535]");

@@ -117,9 +117,12 @@ absl::Status DecodeNode::Start() {
     return absl::FailedPreconditionError(
         "the decode node needs at least one prefill node (--prefill)");
   }
+  for (const std::string& url : options_.prefill_urls) {
+    RETURN_IF_ERROR(ParseNodeUrl(url, options_.creds.tls.get()).status());
+  }
   ASSIGN_OR_RETURN(trace_file_,
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
-  server_ = MakeHttpServer(options_.http_threads);
+  server_ = MakeHttpServer(options_.http_threads, options_.creds.tls);
   server_->Post("/internal/v1/generate",
                 [this](const http::Request& req, http::Response& res) {
                   HandleGenerate(req, res);
@@ -372,12 +375,13 @@ absl::Status DecodeNode::RequestPrefill(const NodeRequest& request,
   pj["transfer_token"] = TransferTokenHex(pending.token);
   const std::string& url = options_.prefill_urls[next_prefill_.fetch_add(1) %
                                                  options_.prefill_urls.size()];
-  httplib::Client client(url);
+  std::unique_ptr<httplib::ClientImpl> client =
+      NodeClient(url, options_.creds.tls.get());
   const int64_t us = absl::ToInt64Microseconds(options_.transfer_timeout);
-  client.set_connection_timeout(5, 0);
-  client.set_read_timeout(us / 1000000, us % 1000000);
-  client.set_write_timeout(us / 1000000, us % 1000000);
-  auto pres = client.Post(
+  client->set_connection_timeout(5, 0);
+  client->set_read_timeout(us / 1000000, us % 1000000);
+  client->set_write_timeout(us / 1000000, us % 1000000);
+  auto pres = client->Post(
       "/internal/v1/prefill",
       {{"Authorization", options_.creds.internal.AuthorizationHeader()}},
       pj.dump(), "application/json");
@@ -431,6 +435,13 @@ void DecodeNode::AcceptLoop() {
 }
 
 void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
+  // Mutual TLS first: a peer without the deployment's certificate gets no
+  // frame, not even the Hello.
+  if (options_.creds.tls != nullptr &&
+      !conn->AcceptTls(*options_.creds.tls, kAuthTimeout).ok()) {
+    metrics_.CountKvRefused("tls");
+    return;
+  }
   RequestId id;
   bool claimed = false;
   const uint64_t before = conn->bytes_received();

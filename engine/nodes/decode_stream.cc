@@ -7,14 +7,15 @@
 namespace kvcanary::engine {
 
 DecodeStream::DecodeStream(const std::string& url, std::string authorization,
-                           std::string body, absl::Duration timeout) {
+                           std::string body, absl::Duration timeout,
+                           const tls::Context* tls) {
   thread_ = std::thread([this, url, authorization = std::move(authorization),
-                         body = std::move(body), timeout] {
-    httplib::Client client(url);
+                         body = std::move(body), timeout, tls] {
+    std::unique_ptr<httplib::ClientImpl> client = NodeClient(url, tls);
     const auto secs = absl::ToChronoSeconds(timeout).count();
-    client.set_connection_timeout(5, 0);
-    client.set_read_timeout(secs, 0);
-    client.set_write_timeout(secs, 0);
+    client->set_connection_timeout(5, 0);
+    client->set_read_timeout(secs, 0);
+    client->set_write_timeout(secs, 0);
     httplib::Request r;
     r.method = "POST";
     r.path = "/internal/v1/generate";
@@ -44,7 +45,7 @@ DecodeStream::DecodeStream(const std::string& url, std::string authorization,
       }
       return true;
     };
-    auto result = client.send(r);
+    auto result = client->send(r);
     absl::MutexLock lock(&mu_);
     done_ = true;
     if (!result && !cancel_.load()) {

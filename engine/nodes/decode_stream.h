@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::engine {
@@ -23,9 +24,11 @@ namespace kvcanary::engine {
 class DecodeStream {
  public:
   // Starts the request to `url` (the decode node's base URL) with `body`,
-  // sending `authorization` as its Authorization header.
+  // sending `authorization` as its Authorization header; over mutual TLS
+  // when `tls` is set (it must outlive the stream).
   DecodeStream(const std::string& url, std::string authorization,
-               std::string body, absl::Duration timeout);
+               std::string body, absl::Duration timeout,
+               const tls::Context* tls);
   ~DecodeStream();  // cancels and joins
   DecodeStream(const DecodeStream&) = delete;
   DecodeStream& operator=(const DecodeStream&) = delete;

@@ -2,7 +2,11 @@
 
 #include <atomic>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/check.h"
 #include "common/page_stamp.h"
 #include "engine/core/engine_loop.h"
 #include "engine/core/trace_bus.h"
@@ -70,6 +74,62 @@ absl::Status NodeCallError(const char* role, const std::string& url,
   }
   return absl::UnavailableError(absl::StrCat(
       role, " node ", url, ": ", what, " (", httplib::to_string(error), ")"));
+}
+
+absl::StatusOr<NodeUrl> ParseNodeUrl(const std::string& url,
+                                     const tls::Context* tls) {
+  auto bad = [&url](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node URL '", url, "': ", why));
+  };
+  NodeUrl out;
+  absl::string_view rest = url;
+  if (absl::ConsumePrefix(&rest, "https://")) {
+    out.https = true;
+  } else if (!absl::ConsumePrefix(&rest, "http://")) {
+    return bad("want http://HOST:PORT or https://HOST:PORT");
+  }
+  absl::ConsumeSuffix(&rest, "/");
+  const size_t colon = rest.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) {
+    return bad("want HOST:PORT after the scheme");
+  }
+  absl::string_view host = rest.substr(0, colon);
+  if (absl::ConsumePrefix(&host, "[") && !absl::ConsumeSuffix(&host, "]")) {
+    return bad("unclosed '['");
+  }
+  if (host.empty() || absl::StrContains(host, "/") ||
+      absl::StrContains(host, "@")) {
+    return bad("bad host");
+  }
+  if (!absl::SimpleAtoi(rest.substr(colon + 1), &out.port) || out.port <= 0 ||
+      out.port > 65535) {
+    return bad("bad port");
+  }
+  out.host = std::string(host);
+  if (out.https && tls == nullptr) {
+    return bad("https:// needs mutual TLS (--tls_cert, --tls_key, --tls_ca)");
+  }
+  if (!out.https && tls != nullptr) {
+    return bad("this deployment runs mutual TLS: use https://");
+  }
+  return out;
+}
+
+std::unique_ptr<httplib::ClientImpl> NodeClient(const std::string& url,
+                                                const tls::Context* tls) {
+  absl::StatusOr<NodeUrl> parsed = ParseNodeUrl(url, tls);
+  CHECK(parsed.ok()) << parsed.status();
+  if (!parsed->https) {
+    return std::make_unique<httplib::ClientImpl>(parsed->host, parsed->port);
+  }
+  auto client = std::make_unique<httplib::SSLClient>(parsed->host, parsed->port,
+                                                     tls->cert(), tls->key());
+  // Only the deployment CA: with no CA path the client would fall back to
+  // the system's trust store.
+  client->set_ca_cert_path(tls->files().ca.c_str());
+  client->enable_server_certificate_verification(true);
+  return client;
 }
 
 std::string OutcomeText(const absl::Status& status) {
@@ -266,9 +326,11 @@ absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {
   return r;
 }
 
-std::unique_ptr<http::Server> MakeHttpServer(int threads) {
+std::unique_ptr<http::Server> MakeHttpServer(
+    int threads, std::shared_ptr<const tls::Context> tls) {
   http::Options options;
   options.handler_threads = threads;
+  options.tls = std::move(tls);
   // A body over the limit is refused (413) before it is read, when its
   // Content-Length says so, and as soon as it passes the limit otherwise.
   options.max_body_bytes = kMaxRequestBodyBytes;

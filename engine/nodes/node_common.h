@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "common/http_server.h"
 #include "common/ids.h"
+#include "common/tls.h"
 #include "engine/model/sampler.h"
 #include "engine/transfer/internal_auth.h"
 #include "httplib.h"  // httplib::Error: the nodes call each other with its client
@@ -62,7 +63,29 @@ struct NodeCredentials {
   SharedSecret trace;
   // Concurrent GET /v1/trace readers; one more gets 503.
   int max_trace_readers = 8;
+  // Mutual TLS between nodes (docs/nodes.md, "Mutual TLS"): the nodes'
+  // listeners and the KV port require a certificate from the deployment CA,
+  // and every call to another node presents this one. Null: plain TCP.
+  std::shared_ptr<const tls::Context> tls;
 };
+
+// Another node's address as configured: http://HOST:PORT, or https:// when
+// the deployment runs mutual TLS.
+struct NodeUrl {
+  bool https = false;
+  std::string host;  // without brackets
+  int port = 0;
+};
+// kInvalidArgument naming `url` unless it is http(s)://HOST:PORT with
+// nothing after the port but an optional '/', or if its scheme does not
+// match the deployment (https exactly when `tls` is set).
+absl::StatusOr<NodeUrl> ParseNodeUrl(const std::string& url,
+                                     const tls::Context* tls);
+// An HTTP client for the node at `url` (REQUIRES: ParseNodeUrl accepts it):
+// over mutual TLS it presents this node's certificate and accepts only a
+// server certificate from the deployment CA that names the URL's host.
+std::unique_ptr<httplib::ClientImpl> NodeClient(const std::string& url,
+                                                const tls::Context* tls);
 
 // Whether the request carries "Authorization: Bearer <secret>"; if not,
 // answers 401 with the internal error body (naming neither the secret nor
@@ -118,7 +141,9 @@ inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
 // response holds one while it lasts), refusing bodies over
 // kMaxRequestBodyBytes, whose own errors (400, 404, 405, 408, 413, 431, 503,
 // 500) carry the OpenAI error shape.
-std::unique_ptr<http::Server> MakeHttpServer(int threads);
+// With `tls`, the listener requires mutual TLS (http::Options::tls).
+std::unique_ptr<http::Server> MakeHttpServer(
+    int threads, std::shared_ptr<const tls::Context> tls = nullptr);
 // Binds host:port (0 = any free port) and serves on the server's own
 // threads. Returns the bound port.
 absl::StatusOr<int> BindAndServe(http::Server* server, const std::string& host,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "engine/nodes/node_common.h"
 #include "engine/nodes/supervisor_status.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -16,12 +17,12 @@ namespace {
 
 using Probed = NodeHealth::Probed;
 
-Probed ProbeUrl(const std::string& url) {
-  httplib::Client client(url);
-  client.set_connection_timeout(0, 300 * 1000);
-  client.set_read_timeout(1, 0);
-  client.set_write_timeout(1, 0);
-  auto res = client.Get("/health");
+Probed ProbeUrl(const std::string& url, const tls::Context* tls) {
+  std::unique_ptr<httplib::ClientImpl> client = NodeClient(url, tls);
+  client->set_connection_timeout(0, 300 * 1000);
+  client->set_read_timeout(1, 0);
+  client->set_write_timeout(1, 0);
+  auto res = client->Get("/health");
   if (res) return res->status == 200 ? Probed::kUp : Probed::kDown;
   return res.error() == httplib::Error::Connection ? Probed::kDown
                                                    : Probed::kTimedOut;
@@ -96,7 +97,8 @@ void NodeHealth::Update(size_t index, Probed probed) {
 
 void NodeHealth::ProbeLoop() {
   while (true) {
-    for (size_t i = 0; i < urls_.size(); ++i) Update(i, ProbeUrl(urls_[i]));
+    for (size_t i = 0; i < urls_.size(); ++i)
+      Update(i, ProbeUrl(urls_[i], options_.tls.get()));
     absl::MutexLock lock(&mu_);
     mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.probe_interval);
     if (stop_) return;
@@ -136,7 +138,8 @@ absl::StatusOr<NodeHealth::Route> NodeHealth::Pick(uint64_t n) {
     // The prober may not have seen the node come back yet: ask now, so a
     // node is served as soon as it answers.
     for (size_t i = 0; i < urls_.size(); ++i) {
-      if (roles_[i] == down_role) Update(i, ProbeUrl(urls_[i]));
+      if (roles_[i] == down_role)
+        Update(i, ProbeUrl(urls_[i], options_.tls.get()));
     }
   }
 }

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
@@ -32,7 +33,8 @@ namespace kvcanary::engine {
 struct NodeHealthOptions {
   std::vector<std::string> prefill_urls;  // http://host:port
   std::vector<std::string> decode_urls;
-  std::string up_status_file;  // "": not run by up
+  std::string up_status_file;               // "": not run by up
+  std::shared_ptr<const tls::Context> tls;  // the nodes' mutual TLS, or null
   absl::Duration probe_interval = absl::Milliseconds(200);
 };
 

@@ -56,7 +56,7 @@ absl::Status PrefillNode::Start() {
   for (const KvPeer& p : options_.kv_peers) AddKvPeer(p);
   ASSIGN_OR_RETURN(trace_file_,
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
-  server_ = MakeHttpServer(options_.http_threads);
+  server_ = MakeHttpServer(options_.http_threads, options_.creds.tls);
   server_->Post("/internal/v1/prefill",
                 [this](const http::Request& req, http::Response& res) {
                   HandlePrefill(req, res);
@@ -199,7 +199,8 @@ absl::Status PrefillNode::SendKv(const KvPeer& peer, const kv::Metadata& meta,
     const int pt = static_cast<int>(meta.page_tokens);
     tokens_to_ship = tokens_to_ship / pt * pt;
   }
-  const KvSender sender(&options_.creds.internal, kFrameTimeout);
+  const KvSender sender(&options_.creds.internal, kFrameTimeout,
+                        options_.creds.tls.get());
   return sender.Send(peer, meta,
                      ExportKvPages(loop_.pool(), block_table, tokens_to_ship),
                      first_token, options_.damage, bytes_sent);

@@ -170,12 +170,18 @@ absl::Status Router::FetchSettings() {
     return absl::InvalidArgumentError(
         "the router needs at least one prefill and one decode node");
   }
+  for (const auto* urls : {&options_.prefill_urls, &options_.decode_urls}) {
+    for (const std::string& url : *urls) {
+      RETURN_IF_ERROR(ParseNodeUrl(url, options_.tls.get()).status());
+    }
+  }
   const absl::Time deadline = absl::Now() + options_.startup_timeout;
   auto fetch = [&](const std::string& url) -> absl::StatusOr<NodeSettings> {
     while (true) {
-      httplib::Client client(url);
-      client.set_connection_timeout(1, 0);
-      auto res = client.Get(
+      std::unique_ptr<httplib::ClientImpl> client =
+          NodeClient(url, options_.tls.get());
+      client->set_connection_timeout(1, 0);
+      auto res = client->Get(
           "/internal/v1/limits",
           {{"Authorization", options_.internal_secret.AuthorizationHeader()}});
       if (res && res->status == 401) {
@@ -221,8 +227,9 @@ absl::Status Router::Start() {
   }
   absl::Status fetched = FetchSettings();
   if (!fetched.ok()) return fetched;
-  health_ = std::make_unique<NodeHealth>(NodeHealthOptions{
-      options_.prefill_urls, options_.decode_urls, options_.up_status_file});
+  health_ = std::make_unique<NodeHealth>(
+      NodeHealthOptions{options_.prefill_urls, options_.decode_urls,
+                        options_.up_status_file, options_.tls});
   health_->Start();
   server_ = MakeHttpServer(options_.http_threads);
   server_->set_default_headers(
@@ -399,7 +406,7 @@ void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
   // The decode node asks a prefill node of its own configuration.
   auto stream = std::make_shared<DecodeStream>(
       route->decode_url, options_.internal_secret.AuthorizationHeader(),
-      body.dump(), options_.node_timeout);
+      body.dump(), options_.node_timeout, options_.tls.get());
   absl::Status started = stream->WaitHeaders();
   if (!started.ok()) {
     // What each node reported, if the decode node answered.

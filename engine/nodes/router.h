@@ -44,6 +44,10 @@ struct RouterOptions {
   std::vector<std::string> decode_urls;
   // Sent to the nodes on every internal call; mandatory.
   SharedSecret internal_secret;
+  // Mutual TLS to the nodes (their URLs are then https://); null: plain.
+  // The router's own listener stays plain HTTP (put TLS for clients in
+  // front of it).
+  std::shared_ptr<const tls::Context> tls;
   std::string model_name = "kvcanary";
   int http_threads = 96;
   int max_in_flight = 256;  // beyond: 429

@@ -80,6 +80,9 @@ absl::StatusOr<NodeCredentials> LoadCredentials(const ServeOptions& o) {
     ASSIGN_OR_RETURN(c.trace, SharedSecret::FromFile(o.trace_token_file));
   }
   c.max_trace_readers = o.max_trace_readers;
+  if (!o.tls.empty()) {
+    ASSIGN_OR_RETURN(c.tls, tls::Context::Load(o.tls));
+  }
   return c;
 }
 
@@ -152,6 +155,7 @@ absl::Status RunServe(const ServeOptions& o) {
                      TenantRegistry::LoadFile(o.tenants_path));
     RouterOptions r;
     r.internal_secret = creds.internal;
+    r.tls = creds.tls;
     r.metrics_port = o.metrics_port;
     r.host = o.host;
     r.http_port = o.port;
@@ -257,12 +261,14 @@ absl::StatusOr<int> PickFreePort(const std::string& host) {
 }
 
 // The deployment's secrets for `up`: the operator's files, or fresh ones in
-// a private directory (removed with it).
+// a private directory (removed with it). With --tls and no certificate
+// files, a fresh CA and node certificate there too.
 class UpSecrets {
  public:
   ~UpSecrets() {
     if (dir_.empty()) return;
-    for (const std::string& f : {secret_, trace_}) {
+    for (const std::string& f :
+         {secret_, trace_, tls_.cert, tls_.key, tls_.ca}) {
       if (absl::StartsWith(f, dir_)) ::unlink(f.c_str());
     }
     ::rmdir(dir_.c_str());
@@ -270,7 +276,11 @@ class UpSecrets {
   absl::Status Init(const ServeOptions& o) {
     secret_ = o.internal_secret_file;
     trace_ = o.trace_token_file;
-    if (!secret_.empty() && !trace_.empty()) return absl::OkStatus();
+    tls_ = o.tls;
+    const bool make_tls = o.up_tls && tls_.empty();
+    if (!secret_.empty() && !trace_.empty() && !make_tls) {
+      return absl::OkStatus();
+    }
     char tmpl[] = "/tmp/kvcanary-up-XXXXXX";
     if (mkdtemp(tmpl) == nullptr) {
       return absl::InternalError("cannot create a directory for the secrets");
@@ -281,13 +291,21 @@ class UpSecrets {
       *f = dir_ + (f == &secret_ ? "/internal.secret" : "/trace.token");
       RETURN_IF_ERROR(SharedSecret::GenerateToFile(*f).status());
     }
+    if (make_tls) {
+      // The nodes dial each other at --host.
+      ASSIGN_OR_RETURN(tls_, tls::WriteDeploymentCerts(
+                                 dir_, {o.host, "localhost", "127.0.0.1"}));
+    }
     return absl::OkStatus();
   }
   const std::string& secret_file() const { return secret_; }
   const std::string& trace_file() const { return trace_; }
+  // Empty without --tls.
+  const tls::Files& tls() const { return tls_; }
 
  private:
   std::string dir_, secret_, trace_;
+  tls::Files tls_;
 };
 
 }  // namespace
@@ -308,6 +326,13 @@ absl::Status RunUp(const ServeOptions& o,
     common = {"--model=" + o.model_path, "--tokenizer=" + o.tokenizer_path};
   }
   common.push_back("--internal_secret_file=" + secrets.secret_file());
+  const char* scheme = "http://";
+  if (!secrets.tls().empty()) {
+    common.push_back("--tls_cert=" + secrets.tls().cert);
+    common.push_back("--tls_key=" + secrets.tls().key);
+    common.push_back("--tls_ca=" + secrets.tls().ca);
+    scheme = "https://";
+  }
   std::vector<std::string> node = common;
   node.insert(node.end(), node_args.begin(), node_args.end());
   node.push_back("--trace_token_file=" + secrets.trace_file());
@@ -322,7 +347,7 @@ absl::Status RunUp(const ServeOptions& o,
   ASSIGN_OR_RETURN(const ReadyLine prefill_ready,
                    children.WaitReady(prefill, absl::Seconds(60)));
   const std::string prefill_url =
-      absl::StrCat("http://", o.host, ":", prefill_ready.http_port);
+      absl::StrCat(scheme, o.host, ":", prefill_ready.http_port);
   std::vector<std::string> decode_args = node;
   decode_args.push_back("--prefill=" + prefill_url);
   decode_args.push_back(absl::StrCat("--kv_port=", kv_port));
@@ -331,7 +356,7 @@ absl::Status RunUp(const ServeOptions& o,
   ASSIGN_OR_RETURN(const ReadyLine decode_ready,
                    children.WaitReady(decode, absl::Seconds(60)));
   const std::string decode_url =
-      absl::StrCat("http://", o.host, ":", decode_ready.http_port);
+      absl::StrCat(scheme, o.host, ":", decode_ready.http_port);
   std::vector<std::string> router_args = common;
   router_args.push_back(absl::StrCat("--port=", o.port));
   router_args.push_back("--tenants=" + o.tenants_path);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/tls.h"
 #include "engine/core/engine.h"
 #include "engine/core/faults.h"
 #include "engine/core/trace_bus.h"
@@ -33,8 +34,10 @@ struct ServeOptions {
   std::string internal_secret_file;       // every role (up: generated if "")
   std::string trace_token_file;           // nodes (up: generated if "")
   int max_trace_readers = 8;              // nodes
-  int metrics_port = -1;                  // every role: -1 = on its port
-  int max_prompt_tokens = 0;              // nodes; 0 = role default
+  tls::Files tls;         // every role: mutual TLS between nodes ({}: plain)
+  bool up_tls = false;    // up: mutual TLS (certificates generated if no files)
+  int metrics_port = -1;  // every role: -1 = on its port
+  int max_prompt_tokens = 0;  // nodes; 0 = role default
   int max_waiting = 256;
   EngineOptions engine;
   TransferDamage damage = TransferDamage::kNone;        // prefill, tests only

@@ -173,7 +173,8 @@ std::unique_ptr<FrameConnection> FrameConnection::FromFd(int fd) {
 }
 
 absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
-    const std::string& host, int port, absl::Duration timeout) {
+    const std::string& host, int port, absl::Duration timeout,
+    const tls::Context* tls) {
   if (port <= 0 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("kv connect: bad port ", port));
@@ -185,11 +186,85 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
   absl::Status last = absl::UnavailableError(what + ": no address");
   for (const addrinfo* ai = addrs->get(); ai != nullptr; ai = ai->ai_next) {
     absl::StatusOr<int> fd = ConnectOne(*ai, deadline, what);
-    if (fd.ok()) return FromFd(*fd);
+    if (fd.ok()) {
+      std::unique_ptr<FrameConnection> conn = FromFd(*fd);
+      if (tls == nullptr) return conn;
+      ASSIGN_OR_RETURN(conn->tls_, tls::Session::Client(*tls, *fd, host));
+      absl::MutexLock lock(&conn->tls_mu_);
+      absl::Status handshake = tls::HandshakeUntil(*conn->tls_, *fd, deadline);
+      if (!handshake.ok()) {
+        return absl::Status(handshake.code(),
+                            absl::StrCat(what, ": ", handshake.message()));
+      }
+      return conn;
+    }
     last = fd.status();
     if (absl::IsDeadlineExceeded(last)) break;
   }
   return last;
+}
+
+absl::Status FrameConnection::AcceptTls(const tls::Context& ctx,
+                                        absl::Duration timeout) {
+  CHECK(tls_ == nullptr) << "AcceptTls twice";
+  ASSIGN_OR_RETURN(tls_, tls::Session::Server(ctx, fd_));
+  absl::MutexLock lock(&tls_mu_);
+  return tls::HandshakeUntil(*tls_, fd_, absl::Now() + timeout);
+}
+
+absl::StatusOr<size_t> FrameConnection::TlsWrite(absl::string_view bytes,
+                                                 absl::Time deadline) {
+  while (true) {
+    size_t n = 0;
+    tls::Io io;
+    std::string error;
+    {
+      absl::MutexLock lock(&tls_mu_);
+      io = tls_->Write(bytes.data(), bytes.size(), &n);
+      if (io == tls::Io::kFailed) error = tls_->error();
+    }
+    switch (io) {
+      case tls::Io::kOk:
+        return n;
+      case tls::Io::kWantRead:
+        RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, "kv send"));
+        continue;
+      case tls::Io::kWantWrite:
+        RETURN_IF_ERROR(WaitFor(fd_, POLLOUT, deadline, "kv send"));
+        continue;
+      case tls::Io::kClosed:
+        return absl::UnavailableError("kv send: the peer closed the session");
+      case tls::Io::kFailed:
+        return absl::UnavailableError(absl::StrCat("kv send: TLS: ", error));
+    }
+  }
+}
+
+absl::StatusOr<size_t> FrameConnection::TlsRead(absl::Time deadline) {
+  while (true) {
+    size_t n = 0;
+    tls::Io io;
+    std::string error;
+    {
+      absl::MutexLock lock(&tls_mu_);
+      io = tls_->Read(recv_chunk_.data(), recv_chunk_.size(), &n);
+      if (io == tls::Io::kFailed) error = tls_->error();
+    }
+    switch (io) {
+      case tls::Io::kOk:
+        return n;
+      case tls::Io::kClosed:
+        return 0;
+      case tls::Io::kWantRead:
+        RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, "kv receive"));
+        continue;
+      case tls::Io::kWantWrite:
+        RETURN_IF_ERROR(WaitFor(fd_, POLLOUT, deadline, "kv receive"));
+        continue;
+      case tls::Io::kFailed:
+        return absl::DataLossError(absl::StrCat("kv receive: TLS: ", error));
+    }
+  }
 }
 
 absl::Status FrameConnection::Send(const Frame& frame, absl::Duration timeout) {
@@ -221,6 +296,18 @@ absl::Status FrameConnection::WriteAll(absl::string_view bytes,
       status = absl::CancelledError("kv send: connection shut down");
       break;
     }
+    if (tls_ != nullptr) {
+      absl::StatusOr<size_t> n = TlsWrite(bytes.substr(sent), deadline);
+      if (!n.ok()) {
+        status = shut_down_.load()
+                     ? absl::CancelledError("kv send: connection shut down")
+                     : n.status();
+        break;
+      }
+      sent += *n;
+      bytes_sent_.fetch_add(*n);
+      continue;
+    }
     const ssize_t n =
         ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
@@ -240,8 +327,11 @@ absl::Status FrameConnection::WriteAll(absl::string_view bytes,
     break;
   }
   if (status.ok()) return status;
-  // Only a timeout before the first byte leaves the stream usable.
-  if (absl::IsDeadlineExceeded(status) && sent == 0) return status;
+  // Only a timeout before the first byte leaves the stream usable (never
+  // over TLS: a session must retry a write it started with the same bytes).
+  if (absl::IsDeadlineExceeded(status) && sent == 0 && tls_ == nullptr) {
+    return status;
+  }
   send_failed_ = absl::Status(
       status.code(), absl::StrCat(status.message(), " (after ", sent, " of ",
                                   bytes.size(), " bytes of ", what, ")"));
@@ -265,10 +355,19 @@ absl::StatusOr<Frame> FrameConnection::Receive(absl::Duration timeout) {
     if (!next.ok()) return ReceiveFailed(next.status());
     if (next->has_value()) return std::move(**next);
 
-    absl::Status ready = WaitFor(fd_, POLLIN, deadline, "kv receive");
-    if (absl::IsDeadlineExceeded(ready)) return ready;  // retryable
-    if (!ready.ok()) return ReceiveFailed(std::move(ready));
-    const ssize_t n = ::recv(fd_, recv_chunk_.data(), recv_chunk_.size(), 0);
+    ssize_t n;
+    if (tls_ != nullptr) {
+      absl::StatusOr<size_t> got = TlsRead(deadline);
+      if (absl::IsDeadlineExceeded(got.status())) return got.status();
+      if (!got.ok() && shut_down_.load()) continue;  // reported at the top
+      if (!got.ok()) return ReceiveFailed(got.status());
+      n = static_cast<ssize_t>(*got);
+    } else {
+      absl::Status ready = WaitFor(fd_, POLLIN, deadline, "kv receive");
+      if (absl::IsDeadlineExceeded(ready)) return ready;  // retryable
+      if (!ready.ok()) return ReceiveFailed(std::move(ready));
+      n = ::recv(fd_, recv_chunk_.data(), recv_chunk_.size(), 0);
+    }
     if (n > 0) {
       bytes_received_.fetch_add(static_cast<uint64_t>(n));
       decoder_.Feed(absl::string_view(recv_chunk_.data(), n));

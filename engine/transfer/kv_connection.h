@@ -7,6 +7,11 @@
 //                      or reset the connection
 //   kDataLoss          the stream ended mid-frame or a frame is corrupt
 //   kCancelled         Shutdown()/Close() was called on this end
+//
+// With mutual TLS (common/tls.h) the frames travel inside a TLS session:
+// Connect() takes the deployment's context and completes the handshake
+// within its timeout; an accepted connection runs AcceptTls() before its
+// first frame.
 #ifndef KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
 #define KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
 
@@ -19,7 +24,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "engine/transfer/kv_transfer_format.h"
 
 namespace kvcanary::engine::kv {
@@ -32,17 +39,26 @@ namespace kvcanary::engine::kv {
 // destructor closes the socket: no thread may be inside Send/Receive then.
 class FrameConnection {
  public:
-  // Connects to host:port within `timeout` (TCP_NODELAY on). kUnavailable if
-  // refused or unreachable, kDeadlineExceeded on timeout, kInvalidArgument
-  // for a bad port or an unknown host.
+  // Connects to host:port within `timeout` (TCP_NODELAY on), and with `tls`
+  // also completes the TLS handshake within it (the server's certificate
+  // must name `host`). kUnavailable if refused or unreachable or the
+  // handshake fails, kDeadlineExceeded on timeout, kInvalidArgument for a bad
+  // port or an unknown host.
   static absl::StatusOr<std::unique_ptr<FrameConnection>> Connect(
-      const std::string& host, int port, absl::Duration timeout);
+      const std::string& host, int port, absl::Duration timeout,
+      const tls::Context* tls = nullptr);
   // Takes ownership of a connected stream socket (made non-blocking here;
   // TCP_NODELAY where it applies). REQUIRES: fd >= 0.
   static std::unique_ptr<FrameConnection> FromFd(int fd);
 
   ~FrameConnection();
   FrameConnection(const FrameConnection&) = delete;
+
+  // The accepting end's TLS handshake, requiring a client certificate from
+  // the deployment CA, within `timeout`; errors as HandshakeUntil's. Before
+  // any Send or Receive; at most once.
+  absl::Status AcceptTls(const tls::Context& ctx, absl::Duration timeout);
+  bool uses_tls() const { return tls_ != nullptr; }
   FrameConnection& operator=(const FrameConnection&) = delete;
 
   // Writes one whole frame. A failure after part of the frame was written
@@ -73,8 +89,17 @@ class FrameConnection {
   absl::Status WriteAll(absl::string_view bytes, absl::Time deadline,
                         absl::string_view what);
   absl::Status ReceiveFailed(absl::Status status);
+  // Through the TLS session: bytes written (> 0); or read into recv_chunk_,
+  // 0 once the peer ended the stream. Waits for the socket as the session
+  // asks, until `deadline`.
+  absl::StatusOr<size_t> TlsWrite(absl::string_view bytes, absl::Time deadline);
+  absl::StatusOr<size_t> TlsRead(absl::Time deadline);
 
   const int fd_;
+  // Set before the first frame, then only used under tls_mu_: a session
+  // must not be entered by the sender and the receiver thread at once.
+  std::unique_ptr<tls::Session> tls_;
+  absl::Mutex tls_mu_;
   std::atomic<bool> shut_down_{false};
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};

@@ -26,7 +26,7 @@ absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
                             const std::vector<kv::Page>& pages, int first_token,
                             TransferDamage damage, uint64_t* bytes_sent) const {
   auto conn =
-      kv::FrameConnection::Connect(peer.host, peer.port, frame_timeout_);
+      kv::FrameConnection::Connect(peer.host, peer.port, frame_timeout_, tls_);
   if (!conn.ok()) return conn.status();
   kv::FrameConnection& c = **conn;
   auto done = [&](absl::Status s) {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "engine/transfer/internal_auth.h"
 #include "engine/transfer/kv_transfer_format.h"
 
@@ -34,15 +35,17 @@ absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec);
 // One transfer per Send(). Thread-compatible; holds no connection.
 class KvSender {
  public:
-  // `secret` (the deployment's) must outlive the sender.
-  KvSender(const SharedSecret* secret, absl::Duration frame_timeout)
-      : secret_(secret), frame_timeout_(frame_timeout) {}
+  // `secret` (the deployment's) and `tls` (its mutual TLS; null: plain
+  // TCP) must outlive the sender.
+  KvSender(const SharedSecret* secret, absl::Duration frame_timeout,
+           const tls::Context* tls = nullptr)
+      : secret_(secret), frame_timeout_(frame_timeout), tls_(tls) {}
 
-  // Connects to `peer`, answers its Hello with the proof, sends `meta`,
-  // `pages` in order (the first damaged as `damage` says: tests only) and
-  // a Commit naming `first_token`, and returns the decode node's verdict:
-  // OK on its Ack, its refusal otherwise, or the transport's error.
-  // *bytes_sent: what went on the wire.
+  // Connects to `peer` (over mutual TLS when the sender has it), answers its
+  // Hello with the proof, sends `meta`, `pages` in order (the first damaged as
+  // `damage` says: tests only) and a Commit naming `first_token`, and returns
+  // the decode node's verdict: OK on its Ack, its refusal otherwise, or the
+  // transport's error. *bytes_sent: what went on the wire.
   absl::Status Send(const KvPeer& peer, const kv::Metadata& meta,
                     const std::vector<kv::Page>& pages, int first_token,
                     TransferDamage damage, uint64_t* bytes_sent) const;
@@ -50,6 +53,7 @@ class KvSender {
  private:
   const SharedSecret* secret_;
   absl::Duration frame_timeout_;
+  const tls::Context* tls_;
 };
 
 }  // namespace kvcanary::engine

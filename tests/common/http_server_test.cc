@@ -1,8 +1,10 @@
 // The HTTP server against raw sockets on loopback: what a plain client, a
-// pipelining one, a streaming one and a hostile one see.
+// pipelining one, a streaming one and a hostile one see, over plain TCP and
+// over mutual TLS.
 #include "common/http_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -13,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <map>
@@ -32,6 +35,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/common/tls_fixtures.h"
 
 namespace kvcanary::http {
 namespace {
@@ -44,10 +48,11 @@ struct RawResponse {
   std::string body;
 };
 
-// A blocking loopback client that reads responses off a raw socket.
+// A blocking loopback client that reads responses off a raw socket, or off
+// a TLS session over it (mutual TLS: it presents `tls`'s certificate).
 class RawClient {
  public:
-  explicit RawClient(int port) {
+  explicit RawClient(int port, const tls::Context* tls = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -57,6 +62,14 @@ class RawClient {
         ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
     int yes = 1;
     ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    if (tls == nullptr || !connected_) return;
+    ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
+    auto session = tls::Session::Client(*tls, fd_, "127.0.0.1");
+    connected_ =
+        session.ok() &&
+        tls::HandshakeUntil(**session, fd_, absl::Now() + absl::Seconds(5))
+            .ok();
+    if (session.ok()) session_ = *std::move(session);
   }
   ~RawClient() { Close(); }
   RawClient(const RawClient&) = delete;
@@ -64,12 +77,23 @@ class RawClient {
 
   bool connected() const { return connected_; }
   void Close() {
+    session_.reset();
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
 
   bool Send(absl::string_view data) {
     while (!data.empty()) {
+      if (session_ != nullptr) {
+        size_t n = 0;
+        const tls::Io io = session_->Write(data.data(), data.size(), &n);
+        if (io == tls::Io::kOk) {
+          data.remove_prefix(n);
+          continue;
+        }
+        if (!WaitReady(io, absl::Seconds(5))) return false;
+        continue;
+      }
       const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
       if (n <= 0) return false;
       data.remove_prefix(static_cast<size_t>(n));
@@ -79,10 +103,26 @@ class RawClient {
 
   // Reads more bytes into the buffer; false on EOF, error or timeout.
   bool Fill(absl::Duration timeout) {
+    char chunk[65536];
+    if (session_ != nullptr) {
+      const absl::Time deadline = absl::Now() + timeout;
+      while (true) {
+        size_t n = 0;
+        const tls::Io io = session_->Read(chunk, sizeof(chunk), &n);
+        if (io == tls::Io::kOk) {
+          buffer_.append(chunk, n);
+          return true;
+        }
+        if (io == tls::Io::kClosed || io == tls::Io::kFailed) {
+          eof_ = true;
+          return false;
+        }
+        if (!WaitReady(io, deadline - absl::Now())) return false;
+      }
+    }
     pollfd p{fd_, POLLIN, 0};
     const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout));
     if (::poll(&p, 1, static_cast<int>(ms)) <= 0) return false;
-    char chunk[65536];
     const ssize_t n = ::recv(fd_, chunk, sizeof(chunk), 0);
     if (n <= 0) {
       eof_ = true;  // closed or reset
@@ -157,6 +197,17 @@ class RawClient {
   std::string& buffer() { return buffer_; }
 
  private:
+  // Polls for what the session asked; false at the timeout or on an error.
+  bool WaitReady(tls::Io io, absl::Duration timeout) {
+    if (io != tls::Io::kWantRead && io != tls::Io::kWantWrite) return false;
+    pollfd p{fd_,
+             static_cast<short>(io == tls::Io::kWantRead ? POLLIN : POLLOUT),
+             0};
+    const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout));
+    return ::poll(&p, 1, static_cast<int>(ms)) > 0;
+  }
+
+  std::unique_ptr<tls::Session> session_;
   int fd_ = -1;
   bool connected_ = false;
   bool eof_ = false;
@@ -676,6 +727,119 @@ TEST_F(HttpServerTest, StopClosesIdleAndStreamingConnectionsAndJoins) {
   server_->Stop();  // again: nothing to do
   RawClient late(port_);
   EXPECT_FALSE(late.connected());
+}
+
+// --- Mutual TLS (Options::tls) ---------------------------------------------
+
+class HttpServerTlsTest : public HttpServerTest {
+ protected:
+  void ServeTls(Options options = {}) {
+    auto ctx = tls::Context::Load(deployment_.files);
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ctx_ = *ctx;
+    options.tls = ctx_;
+    Serve(options);
+  }
+
+  tls::testing::Deployment deployment_;
+  std::shared_ptr<const tls::Context> ctx_;
+};
+
+TEST_F(HttpServerTlsTest, AnswersPipelinedRequestsInOrder) {
+  ServeTls();
+  RawClient client(port_, ctx_.get());
+  ASSERT_TRUE(client.connected());
+  // The second body spans several TLS records.
+  const std::string big(100000, 'x');
+  ASSERT_TRUE(client.Send(absl::StrCat(
+      Get("/hello?n=1"), PostRequest("/echo", big), Get("/hello?n=3"))));
+  auto first = client.Read();
+  auto second = client.Read();
+  auto third = client.Read();
+  ASSERT_TRUE(first.has_value() && second.has_value() && third.has_value());
+  EXPECT_EQ(first->body, "hello /hello?n=1");
+  EXPECT_EQ(second->body, big);
+  EXPECT_EQ(third->body, "hello /hello?n=3");
+}
+
+TEST_F(HttpServerTlsTest, KeepsTheConnectionForTheNextRequest) {
+  ServeTls();
+  RawClient client(port_, ctx_.get());
+  ASSERT_TRUE(client.connected());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client.Send(Get(absl::StrCat("/hello?i=", i))));
+    auto r = client.Read();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->body, absl::StrCat("hello /hello?i=", i));
+    absl::SleepFor(absl::Milliseconds(20));  // idle between requests
+  }
+}
+
+TEST_F(HttpServerTlsTest, StreamsEachChunkBeforeTheHandlerFinishes) {
+  ServeTls();
+  RawClient client(port_, ctx_.get());
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.Send(Get("/stream")));
+  ASSERT_TRUE(client.WaitFor("first\n", absl::Seconds(5))) << client.buffer();
+  Push("second\n");
+  ASSERT_TRUE(client.WaitFor("second\n", absl::Seconds(5)));
+  Finish();
+  auto r = client.Read();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->body, "first\nsecond\n");
+  EXPECT_EQ(WaitReleased(absl::Seconds(5)), std::optional<bool>(true));
+}
+
+TEST_F(HttpServerTlsTest, AnswersLayerErrorsInsideTheSession) {
+  Options options;
+  options.max_body_bytes = 1000;
+  ServeTls(options);
+  RawClient client(port_, ctx_.get());
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.Send(PostRequest("/echo", std::string(5000, 'y'))));
+  ExpectOpenAiError(client.Read(), 413);
+}
+
+TEST_F(HttpServerTlsTest, APlainClientGetsNoAnswer) {
+  ServeTls();
+  RawClient client(port_);
+  ASSERT_TRUE(client.connected());
+  ASSERT_TRUE(client.Send(Get("/hello")));
+  EXPECT_TRUE(client.WaitClosed(absl::Seconds(5)));
+  EXPECT_EQ(client.buffer().find("HTTP/1.1"), std::string::npos);
+}
+
+TEST_F(HttpServerTlsTest, AClientOfAnotherDeploymentGetsNoAnswer) {
+  ServeTls();
+  // Trusts the server's CA, presents a certificate of its own CA.
+  tls::testing::Deployment other;
+  const std::string both = other.dir + "/garbage.pem";
+  {
+    std::ofstream out(both);
+    out << std::ifstream(deployment_.files.ca).rdbuf()
+        << std::ifstream(other.files.ca).rdbuf();
+  }
+  auto ctx = tls::Context::Load({other.files.cert, other.files.key, both});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  RawClient client(port_, ctx->get());
+  // TLS 1.3 lets the client finish; the server's refusal ends the session.
+  if (client.connected()) {
+    client.Send(Get("/hello"));
+    EXPECT_FALSE(client.Read(absl::Seconds(5)).has_value());
+  }
+  EXPECT_EQ(client.buffer().find("HTTP/1.1"), std::string::npos);
+}
+
+TEST_F(HttpServerTlsTest,
+       AClientThatNeverHandshakesIsClosedAtTheHeaderDeadline) {
+  Options options;
+  options.header_timeout = absl::Milliseconds(200);
+  ServeTls(options);
+  RawClient client(port_);
+  ASSERT_TRUE(client.connected());
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(client.WaitClosed(absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
 }
 
 }  // namespace

@@ -97,6 +97,37 @@ TEST(AuditorTest, Stories260KCampaignIsCleanWithEchoActive) {
   }
 }
 
+// Nodes that require mutual TLS (`up --tls`): the auditor follows their
+// traces with the deployment's client certificate and still finds the
+// incident there; without the certificate the trace cannot be read and the
+// campaign ends in error, naming it, instead of running without it.
+TEST(AuditorTest, FollowsTheTracesOfNodesThatRequireMutualTls) {
+  Cluster cluster({"--tls", "--fault=admission-abort-lost", "--watermark=off",
+                   "--num_pages=64"});
+  ASSERT_TRUE(cluster.ok());
+  const std::string& token = cluster.trace_token_file();
+  const std::string dir = token.substr(0, token.rfind('/'));
+  const std::string db = TempPath("mtls.db");
+  std::vector<std::string> with_cert = ProbeArgs(cluster, db, 300);
+  with_cert.insert(with_cert.end(), {"--tls-cert=" + dir + "/node.pem",
+                                     "--tls-key=" + dir + "/node.key",
+                                     "--tls-ca=" + dir + "/ca.pem"});
+  CliRun r = Auditor(with_cert);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(DetectorLine(r.out, "trace").find(" active "), std::string::npos)
+      << r.out;
+  int foreign = 0;
+  for (const auto& f : FindingRows(db)) {
+    if (f["kind"] == "trace_foreign_tenant_read") ++foreign;
+  }
+  EXPECT_GT(foreign, 0) << r.out;
+
+  CliRun without = Auditor(ProbeArgs(cluster, TempPath("mtls-nocert.db"), 300));
+  EXPECT_EQ(without.exit_code, 2) << without.out;
+  EXPECT_NE(without.out.find("/v1/trace: SSL"), std::string::npos)
+      << without.out;
+}
+
 // The incident with watermarks off: the engine checks nothing, the shadow
 // ledger still sees the victim read other tenants' pages. The output is
 // incidents naming reader and writer, not page rows.

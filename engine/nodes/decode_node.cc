@@ -1,6 +1,6 @@
 #include "engine/nodes/decode_node.h"
 
-#include <set>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,7 +56,81 @@ nlohmann::json EventLine(const RequestEvent& event, int prompt_tokens,
   return line;
 }
 
+// What this node's KV receiver checks each transfer against: the node's
+// options (secret, faults, test knobs), model and page size.
+KvReceiverOptions ReceiverOptions(const DecodeNodeOptions& options,
+                                  const ModelConfig& cfg,
+                                  const EngineLoop& loop) {
+  KvReceiverOptions r;
+  r.secret = &options.creds.internal;
+  r.geometry.page_tokens = loop.pool().layout().page_tokens;
+  r.geometry.n_layers = cfg.n_layers;
+  r.geometry.kv_heads = cfg.n_kv_heads;
+  r.geometry.head_dim = cfg.head_dim();
+  r.geometry.vocab_size = cfg.vocab_size;
+  r.watermark = loop.options().watermark;
+  r.auth_timeout = kAuthTimeout;
+  r.frame_timeout = kFrameTimeout;
+  r.trust_sent_prompt_tokens = options.faults.has(Fault::kAdmissionAbortLost);
+  r.trust_commit = options.faults.has(Fault::kPageCountMismatch);
+  r.write_pages_on_arrival = options.faults.has(Fault::kAbortTransferRace);
+  r.test_receive_delay = options.test_receive_delay;
+  r.test_receive_bytes_per_s = options.test_receive_bytes_per_s;
+  return r;
+}
+
 }  // namespace
+
+// What the KV receiver asks of this node: its reservations, its metrics and
+// its trace.
+class DecodeNode::ReceiverHost : public KvReceiverHost {
+ public:
+  explicit ReceiverHost(DecodeNode* node) : node_(node) {}
+
+  std::unique_ptr<KvClaim> Claim(const kv::Metadata& meta) override {
+    return node_->Claim(meta);
+  }
+  void Refused(const char* reason) override {
+    node_->metrics_.CountKvRefused(reason);
+  }
+  void Violation(const WatermarkViolation& violation) override {
+    node_->trace_.Emit(FromViolation(violation));
+    node_->metrics_.CountViolations({violation});
+  }
+  void Committed(const TraceEvent& event) override {
+    node_->trace_.Emit(event);
+  }
+
+ private:
+  DecodeNode* node_;
+};
+
+// A reservation a KV receiver claimed: the receiver's verdict or its
+// transfer goes to the request's handler through the PendingTransfer.
+class DecodeNode::ClaimedTransfer : public KvClaim {
+ public:
+  ClaimedTransfer(DecodeNode* node, std::shared_ptr<PendingTransfer> pending)
+      : node_(node), pending_(std::move(pending)) {}
+
+  const KvReservation& reservation() const override {
+    return pending_->reservation;
+  }
+  void WritePage(kv::Page page) override {
+    node_->loop_.WriteTransferredPage(pending_->block_table[page.index],
+                                      std::move(page));
+  }
+  void Fail(const absl::Status& verdict) override {
+    absl::MutexLock lock(&node_->mu_);
+    pending_->result = verdict;
+  }
+  absl::Status HandOver(KvDelivery delivery) override {
+    return node_->HandOver(pending_.get(), std::move(delivery));
+  }
+
+ private:
+  DecodeNode* node_;
+  std::shared_ptr<PendingTransfer> pending_;
+};
 
 DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
     : model_(model),
@@ -70,6 +144,9 @@ DecodeNode::DecodeNode(const Model* model, const DecodeNodeOptions& options)
   }
   CHECK_GT(options_.metadata_slots, 0);
   slots_.resize(options_.metadata_slots);
+  receiver_host_ = std::make_unique<ReceiverHost>(this);
+  receiver_ = std::make_unique<KvReceiver>(
+      receiver_host_.get(), ReceiverOptions(options_, model->config, loop_));
 }
 
 absl::StatusOr<int> DecodeNode::AcquireSlot(absl::Duration timeout) {
@@ -246,10 +323,12 @@ DecodeNode::Reserve(const NodeRequest& request,
   auto pending = std::make_shared<PendingTransfer>();
   pending->slot = *slot;
   pending->block_table = reserved->block_table;
-  pending->tenant = request.tenant;
-  pending->prompt_tokens = prompt_tokens;
-  pending->prompt_pages = loop_.pool().PagesFor(prompt_tokens);
-  pending->reserved_pages = static_cast<int>(reserved->block_table.size());
+  pending->reservation.request = id;
+  pending->reservation.tenant = request.tenant;
+  pending->reservation.prompt_tokens = prompt_tokens;
+  pending->reservation.prompt_pages = loop_.pool().PagesFor(prompt_tokens);
+  pending->reservation.reserved_pages =
+      static_cast<int>(reserved->block_table.size());
   pending->token = NewTransferToken();
   absl::MutexLock lock(&mu_);
   pending_[id] = pending;
@@ -370,7 +449,7 @@ absl::Status DecodeNode::RequestPrefill(const NodeRequest& request,
   pj["temperature"] = request.sampling.temperature;
   pj["top_p"] = request.sampling.top_p;
   pj["seed"] = request.sampling.seed;
-  pj["reserved_pages"] = pending.reserved_pages;
+  pj["reserved_pages"] = pending.reservation.reserved_pages;
   pj["kv_peer"] = options_.name;
   pj["transfer_token"] = TransferTokenHex(pending.token);
   const std::string& url = options_.prefill_urls[next_prefill_.fetch_add(1) %
@@ -445,7 +524,7 @@ void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
   RequestId id;
   bool claimed = false;
   const uint64_t before = conn->bytes_received();
-  absl::Status verdict = ReceiveTransfer(*conn, &id, &claimed);
+  absl::Status verdict = receiver_->Receive(*conn, &id, &claimed);
   metrics_.CountTransfer(conn->bytes_received() - before, verdict);
   if (verdict.ok()) {
     (void)conn->Send(kv::Ack{id, 0, ""}, kFrameTimeout);
@@ -461,249 +540,19 @@ void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
   if (claimed) loop_.Abort(id, verdict);
 }
 
-absl::Status DecodeNode::Authenticate(kv::FrameConnection& conn) {
-  const SharedSecret::Nonce nonce = SharedSecret::NewNonce();
-  RETURN_IF_ERROR(conn.Send(kv::Hello{nonce}, kAuthTimeout));
-  auto first = conn.Receive(kAuthTimeout);
-  if (!first.ok()) return first.status();
-  const auto* auth = std::get_if<kv::Auth>(&*first);
-  if (auth == nullptr ||
-      !options_.creds.internal.CheckKvProof(nonce, auth->proof)) {
-    metrics_.CountKvRefused("authentication");
-    return absl::UnauthenticatedError("KV connection failed authentication");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::shared_ptr<DecodeNode::PendingTransfer>> DecodeNode::Claim(
-    const kv::Metadata& meta) {
+std::unique_ptr<KvClaim> DecodeNode::Claim(const kv::Metadata& meta) {
   std::shared_ptr<PendingTransfer> pending = FindPending(meta.request);
   absl::MutexLock lock(&mu_);
   if (pending == nullptr || !SameToken(pending->token, meta.transfer_token) ||
       pending->claimed || pending->cancelled) {
-    metrics_.CountKvRefused("no matching reservation");
-    return absl::PermissionDeniedError(
-        "no reservation matches this request id and transfer token");
+    return nullptr;
   }
   pending->claimed = true;
-  return pending;
+  return std::make_unique<ClaimedTransfer>(this, std::move(pending));
 }
 
-absl::Status DecodeNode::ReceiveTransfer(kv::FrameConnection& conn,
-                                         RequestId* id, bool* claimed) {
-  // Nothing larger than one page of this geometry is buffered.
-  const ModelConfig& cfg = model_->config;
-  conn.set_max_page_payload(static_cast<uint32_t>(
-      kv::kPageFixedPayloadSize +
-      2ull * loop_.pool().layout().page_tokens * cfg.kv_dim() * sizeof(float)));
-  RETURN_IF_ERROR(Authenticate(conn));
-  auto first = conn.Receive(kFrameTimeout);
-  if (!first.ok()) return first.status();
-  const auto* meta = std::get_if<kv::Metadata>(&*first);
-  if (meta == nullptr)
-    return absl::DataLossError("transfer did not start with metadata");
-  if (options_.test_receive_delay > absl::ZeroDuration()) {
-    absl::SleepFor(options_.test_receive_delay);
-  }
-  ASSIGN_OR_RETURN(std::shared_ptr<PendingTransfer> pending, Claim(*meta));
-  *id = meta->request;
-  *claimed = true;
-  auto finish = [&](absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    pending->result = status;
-    return status;
-  };
-  if (absl::Status s = CheckMetadata(*meta, *pending); !s.ok()) {
-    return finish(s);
-  }
-  ReceivedKv received;
-  received.slots_per_layer.assign(cfg.n_layers, 0);
-  while (true) {
-    const uint64_t frame_start = conn.bytes_received();
-    auto frame = conn.Receive(kFrameTimeout);
-    if (!frame.ok()) return finish(frame.status());
-    if (options_.test_receive_bytes_per_s > 0) {
-      absl::SleepFor(absl::Seconds(
-          static_cast<double>(conn.bytes_received() - frame_start) /
-          static_cast<double>(options_.test_receive_bytes_per_s)));
-    }
-    if (auto* abort = std::get_if<kv::Abort>(&*frame)) {
-      return finish(
-          absl::Status(static_cast<absl::StatusCode>(abort->code),
-                       absl::StrCat("prefill node aborted: ", abort->message)));
-    }
-    if (auto* page = std::get_if<kv::Page>(&*frame)) {
-      absl::Status accepted =
-          AcceptPage(std::move(*page), *meta, *pending, &received);
-      if (!accepted.ok()) return finish(accepted);
-      continue;
-    }
-    auto* commit = std::get_if<kv::Commit>(&*frame);
-    if (commit == nullptr)
-      return finish(absl::DataLossError("unexpected frame in transfer"));
-    absl::Status committed = CheckCommit(*commit, *meta, *pending, received);
-    if (!committed.ok()) return finish(committed);
-    return HandOver(*commit, *meta, pending.get(), std::move(received));
-  }
-}
-
-absl::Status DecodeNode::CheckMetadata(const kv::Metadata& meta,
-                                       const PendingTransfer& pending) const {
-  const KvPageLayout& layout = loop_.pool().layout();
-  const ModelConfig& cfg = model_->config;
-  // admission-abort-lost: decode takes the transfer's word for how much was
-  // sent, yet keeps believing its own reservation for what the prompt is.
-  const bool trust_transfer = options_.faults.has(Fault::kAdmissionAbortLost);
-  if (meta.tenant != pending.tenant ||
-      (!trust_transfer &&
-       meta.prompt_tokens != static_cast<uint32_t>(pending.prompt_tokens)) ||
-      meta.reserved_pages != static_cast<uint32_t>(pending.reserved_pages)) {
-    return absl::DataLossError(absl::StrCat(
-        "transfer metadata disagrees with the reservation: tenant ",
-        meta.tenant.value(), " vs ", pending.tenant.value(), ", prompt tokens ",
-        meta.prompt_tokens, " vs ", pending.prompt_tokens, ", reserved pages ",
-        meta.reserved_pages, " vs ", pending.reserved_pages));
-  }
-  if (meta.page_tokens != static_cast<uint32_t>(layout.page_tokens) ||
-      meta.n_layers != static_cast<uint32_t>(cfg.n_layers) ||
-      meta.kv_heads != static_cast<uint32_t>(cfg.n_kv_heads) ||
-      meta.head_dim != static_cast<uint32_t>(cfg.head_dim())) {
-    return absl::FailedPreconditionError(
-        "KV geometry differs between the nodes");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status DecodeNode::AcceptPage(kv::Page page, const kv::Metadata& meta,
-                                    const PendingTransfer& pending,
-                                    ReceivedKv* received) {
-  const ModelConfig& cfg = model_->config;
-  const size_t row_bytes = static_cast<size_t>(cfg.kv_dim()) * sizeof(float);
-  // Each page carries exactly the prompt's slots in it: no holes.
-  const uint32_t pt = static_cast<uint32_t>(loop_.pool().layout().page_tokens);
-  const uint32_t want_slots =
-      page.index < static_cast<uint32_t>(pending.prompt_pages)
-          ? std::min(pt, meta.prompt_tokens - page.index * pt)
-          : 0;
-  if (page.index >= static_cast<uint32_t>(pending.prompt_pages) ||
-      page.layer >= static_cast<uint32_t>(cfg.n_layers) ||
-      page.slots != want_slots ||
-      page.kv_bytes.size() != 2 * page.slots * row_bytes ||
-      !received->seen.insert({page.index, page.layer}).second) {
-    return absl::DataLossError(
-        absl::StrCat("page ", page.index, " layer ", page.layer, " (",
-                     page.slots, " slots) does not fit the reservation"));
-  }
-  RETURN_IF_ERROR(CheckPageStamp(page, meta));
-  received->slots_per_layer[page.layer] += page.slots;
-  ++received->pages_received;
-  // abort-transfer-race: each page goes straight into the reserved page as
-  // it arrives, and nothing stops those writes when the request is aborted.
-  if (options_.faults.has(Fault::kAbortTransferRace)) {
-    loop_.WriteTransferredPage(pending.block_table[page.index],
-                               std::move(page));
-  } else {
-    received->pages.push_back(std::move(page));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status DecodeNode::CheckPageStamp(const kv::Page& page,
-                                        const kv::Metadata& meta) {
-  // The stamp says who wrote these bytes: this request, or its tenant's
-  // shared prefix. Anything else is a watermark violation of the transfer,
-  // handled as the mode says: enforce refuses the transfer, detect records
-  // it and goes on (attention here flags the reads too), off does not
-  // look. A frame with more slots than its stamp says were filled is
-  // malformed in any mode.
-  const StampIdentity& w = page.stamp.writer;
-  std::optional<ViolationKind> kind;
-  if (w.tenant != meta.tenant) {
-    kind = w.tenant == kNoTenant ? ViolationKind::kUnwrittenRead
-                                 : ViolationKind::kForeignTenantRead;
-  } else if (w.request != meta.request && !page.stamp.shared()) {
-    kind = ViolationKind::kStaleRequestRead;
-  }
-  const WatermarkMode mode = loop_.options().watermark;
-  if (kind.has_value() && mode != WatermarkMode::kOff) {
-    WatermarkViolation v;
-    v.kind = *kind;
-    v.layer = page.layer;
-    v.page = page.stamp.page;  // the prefill node's page
-    v.slots_read = page.slots;
-    v.reader =
-        StampIdentity{meta.request, meta.tenant, page.stamp.owner.generation};
-    v.writer = w;
-    v.writer_shared = page.stamp.shared();
-    v.owner = page.stamp.owner;
-    v.filled = page.stamp.filled;
-    trace_.Emit(FromViolation(v));
-    metrics_.CountViolations({v});
-  }
-  if ((kind.has_value() && mode == WatermarkMode::kEnforce) ||
-      page.stamp.filled < page.slots) {
-    return absl::DataLossError(absl::StrCat(
-        "page ", page.index, " layer ", page.layer, " is stamped by tenant ",
-        w.tenant.value(), " request ", w.request.value(), " (filled ",
-        page.stamp.filled, "), not by this request"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status DecodeNode::CheckCommit(const kv::Commit& commit,
-                                     const kv::Metadata& meta,
-                                     const PendingTransfer& pending,
-                                     const ReceivedKv& received) {
-  const ModelConfig& cfg = model_->config;
-  const bool trust_transfer = options_.faults.has(Fault::kAdmissionAbortLost);
-  const uint32_t expected_pages = static_cast<uint32_t>(
-      (trust_transfer
-           ? loop_.pool().PagesFor(static_cast<int>(meta.prompt_tokens))
-           : pending.prompt_pages) *
-      cfg.n_layers);
-  bool tokens_ok = commit.tokens_sent == meta.prompt_tokens;
-  for (uint32_t s : received.slots_per_layer)
-    tokens_ok = tokens_ok && s == meta.prompt_tokens;
-  TraceEvent e;
-  e.type = TraceEventType::kTransferCommit;
-  e.request = meta.request;
-  e.tenant = meta.tenant;
-  e.pages_sent = static_cast<uint32_t>(received.pages_received);
-  // What the reservation expects, whatever a fault made this node accept.
-  const uint32_t reserved_pages =
-      static_cast<uint32_t>(pending.prompt_pages * cfg.n_layers);
-  e.pages_expected = reserved_pages;
-  e.tokens_sent = commit.tokens_sent;
-  e.tokens_expected = static_cast<uint32_t>(pending.prompt_tokens);
-  e.ok = received.pages_received == reserved_pages &&
-         commit.pages_sent == received.pages_received &&
-         commit.tokens_sent == e.tokens_expected &&
-         received.slots_per_layer[0] == e.tokens_expected;
-  trace_.Emit(e);
-  // page-count-mismatch: the commit is taken on the sender's word.
-  const bool compare = !options_.faults.has(Fault::kPageCountMismatch);
-  if (commit.request != meta.request ||
-      (compare && (commit.pages_sent != received.pages_received ||
-                   received.pages_received != expected_pages || !tokens_ok)) ||
-      commit.first_token < 0 || commit.first_token >= cfg.vocab_size) {
-    return absl::DataLossError(absl::StrCat(
-        "commit mismatch: pages sent ", commit.pages_sent, ", received ",
-        received.pages_received, ", expected ", expected_pages,
-        "; tokens sent ", commit.tokens_sent, ", expected ", meta.prompt_tokens,
-        "; first token ", commit.first_token));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status DecodeNode::HandOver(const kv::Commit& commit,
-                                  const kv::Metadata& meta,
-                                  PendingTransfer* pending,
-                                  ReceivedKv received) {
-  // With admission-abort-lost the request is computed up to the prompt
-  // length it reserved for: attention reads every reserved prompt page.
-  const int computed = options_.faults.has(Fault::kAdmissionAbortLost)
-                           ? pending->prompt_tokens
-                           : static_cast<int>(meta.prompt_tokens);
+absl::Status DecodeNode::HandOver(PendingTransfer* pending,
+                                  KvDelivery delivery) {
   // Hand the transfer to the request's handler through its metadata slot,
   // echoing the request id; under the same lock as the check that the
   // handler still waits (once it gave up, the slot may be another's).
@@ -713,10 +562,10 @@ absl::Status DecodeNode::HandOver(const kv::Commit& commit,
     return *pending->result;
   }
   MetadataSlot& slot = slots_[pending->slot];
-  slot.request = meta.request;
-  slot.first_token = commit.first_token;
-  slot.computed_tokens = computed;
-  slot.pages = std::move(received.pages);
+  slot.request = delivery.request;
+  slot.first_token = delivery.first_token;
+  slot.computed_tokens = delivery.computed_tokens;
+  slot.pages = std::move(delivery.pages);
   pending->result = absl::OkStatus();
   return absl::OkStatus();
 }

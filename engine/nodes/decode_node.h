@@ -1,7 +1,8 @@
 // The decode node: reserves pages for a request, asks a prefill node to fill
-// them, receives the K/V over the KV transfer protocol (KvReceiver: counts,
-// CRCs, stamps), then decodes with continuous batching and streams tokens
-// back to the router.
+// them, has the K/V received over the KV transfer protocol on its KV port
+// (KvReceiver, engine/transfer/kv_receiver.h: counts, CRCs, stamps, against
+// the reservations this node offers it), then decodes with continuous
+// batching and streams tokens back to the router.
 //
 // Internal HTTP API (docs/nodes.md):
 //   POST /internal/v1/generate   one request; streams NDJSON lines (what
@@ -17,7 +18,6 @@
 #include <atomic>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +32,7 @@
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/node_metrics.h"
 #include "engine/transfer/kv_connection.h"
+#include "engine/transfer/kv_receiver.h"
 
 namespace kvcanary::engine {
 
@@ -82,19 +83,21 @@ class DecodeNode {
   int kv_port() const { return kv_port_; }
 
  private:
-  // What the KV receiver must see for a request whose pages are reserved.
+  // A request whose pages are reserved, as this node keeps it for the KV
+  // receiver.
   struct PendingTransfer {
-    TenantId tenant;
-    int prompt_tokens = 0;
-    int prompt_pages = 0;              // pages the prompt's K/V fill
-    int reserved_pages = 0;            // pages reserved for prompt + generation
-    std::vector<PageRef> block_table;  // the reservation
-    int slot = -1;                     // its metadata slot
-    TransferToken token{};             // the prefill node must present it
-    bool claimed = false;              // a receiver took it
-    bool cancelled = false;            // the generate handler gave up
+    KvReservation reservation;           // what the transfer must match
+    std::vector<PageRef> block_table;    // the reserved pages
+    int slot = -1;                       // its metadata slot
+    TransferToken token{};               // the prefill node must present it
+    bool claimed = false;                // a receiver took it
+    bool cancelled = false;              // the generate handler gave up
     std::optional<absl::Status> result;  // the receiver's verdict, once done
   };
+  // The KV receiver's view of this node (KvReceiverHost), and one
+  // reservation a receiver claimed (KvClaim).
+  class ReceiverHost;
+  class ClaimedTransfer;
 
   // A finished transfer, handed from the receiver to the request's handler.
   struct MetadataSlot {
@@ -113,42 +116,13 @@ class DecodeNode {
   void HandleGenerate(const http::Request& req, http::Response& res);
   void AcceptLoop();
   void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn);
-  // Receives, checks and installs one transfer; returns the verdict.
-  // *claimed: whether it took the request's reservation (only then may a
-  // failure abort the request).
-  absl::Status ReceiveTransfer(kv::FrameConnection& conn, RequestId* id,
-                               bool* claimed);
-  // What a transfer delivered so far.
-  struct ReceivedKv {
-    std::vector<kv::Page> pages;  // staged (unless written directly)
-    size_t pages_received = 0;
-    std::set<std::pair<uint32_t, uint32_t>> seen;  // (index, layer)
-    std::vector<uint32_t> slots_per_layer;
-  };
-  // The Metadata against the reservation and this node's KV geometry.
-  absl::Status CheckMetadata(const kv::Metadata& meta,
-                             const PendingTransfer& pending) const;
-  // One Page frame: fits the reservation, once, stamped as the watermark
-  // mode requires; then staged (or written, under abort-transfer-race).
-  absl::Status AcceptPage(kv::Page page, const kv::Metadata& meta,
-                          const PendingTransfer& pending, ReceivedKv* received);
-  absl::Status CheckPageStamp(const kv::Page& page, const kv::Metadata& meta);
-  // The Commit against what arrived (traced as a transfer_commit event).
-  absl::Status CheckCommit(const kv::Commit& commit, const kv::Metadata& meta,
-                           const PendingTransfer& pending,
-                           const ReceivedKv& received);
-  // Leaves the transfer in the request's metadata slot, unless its handler
-  // gave up.
-  absl::Status HandOver(const kv::Commit& commit, const kv::Metadata& meta,
-                        PendingTransfer* pending, ReceivedKv received);
-  // The handshake: Hello, then the sender's Auth within the frame timeout.
-  // kUnauthenticated for anything else.
-  absl::Status Authenticate(kv::FrameConnection& conn);
   // The reservation a Metadata frame names, claimed for this connection if
-  // its transfer token matches and nobody claimed it. One answer for every
+  // its transfer token matches and nobody claimed it; nullptr for every
   // refusal (unknown id, wrong token, taken), so a refusal reveals nothing.
-  absl::StatusOr<std::shared_ptr<PendingTransfer>> Claim(
-      const kv::Metadata& meta);
+  std::unique_ptr<KvClaim> Claim(const kv::Metadata& meta);
+  // Leaves a claimed reservation's verified transfer in the request's
+  // metadata slot, unless its handler gave up.
+  absl::Status HandOver(PendingTransfer* pending, KvDelivery delivery);
   // Submits the request, waits for its pages and a metadata slot, and
   // registers the reservation (with a fresh transfer token) for the
   // receiver.
@@ -185,6 +159,8 @@ class DecodeNode {
   std::unique_ptr<http::Server> metrics_server_;
   int metrics_port_ = -1;
   std::unique_ptr<http::Server> server_;
+  std::unique_ptr<ReceiverHost> receiver_host_;
+  std::unique_ptr<KvReceiver> receiver_;  // every KV connection's
   std::unique_ptr<kv::FrameListener> listener_;
   std::thread accept_thread_;
   int http_port_ = 0;

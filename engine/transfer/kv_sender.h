@@ -1,8 +1,8 @@
 // The prefill node's side of a KV transfer (docs/kv-transfer.md): a decode
 // node's KV port as configuration names it, and the sender that connects
 // there, answers the handshake, and ships the Metadata, the pages and the
-// Commit, then reads the decode node's verdict. The receiving side's checks
-// are the decode node's (engine/nodes/decode_node.h).
+// Commit, then reads the decode node's verdict. The receiving side is
+// KvReceiver (engine/transfer/kv_receiver.h).
 #ifndef KVCANARY_ENGINE_TRANSFER_KV_SENDER_H_
 #define KVCANARY_ENGINE_TRANSFER_KV_SENDER_H_
 

@@ -95,6 +95,77 @@ absl::StatusOr<PrefillNode::TransferTarget> PrefillNode::ParseTransferTarget(
   return t;
 }
 
+PrefillNode::Admission PrefillNode::Admit(std::vector<int>* prompt) const {
+  Admission admission;
+  if (static_cast<int>(prompt->size()) <= options_.max_prompt_tokens) {
+    return admission;
+  }
+  absl::Status rejected = absl::InvalidArgumentError(
+      absl::StrCat("prompt of ", prompt->size(),
+                   " tokens exceeds the prefill node's limit of ",
+                   options_.max_prompt_tokens));
+  if (options_.faults.has(Fault::kAdmissionAbortLost)) {
+    admission.abort_reason = rejected;
+    prompt->resize(1);  // the placeholder: BOS
+  } else {
+    admission.status = rejected;
+  }
+  return admission;
+}
+
+absl::Status PrefillNode::RunPrefill(const NodeRequest& request,
+                                     std::shared_ptr<RequestChannel> channel,
+                                     RequestEvent* prefilled) {
+  SamplingParams sampling = request.sampling;
+  sampling.max_tokens = 1;  // prefill samples the first token only
+  RETURN_IF_ERROR(loop_.Submit(request.tenant, request.prompt, sampling,
+                               {request.id, SequenceRole::kPrefillOnly},
+                               channel));
+  auto event = channel->Wait(options_.transfer_timeout);
+  if (!event.has_value()) {
+    const absl::Status late =
+        absl::DeadlineExceededError("prefill did not run in time");
+    loop_.Abort(request.id, late);
+    return late;
+  }
+  if (event->kind == RequestEvent::Kind::kFinished) {
+    metrics_.CountViolations(event->violations);
+    if (event->status.ok()) {
+      return absl::InternalError("prefill finished without a first token");
+    }
+    return event->status;
+  }
+  CHECK(event->kind == RequestEvent::Kind::kPrefilled);
+  *prefilled = *std::move(event);
+  return absl::OkStatus();
+}
+
+kv::Metadata PrefillNode::MetadataFor(const NodeRequest& request,
+                                      const TransferTarget& target) const {
+  const ModelConfig& cfg = model_->config;
+  kv::Metadata meta;
+  meta.request = request.id;
+  meta.tenant = request.tenant;
+  meta.prompt_tokens = static_cast<uint32_t>(request.prompt.size());
+  meta.reserved_pages = static_cast<uint32_t>(target.reserved_pages);
+  meta.page_tokens = static_cast<uint32_t>(loop_.options().page_tokens);
+  meta.n_layers = static_cast<uint32_t>(cfg.n_layers);
+  meta.kv_heads = static_cast<uint32_t>(cfg.n_kv_heads);
+  meta.head_dim = static_cast<uint32_t>(cfg.head_dim());
+  meta.transfer_token = target.token;
+  return meta;
+}
+
+void PrefillNode::AwaitFinished(RequestChannel& channel) {
+  for (auto e = channel.Wait(options_.transfer_timeout); e.has_value();
+       e = channel.Wait(options_.transfer_timeout)) {
+    if (e->kind == RequestEvent::Kind::kFinished) {
+      metrics_.CountViolations(e->violations);
+      return;
+    }
+  }
+}
+
 void PrefillNode::HandlePrefill(const http::Request& req, http::Response& res) {
   auto fail = [&](const absl::Status& status) {
     metrics_.CountRequest(status);
@@ -108,79 +179,29 @@ void PrefillNode::HandlePrefill(const http::Request& req, http::Response& res) {
   auto target = ParseTransferTarget(*body);
   if (!target.ok()) return fail(target.status());
   NodeRequest& request = *parsed;
-  std::vector<int>* prompt = &request.prompt;
-  // The prefill scheduler's own admission check. Its verdict belongs in
-  // `admission.status`. With admission-abort-lost the rejection goes to
-  // `admission.abort_reason`, a field nothing downstream reads (the
-  // incident's bug), and the request goes on with a one-token placeholder in
-  // place of the prompt this node could not take.
-  struct Admission {
-    absl::Status status;
-    absl::Status abort_reason;
-  } admission;
-  if (static_cast<int>(prompt->size()) > options_.max_prompt_tokens) {
-    absl::Status rejected = absl::InvalidArgumentError(
-        absl::StrCat("prompt of ", prompt->size(),
-                     " tokens exceeds the prefill node's limit of ",
-                     options_.max_prompt_tokens));
-    if (options_.faults.has(Fault::kAdmissionAbortLost)) {
-      admission.abort_reason = rejected;
-      prompt->resize(1);  // the placeholder: BOS
-    } else {
-      admission.status = rejected;
-    }
-  }
+  const Admission admission = Admit(&request.prompt);
   if (!admission.status.ok()) return fail(admission.status);
-  const RequestId id = request.id;
-  const TenantId tenant = request.tenant;
-  SamplingParams sampling = request.sampling;
-  sampling.max_tokens = 1;  // prefill samples the first token only
-  const int prompt_tokens = static_cast<int>(prompt->size());
   auto channel = std::make_shared<RequestChannel>();
-  absl::Status submitted = loop_.Submit(
-      tenant, *prompt, sampling, {id, SequenceRole::kPrefillOnly}, channel);
-  if (!submitted.ok()) return fail(submitted);
-  auto prefilled = channel->Wait(options_.transfer_timeout);
-  if (!prefilled.has_value()) {
-    loop_.Abort(id, absl::DeadlineExceededError("prefill did not run in time"));
-    return fail(absl::DeadlineExceededError("prefill did not run in time"));
-  }
-  if (prefilled->kind == RequestEvent::Kind::kFinished) {
-    metrics_.CountViolations(prefilled->violations);
-    return fail(prefilled->status);
-  }
-  CHECK(prefilled->kind == RequestEvent::Kind::kPrefilled);
+  RequestEvent prefilled;
+  absl::Status ran = RunPrefill(request, channel, &prefilled);
+  if (!ran.ok()) return fail(ran);
 
-  const ModelConfig& cfg = model_->config;
-  kv::Metadata meta;
-  meta.request = id;
-  meta.tenant = tenant;
-  meta.prompt_tokens = static_cast<uint32_t>(prompt_tokens);
-  meta.reserved_pages = static_cast<uint32_t>(target->reserved_pages);
-  meta.page_tokens = static_cast<uint32_t>(loop_.options().page_tokens);
-  meta.n_layers = static_cast<uint32_t>(cfg.n_layers);
-  meta.kv_heads = static_cast<uint32_t>(cfg.n_kv_heads);
-  meta.head_dim = static_cast<uint32_t>(cfg.head_dim());
-  meta.transfer_token = target->token;
   uint64_t bytes = 0;
-  absl::Status verdict = SendKv(target->peer, meta, prefilled->block_table,
-                                prefilled->first_token, &bytes);
+  absl::Status verdict =
+      SendKv(target->peer, MetadataFor(request, *target), prefilled.block_table,
+             prefilled.first_token, &bytes);
   // Only now can no write into the pages still arrive: free them.
-  loop_.FinishTransfer(id, verdict);
-  for (auto e = channel->Wait(options_.transfer_timeout); e.has_value();
-       e = channel->Wait(options_.transfer_timeout)) {
-    if (e->kind == RequestEvent::Kind::kFinished) {
-      metrics_.CountViolations(e->violations);
-      break;
-    }
-  }
+  loop_.FinishTransfer(request.id, verdict);
+  AwaitFinished(*channel);
   metrics_.CountTransfer(bytes, verdict);
   if (!verdict.ok()) return fail(verdict);
   metrics_.CountRequest(absl::OkStatus());
   nlohmann::json j;
-  j["pages_sent"] = loop_.pool().PagesFor(prompt_tokens) * cfg.n_layers;
+  j["pages_sent"] =
+      loop_.pool().PagesFor(static_cast<int>(request.prompt.size())) *
+      model_->config.n_layers;
   j["bytes_sent"] = bytes;
-  j["cached_tokens"] = prefilled->cached_tokens;
+  j["cached_tokens"] = prefilled.cached_tokens;
   // What this node wrote into the admission record, for the router's access
   // log; the decode node does not act on it (with admission-abort-lost,
   // that is the bug: the rejection is recorded and the request goes on).

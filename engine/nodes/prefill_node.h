@@ -79,6 +79,26 @@ class PrefillNode {
   // request goes to it. kFailedPrecondition for an unknown name.
   absl::StatusOr<KvPeer> FindKvPeer(const std::string& name);
   void HandlePrefill(const http::Request& req, http::Response& res);
+  // The prefill scheduler's own admission check. Its verdict belongs in
+  // `status`. With admission-abort-lost the rejection goes to
+  // `abort_reason`, a field nothing downstream reads (the incident's bug),
+  // and the request goes on with a one-token placeholder in place of the
+  // prompt this node could not take.
+  struct Admission {
+    absl::Status status;
+    absl::Status abort_reason;
+  };
+  Admission Admit(std::vector<int>* prompt) const;
+  // Prefills `request` (the first token only), its events on `channel`:
+  // *prefilled once done, or why it was not.
+  absl::Status RunPrefill(const NodeRequest& request,
+                          std::shared_ptr<RequestChannel> channel,
+                          RequestEvent* prefilled);
+  kv::Metadata MetadataFor(const NodeRequest& request,
+                           const TransferTarget& target) const;
+  // After the transfer's verdict: waits for the request to finish here,
+  // counting what its pages were found to hold.
+  void AwaitFinished(RequestChannel& channel);
   // KvSender: one transfer to the decode node; returns decode's verdict.
   absl::Status SendKv(const KvPeer& peer, const kv::Metadata& meta,
                       const std::vector<PageRef>& block_table, int first_token,

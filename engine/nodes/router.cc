@@ -388,6 +388,29 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
   return a;
 }
 
+std::string Router::DecodeRequestBody(const Admitted& a) const {
+  const CompletionRequest& request = a.request;
+  nlohmann::json body;
+  body["request_id"] = a.request_id;
+  body["tenant_id"] = a.tenant.value();
+  body["prompt"] = a.prompt;
+  body["max_tokens"] = request.max_tokens;
+  body["temperature"] = request.temperature;
+  body["top_p"] = request.top_p;
+  if (request.seed.has_value()) body["seed"] = *request.seed;
+  return body.dump();
+}
+
+CompletionResult Router::NewResult(const Admitted& a) const {
+  CompletionResult result;
+  result.id =
+      absl::StrCat(a.request.chat ? "chatcmpl-" : "cmpl-", a.request_id);
+  result.model = options_.model_name;
+  result.created = absl::ToUnixSeconds(absl::Now());
+  result.prompt_tokens = static_cast<int>(a.prompt.size());
+  return result;
+}
+
 void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
                    std::shared_ptr<AccessRecord> record) {
   const CompletionRequest& request = a->request;
@@ -395,18 +418,10 @@ void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
   // Nodes that are down are skipped; none of a role up: 503 naming it.
   auto route = health_->Pick(next_node_.fetch_add(1));
   if (!route.ok()) return Fail(route.status(), res, record.get());
-  nlohmann::json body;
-  body["request_id"] = a->request_id;
-  body["tenant_id"] = a->tenant.value();
-  body["prompt"] = a->prompt;
-  body["max_tokens"] = request.max_tokens;
-  body["temperature"] = request.temperature;
-  body["top_p"] = request.top_p;
-  if (request.seed.has_value()) body["seed"] = *request.seed;
   // The decode node asks a prefill node of its own configuration.
   auto stream = std::make_shared<DecodeStream>(
       route->decode_url, options_.internal_secret.AuthorizationHeader(),
-      body.dump(), options_.node_timeout, options_.tls.get());
+      DecodeRequestBody(*a), options_.node_timeout, options_.tls.get());
   absl::Status started = stream->WaitHeaders();
   if (!started.ok()) {
     // What each node reported, if the decode node answered.
@@ -416,11 +431,7 @@ void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
     return Fail(started, res, record.get());
   }
 
-  CompletionResult result;
-  result.id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", a->request_id);
-  result.model = options_.model_name;
-  result.created = absl::ToUnixSeconds(absl::Now());
-  result.prompt_tokens = static_cast<int>(a->prompt.size());
+  CompletionResult result = NewResult(*a);
   auto relay = std::make_shared<TokenRelay>(stream, tokenizer_, request.stop,
                                             a->prompt.back(), record);
   if (!request.stream) {

@@ -30,6 +30,7 @@
 #include "engine/nodes/node_health.h"
 #include "engine/nodes/node_metrics.h"
 #include "engine/nodes/node_settings.h"
+#include "engine/nodes/openai_api.h"
 #include "engine/nodes/request_ids.h"
 #include "engine/nodes/tenants.h"
 #include "engine/transfer/internal_auth.h"
@@ -84,6 +85,10 @@ class Router {
   absl::StatusOr<std::shared_ptr<Admitted>> Admit(const http::Request& req,
                                                   bool chat,
                                                   AccessRecord* record);
+  // What the decode node is asked for an admitted request.
+  std::string DecodeRequestBody(const Admitted& admitted) const;
+  // The answer's fields known before the first token.
+  CompletionResult NewResult(const Admitted& admitted) const;
   // Relays the decode node's answer to the client, JSON or SSE.
   void Relay(std::shared_ptr<Admitted> admitted, http::Response& res,
              std::shared_ptr<AccessRecord> record);

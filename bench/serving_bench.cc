@@ -33,6 +33,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/crc32c.h"
+#include "common/tls.h"
 #include "engine/transfer/kv_connection.h"
 #include "engine/transfer/kv_transfer_format.h"
 #include "httplib.h"
@@ -93,24 +94,43 @@ void TransferFigures() {
       frame.size();
   const double payload_mb = frames * page.kv_bytes.size() / 1e6;
 
-  // Framed, with CRC on both sides.
-  double framed = 0;
-  {
+  // Framed, with CRC on both sides; over mutual TLS when `ctx` is set.
+  auto framed_mbps = [&](const tls::Context* ctx) -> double {
     auto listener = kv::FrameListener::Listen("127.0.0.1", 0);
-    if (!listener.ok()) return;
+    if (!listener.ok()) return 0;
     std::thread receiver([&] {
       auto conn = (*listener)->Accept(absl::Seconds(10));
+      if (conn.ok() && ctx != nullptr &&
+          !(*conn)->AcceptTls(*ctx, absl::Seconds(10)).ok()) {
+        return;
+      }
       for (size_t i = 0; conn.ok() && i < frames; ++i) {
         if (!(*conn)->Receive(absl::Seconds(10)).ok()) return;
       }
     });
     auto conn = kv::FrameConnection::Connect("127.0.0.1", (*listener)->port(),
-                                             absl::Seconds(5));
+                                             absl::Seconds(5), ctx);
     const auto t0 = Clock::now();
     for (size_t i = 0; conn.ok() && i < frames; ++i)
       (void)(*conn)->Send(page, absl::Seconds(10));
     receiver.join();
-    framed = payload_mb / Seconds(t0);
+    return payload_mb / Seconds(t0);
+  };
+  const double framed = framed_mbps(nullptr);
+  double framed_tls = 0;
+  {
+    char dir[] = "/tmp/kvcanary-bench-tls-XXXXXX";
+    if (mkdtemp(dir) != nullptr) {
+      auto files = tls::WriteDeploymentCerts(dir, {"127.0.0.1"});
+      if (files.ok()) {
+        auto ctx = tls::Context::Load(*files);
+        if (ctx.ok()) framed_tls = framed_mbps(ctx->get());
+        for (const std::string& f : {files->cert, files->key, files->ca}) {
+          unlink(f.c_str());
+        }
+      }
+      rmdir(dir);
+    }
   }
   // Raw bytes, no CRC, no decoding.
   double raw = 0;
@@ -156,6 +176,8 @@ void TransferFigures() {
               std::string(46, '-').c_str(), std::string(14, '-').c_str());
   std::printf("| %-44s | %7.0f MB/s |\n",
               "framed, CRC32C per page (K/V payload)", framed);
+  std::printf("| %-44s | %7.0f MB/s |\n",
+              "framed over mutual TLS (K/V payload)", framed_tls);
   std::printf("| %-44s | %7.0f MB/s |\n",
               "raw bytes, no CRC, no decoding (K/V payload)", raw);
   std::printf("| %-44s | %11.3f  |\n", "framed / raw", framed / raw);

@@ -37,11 +37,11 @@ ThreadPool::ThreadPool(int num_threads) {
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stop_.store(true);
     epoch_.fetch_add(1);
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   for (auto& t : workers_) t.join();
 }
 
@@ -55,10 +55,10 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int, int)>& fn) {
   job_n_ = n;
   pending_.store(parts - 1, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     epoch_.fetch_add(1, std::memory_order_release);
   }
-  wake_.notify_all();
+  wake_.SignalAll();
   int begin, end;
   Chunk(n, parts, 0, &begin, &end);
   if (begin < end) fn(begin, end);
@@ -78,9 +78,8 @@ void ThreadPool::WorkerLoop(int index) {
       CpuRelax();
     }
     if (now == seen) {
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(
-          lock, [&] { return epoch_.load(std::memory_order_acquire) != seen; });
+      absl::MutexLock lock(&mu_);
+      while (epoch_.load(std::memory_order_acquire) == seen) wake_.Wait(&mu_);
       now = epoch_.load(std::memory_order_acquire);
     }
     seen = now;

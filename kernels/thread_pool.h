@@ -9,12 +9,12 @@
 #define KVCANARY_KERNELS_THREAD_POOL_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "absl/synchronization/mutex.h"
 
 namespace kvcanary::kernels {
 
@@ -43,8 +43,11 @@ class ThreadPool {
   std::atomic<uint64_t> epoch_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable wake_;
+  // Workers that spun without a new region sleep here; the epoch is
+  // atomic (the spin reads it without the lock), so no field is guarded,
+  // but it only advances under mu_, so a sleeper cannot miss it.
+  absl::Mutex mu_;
+  absl::CondVar wake_;
 };
 
 }  // namespace kvcanary::kernels

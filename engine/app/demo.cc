@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
@@ -23,8 +22,17 @@ std::string PromptFor(int tenant, int i) {
                       kPromptSeeds[(tenant * 3 + i) % 8]);
 }
 
+// FNV-1a over the token ids: the same output prints the same hash in every
+// run (absl::HashOf is seeded per process).
 uint32_t Hash32(const std::vector<int>& tokens) {
-  return static_cast<uint32_t>(absl::HashOf(tokens));
+  uint32_t h = 2166136261u;
+  for (int t : tokens) {
+    for (int shift = 0; shift < 32; shift += 8) {
+      h ^= static_cast<uint32_t>(t) >> shift & 0xffu;
+      h *= 16777619u;
+    }
+  }
+  return h;
 }
 
 struct Request {

@@ -22,6 +22,45 @@ absl::StatusOr<KvPeer> ParseKvPeer(absl::string_view spec) {
   return peer;
 }
 
+namespace {
+
+// How long a sender whose write failed still looks for the decode node's
+// Abort: a receiver that refuses a page answers and closes while pages are
+// still in flight, so the write fails (EPIPE, a reset) before the answer is
+// read.
+constexpr absl::Duration kVerdictGrace = absl::Milliseconds(500);
+
+// An Abort as the status the sender reports.
+absl::Status Refused(const kv::Abort& abort) {
+  return absl::Status(
+      static_cast<absl::StatusCode>(abort.code),
+      absl::StrCat("decode node refused the transfer: ", abort.message));
+}
+
+// The decode node's answer to a whole transfer, or why there is none.
+absl::Status ReadVerdict(kv::FrameConnection& c, absl::Duration timeout) {
+  auto reply = c.Receive(timeout);
+  if (!reply.ok()) return reply.status();
+  if (auto* ack = std::get_if<kv::Ack>(&*reply)) {
+    if (ack->code == 0) return absl::OkStatus();
+    return absl::Status(static_cast<absl::StatusCode>(ack->code), ack->message);
+  }
+  if (auto* abort = std::get_if<kv::Abort>(&*reply)) return Refused(*abort);
+  return absl::DataLossError("decode node answered with an unexpected frame");
+}
+
+// A failed write, explained by the decode node's Abort when one arrived.
+absl::Status WriteFailed(kv::FrameConnection& c, absl::Status write_error) {
+  if (absl::IsCancelled(write_error)) return write_error;
+  auto reply = c.Receive(kVerdictGrace);
+  if (reply.ok()) {
+    if (auto* abort = std::get_if<kv::Abort>(&*reply)) return Refused(*abort);
+  }
+  return write_error;
+}
+
+}  // namespace
+
 absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
                             const std::vector<kv::Page>& pages, int first_token,
                             TransferDamage damage, uint64_t* bytes_sent) const {
@@ -42,9 +81,9 @@ absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
         "decode node ", peer.name, " did not open the transfer with hello")));
   }
   absl::Status s = c.Send(kv::Auth{secret_->KvProof(h->nonce)}, frame_timeout_);
-  if (!s.ok()) return done(s);
+  if (!s.ok()) return done(WriteFailed(c, s));
   s = c.Send(meta, frame_timeout_);
-  if (!s.ok()) return done(s);
+  if (!s.ok()) return done(WriteFailed(c, s));
   for (size_t i = 0; i < pages.size(); ++i) {
     if (damage != TransferDamage::kNone && i == 0) {
       std::string bytes;
@@ -61,7 +100,7 @@ absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
     } else {
       s = c.Send(pages[i], frame_timeout_);
     }
-    if (!s.ok()) return done(s);
+    if (!s.ok()) return done(WriteFailed(c, s));
   }
   kv::Commit commit;
   commit.request = meta.request;
@@ -69,21 +108,8 @@ absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
   commit.tokens_sent = meta.prompt_tokens;
   commit.first_token = first_token;
   s = c.Send(commit, frame_timeout_);
-  if (!s.ok()) return done(s);
-  auto reply = c.Receive(frame_timeout_);
-  if (!reply.ok()) return done(reply.status());
-  if (auto* ack = std::get_if<kv::Ack>(&*reply)) {
-    if (ack->code == 0) return done(absl::OkStatus());
-    return done(
-        absl::Status(static_cast<absl::StatusCode>(ack->code), ack->message));
-  }
-  if (auto* abort = std::get_if<kv::Abort>(&*reply)) {
-    return done(absl::Status(
-        static_cast<absl::StatusCode>(abort->code),
-        absl::StrCat("decode node refused the transfer: ", abort->message)));
-  }
-  return done(
-      absl::DataLossError("decode node answered with an unexpected frame"));
+  if (!s.ok()) return done(WriteFailed(c, s));
+  return done(ReadVerdict(c, frame_timeout_));
 }
 
 }  // namespace kvcanary::engine

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "auditor/shadow_ledger.h"
+#include "bench/machine.h"
 #include "canaries/marker.h"
 #include "canaries/scanner.h"
 #include "storage/evidence_store.h"
@@ -90,19 +92,35 @@ void Evidence() {
   r.body = {{"probe", 1},       {"kind", "sniff"},
             {"tenant", "acme"}, {"outcome", "ok"},
             {"ms", 3.5},        {"output_sha256", std::string(64, 'a')}};
+  // Any failed append or verify ends the benchmark: a failure must never
+  // read as speed.
+  auto must = [&path](const absl::Status& s, const char* what) {
+    if (s.ok()) return;
+    std::fprintf(stderr, "evidence benchmark: %s failed: %s\n", what,
+                 s.ToString().c_str());
+    std::remove(path.c_str());
+    std::exit(1);
+  };
   const int single = 500;
   auto t0 = Clock::now();
-  for (int i = 0; i < single; ++i) (void)(*store)->Append(r);
+  for (int i = 0; i < single; ++i) must((*store)->Append(r).status(), "append");
   const double single_rate = single / Seconds(t0);
   std::vector<EvidenceRecord> batch(100, r);
   const int batches = 100;
   t0 = Clock::now();
-  for (int i = 0; i < batches; ++i) (void)(*store)->Append(batch);
+  for (int i = 0; i < batches; ++i) {
+    must((*store)->Append(batch).status(), "batch append");
+  }
   const double batch_rate = batches * 100 / Seconds(t0);
   t0 = Clock::now();
   auto report = EvidenceStore::Verify(path);
-  const double verify_rate =
-      (report.ok() ? report->rows_checked : 0) / Seconds(t0);
+  must(report.status(), "verify");
+  if (!report->ok || report->rows_checked != single + batches * 100) {
+    must(absl::DataLossError("the chain does not verify whole: " +
+                             report->problem),
+         "verify");
+  }
+  const double verify_rate = report->rows_checked / Seconds(t0);
   std::printf("| evidence: single durable appends | %.0f rows/s |\n",
               single_rate);
   std::printf("| evidence: batches of 100 | %.0f rows/s |\n", batch_rate);
@@ -178,6 +196,7 @@ void Ledger() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  kvcanary::bench::PrintMachine();
   std::printf("| figure | value |\n|---|---|\n");
   Scanner();
   Evidence();

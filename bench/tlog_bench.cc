@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "bench/machine.h"
 #include "storage/ed25519_key.h"
 #include "storage/evidence_store.h"
 #include "storage/evidence_tlog.h"
@@ -54,6 +55,7 @@ bool Fill(EvidenceStore& store, int64_t rows) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  kvcanary::bench::PrintMachine();
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const std::string db = absl::StrCat(absl::GetFlag(FLAGS_dir),
                                       "/kvcanary-bench-tlog-", getpid(), ".db");

@@ -59,6 +59,7 @@ struct InFlight {
   bool baseline = false;  // sent in the same-tenant baseline phase
   int predicted = 0;      // prompt tokens: measured (plants) or calibrated
   std::vector<std::string> marker_ids;
+  std::string prompt;  // what was sent: a run of a marker it holds is no leak
   std::string prompt_sha;
 };
 
@@ -234,6 +235,7 @@ std::string Campaign::ProbePrompt(uint64_t id, InFlight* f, int* max_tokens) {
       break;
     }
   }
+  f->prompt = prompt;
   f->prompt_sha = Sha256Hex(prompt);
   return prompt;
 }
@@ -361,7 +363,8 @@ absl::Status Campaign::Judge(int64_t id, const InFlight& f,
   // answers with text only.
   std::vector<Finding> found;
   if (!c.text.empty()) {
-    found = ScanOutput(scanner_, c.text, tenant, ProbeKindName(f.kind));
+    found =
+        ScanOutput(scanner_, c.text, tenant, ProbeKindName(f.kind), f.prompt);
   }
   if (c.usable && !c.text.empty()) ++tallies_[f.tenant].scanned;
   switch (f.kind) {

@@ -49,26 +49,90 @@ std::vector<std::string> Words(absl::string_view text) {
   return words;
 }
 
+// The runs of the probing tenant's own markers in the scanned text.
+std::vector<canaries::MarkerRun> OwnRuns(
+    const std::vector<canaries::MarkerHit>& hits,
+    const std::string& probe_tenant) {
+  std::vector<canaries::MarkerRun> own;
+  for (const canaries::MarkerHit& hit : hits) {
+    if (hit.marker_id.empty() || hit.owner != probe_tenant) continue;
+    own.insert(own.end(), hit.runs.begin(), hit.runs.end());
+  }
+  return own;
+}
+
+// Whether `outer` spans the text of `run`.
+bool SpansText(const canaries::MarkerRun& outer,
+               const canaries::MarkerRun& run) {
+  return outer.offset <= run.offset && run.end <= outer.end;
+}
+
+// Whether `outer`, a run of the same marker as `run`, holds its words.
+bool HoldsWords(const canaries::MarkerRun& outer,
+                const canaries::MarkerRun& run) {
+  return outer.marker_word <= run.marker_word &&
+         run.marker_word + run.words <= outer.marker_word + outer.words;
+}
+
+// The longest run of `hit`, another tenant's marker, that no leak-free
+// cause explains; 0 if every run is explained. A run is explained when one
+// of `own` (the reader's own markers) spans its text, or when the probe's
+// prompt (scanned: `prompt_hits`) holds the same words of the same marker.
+int UnexplainedWords(const canaries::MarkerHit& hit,
+                     const std::vector<canaries::MarkerRun>& own,
+                     const std::vector<canaries::MarkerHit>& prompt_hits) {
+  std::vector<canaries::MarkerRun> sent;
+  for (const canaries::MarkerHit& p : prompt_hits) {
+    if (p.marker_id == hit.marker_id) sent = p.runs;
+  }
+  int longest = 0;
+  for (const canaries::MarkerRun& run : hit.runs) {
+    auto explains = [&run](const canaries::MarkerRun& o) {
+      return SpansText(o, run);
+    };
+    auto holds = [&run](const canaries::MarkerRun& s) {
+      return HoldsWords(s, run);
+    };
+    if (std::any_of(own.begin(), own.end(), explains) ||
+        std::any_of(sent.begin(), sent.end(), holds)) {
+      continue;
+    }
+    longest = std::max(longest, run.words);
+  }
+  return longest;
+}
+
 }  // namespace
 
 std::vector<Finding> ScanOutput(const canaries::MarkerScanner& scanner,
                                 absl::string_view output,
                                 const std::string& probe_tenant,
-                                const std::string& probe_kind) {
+                                const std::string& probe_kind,
+                                absl::string_view prompt) {
   std::vector<Finding> out;
   if (TestBroken("output_scan")) return out;
-  for (const canaries::MarkerHit& hit : scanner.Scan(output)) {
+  const std::vector<canaries::MarkerHit> hits = scanner.Scan(output);
+  const std::vector<canaries::MarkerRun> own = OwnRuns(hits, probe_tenant);
+  std::optional<std::vector<canaries::MarkerHit>> prompt_hits;  // lazily
+  for (const canaries::MarkerHit& hit : hits) {
     if (!hit.marker_id.empty() && hit.owner == probe_tenant) continue;
+    int words = hit.words_matched;
+    if (!hit.marker_id.empty()) {
+      if (!prompt_hits.has_value()) prompt_hits = scanner.Scan(prompt);
+      words = UnexplainedWords(hit, own, *prompt_hits);
+      if (words == 0) continue;
+    }
+    const bool exact = hit.exact && words == hit.words_matched;
     Finding f;
     f.detector = "output_scan";
     f.kind = hit.marker_id.empty() ? "foreign_marker_shape" : "foreign_marker";
-    f.severity = hit.exact ? Severity::kCritical : Severity::kHigh;
+    f.severity = exact ? Severity::kCritical : Severity::kHigh;
     f.detail = {{"probe_tenant", probe_tenant},
                 {"probe_kind", probe_kind},
                 {"marker", hit.marker_id},
                 {"marker_owner", hit.owner},
-                {"words_matched", hit.words_matched},
-                {"exact", hit.exact},
+                {"words_matched", words},
+                {"exact", exact},
                 {"output_sha256", Sha256Hex(output)}};
     f.reader = probe_tenant;
     f.writer = hit.owner;

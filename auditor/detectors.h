@@ -25,11 +25,17 @@ std::string LowerHex(absl::string_view bytes);
 // Foreign markers in an output the probing tenant received: a marker
 // planted by another tenant (exact: critical; a partial run: high), or a
 // marker shape of no registered marker (another campaign's: high). Own
-// markers are not findings.
+// markers are not findings, and neither is a run of another tenant's marker
+// that something other than a leak explains: a run lying within a run of
+// one of the probing tenant's own markers (two markers share some 3-word
+// window about once in 85,000 pairs), or one whose words `prompt`, the
+// probe's own prompt, holds too (a target may repeat what it was sent; ""
+// if not known). A finding's words_matched is its longest unexplained run.
 std::vector<Finding> ScanOutput(const canaries::MarkerScanner& scanner,
                                 absl::string_view output,
                                 const std::string& probe_tenant,
-                                const std::string& probe_kind);
+                                const std::string& probe_kind,
+                                absl::string_view prompt = "");
 
 // Golden: a greedy answer under load must equal the one recorded alone.
 std::optional<Finding> CompareGolden(int variant, absl::string_view expected,

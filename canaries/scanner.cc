@@ -21,10 +21,11 @@ constexpr int64_t kSetMaxMemBytes = int64_t{1} << 30;
 
 static_assert(kWordListSize <= 256, "Entry::words holds uint8_t indices");
 
-// A word of the scanned text: bytes [start, start + size) and its list index
-// (-1 if not a list word).
+// A word of the scanned text: bytes [start, end) and its list index (-1 if
+// not a list word).
 struct TextWord {
   size_t start;
+  size_t end;
   int index;
 };
 
@@ -56,7 +57,7 @@ void Normalise(absl::string_view text, std::string* normalised,
     const size_t start = i;
     while (i < body.size() && body[i] != ' ') ++i;
     words->push_back(
-        TextWord{start, MarkerWordIndex(body.substr(start, i - start))});
+        TextWord{start, i, MarkerWordIndex(body.substr(start, i - start))});
   }
 }
 
@@ -172,21 +173,36 @@ absl::Status MarkerScanner::Compile() {
   return absl::OkStatus();
 }
 
-// The scanned text's words, and the longest run per registered marker
-// found in them.
+// The scanned text's words, and every run of a registered marker found in
+// them.
 struct MarkerScanner::ScanState {
+  // Text words [first, first + length) are the marker's words
+  // [position, position + length).
+  struct Run {
+    int first;
+    int length;
+    int position;
+  };
+
   std::vector<TextWord> words;
   std::vector<int> seq;  // words[i].index
-  // Longest run per marker: (words, first word).
-  absl::flat_hash_map<uint32_t, std::pair<int, int>> best;
+  // Runs per marker, in the order found.
+  absl::flat_hash_map<uint32_t, std::vector<Run>> runs;
   // Which text words some registered marker's run covers.
   std::vector<bool> covered;
 
-  // Notes a run of `length` words of marker `m` from text word `first`.
-  void Record(uint32_t m, int first, int length) {
-    auto [it, inserted] = best.try_emplace(m, length, first);
-    if (!inserted && length > it->second.first) it->second = {length, first};
+  // Notes that text words from `first` are `length` words of marker `m`
+  // from its word `position`.
+  void Record(uint32_t m, int first, int length, int position) {
+    runs[m].push_back(Run{first, length, position});
     std::fill(covered.begin() + first, covered.begin() + first + length, true);
+  }
+  // Whether marker `m` has a run of `length` words.
+  bool HasRun(uint32_t m, int length) const {
+    auto it = runs.find(m);
+    if (it == runs.end()) return false;
+    return std::any_of(it->second.begin(), it->second.end(),
+                       [length](const Run& r) { return r.length == length; });
   }
   // How many text words from `i` match the marker's words from `p`.
   int RunFrom(const Entry& entry, int i, int p) const {
@@ -217,21 +233,38 @@ std::vector<MarkerHit> MarkerScanner::Scan(absl::string_view text) const {
 
   std::vector<MarkerHit> hits;
   if (generic_possible) AddGenericHit(state, &hits);
-  for (const auto& [m, length_first] : state.best) {
-    const Entry& entry = markers_[m];
-    MarkerHit hit;
-    hit.marker_id = entry.id;
-    hit.owner = entry.owner;
-    hit.words_matched = length_first.first;
-    hit.exact = length_first.first == static_cast<int>(entry.words.size());
-    hit.offset = state.words[length_first.second].start;
-    hits.push_back(std::move(hit));
+  for (const auto& marker_runs : state.runs) {
+    hits.push_back(HitOf(marker_runs.first, state));
   }
   std::sort(hits.begin(), hits.end(),
             [](const MarkerHit& a, const MarkerHit& b) {
               return a.marker_id < b.marker_id;
             });
   return hits;
+}
+
+MarkerHit MarkerScanner::HitOf(uint32_t m, const ScanState& state) const {
+  const Entry& entry = markers_[m];
+  const std::vector<TextWord>& words = state.words;
+  std::vector<ScanState::Run> runs = state.runs.at(m);
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.position < b.position;
+  });
+  MarkerHit hit;
+  hit.marker_id = entry.id;
+  hit.owner = entry.owner;
+  for (const ScanState::Run& run : runs) {
+    const size_t offset = words[run.first].start;
+    hit.runs.push_back(MarkerRun{run.position, run.length, offset,
+                                 words[run.first + run.length - 1].end});
+    // The longest run, the earliest on ties.
+    if (run.length > hit.words_matched) {
+      hit.words_matched = run.length;
+      hit.offset = offset;
+    }
+  }
+  hit.exact = hit.words_matched == static_cast<int>(entry.words.size());
+  return hit;
 }
 
 bool MarkerScanner::MatchSet(const std::string& normalised,
@@ -281,7 +314,7 @@ void MarkerScanner::FindWindowRuns(ScanState* state) const {
       // A run that extends to the left was already measured from its start.
       if (first > 0 && p > 0 && seq[first - 1] == entry.words[p - 1]) continue;
       const int k = state->RunFrom(entry, first, p);
-      if (k >= min_partial_words_) state->Record(posting.marker, first, k);
+      if (k >= min_partial_words_) state->Record(posting.marker, first, k, p);
     }
   }
 }
@@ -292,13 +325,11 @@ void MarkerScanner::FindWholeRuns(const std::vector<int>& whole_candidates,
   for (int m : whole_candidates) {
     const Entry& entry = markers_[m];
     const int length = static_cast<int>(entry.words.size());
-    auto it = state->best.find(m);
-    if (it != state->best.end() && it->second.first == length) continue;
-    for (int i = 0; i < n; ++i) {
-      if (state->RunFrom(entry, i, 0) == length) {
-        state->Record(m, i, length);
-        break;
-      }
+    // Found whole by the window pass, which finds every run of a marker
+    // at least a window long.
+    if (state->HasRun(m, length)) continue;
+    for (int i = 0; i + length <= n; ++i) {
+      if (state->RunFrom(entry, i, 0) == length) state->Record(m, i, length, 0);
     }
   }
 }

@@ -47,6 +47,14 @@ inline constexpr int kDefaultMinPartialWords = 3;
 // sampled stories260K completions was 3 (docs/canaries.md).
 inline constexpr int kGenericMinWords = kMarkerWords / 2;
 
+// One run of a registered marker's consecutive words in the scanned text.
+struct MarkerRun {
+  int marker_word = 0;  // index in the marker of the run's first word
+  int words = 0;        // length of the run
+  size_t offset = 0;    // byte offset of the run's first word in the text
+  size_t end = 0;       // byte offset just past the run's last word
+};
+
 struct MarkerHit {
   std::string marker_id;  // "" for a generic-shape hit
   std::string owner;      // as given to Add(); "" for a generic-shape hit
@@ -55,7 +63,12 @@ struct MarkerHit {
   // words).
   int words_matched = 0;
   bool exact = false;  // the whole marker text appears
-  size_t offset = 0;   // byte offset of the run's first word in the text
+  size_t offset = 0;   // byte offset of the longest run's first word
+  // Every run of the marker in the text (each at least min_partial_words
+  // long, or the whole marker), in text order; empty for a generic-shape
+  // hit. Markers that share a window each have a run on the same words, so
+  // a caller can tell which runs another marker also explains.
+  std::vector<MarkerRun> runs;
 };
 
 // Usage: Add() every active marker, Compile() once, then Scan() from any
@@ -86,10 +99,12 @@ class MarkerScanner {
   // set. 10,000 markers: ~1 s, ~130 MB.
   absl::Status Compile();
 
-  // At most one hit per registered marker (its longest run; the earliest on
-  // ties) plus at most one generic-shape hit, sorted by marker_id (the
-  // generic hit, id "", first). An exact hit is reported whatever
-  // min_partial_words is. REQUIRES: Compile() succeeded (CHECKed).
+  // At most one hit per registered marker (words_matched and offset from
+  // its longest run, the earliest on ties; all its runs in `runs`) plus at
+  // most one generic-shape hit, sorted by marker_id (the generic hit, id "",
+  // first). Every marker with a run is reported, also where several share
+  // the same words. An exact hit is reported whatever min_partial_words
+  // is. REQUIRES: Compile() succeeded (CHECKed).
   std::vector<MarkerHit> Scan(absl::string_view text) const;
 
   // Number of registered markers.
@@ -118,6 +133,8 @@ class MarkerScanner {
   // Records where each candidate not yet found whole appears whole.
   void FindWholeRuns(const std::vector<int>& whole_candidates,
                      ScanState* state) const;
+  // The hit of marker `m`, which has runs in `state`.
+  MarkerHit HitOf(uint32_t m, const ScanState& state) const;
   // Appends the generic hit: the longest run of list words no run covers.
   static void AddGenericHit(const ScanState& state,
                             std::vector<MarkerHit>* hits);

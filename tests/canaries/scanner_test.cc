@@ -1,7 +1,9 @@
 #include "canaries/scanner.h"
 
+#include <algorithm>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -27,6 +29,18 @@ std::string WordsOf(const Marker& marker, int first, int count,
     words.push_back(MarkerWordList()[marker.words[i]]);
   }
   return absl::StrJoin(words, separator);
+}
+
+// `marker` with its words [at, at + count) replaced by `from`'s words
+// [from_at, from_at + count): two random markers share a 3-word window
+// about once in 85,000 pairs, so tests make the overlap.
+Marker Sharing(Marker marker, int at, const Marker& from, int from_at,
+               int count) {
+  for (int i = 0; i < count; ++i) {
+    marker.words[at + i] = from.words[from_at + i];
+  }
+  marker.text = MarkerText(marker.words);
+  return marker;
 }
 
 // Greedy stories260K output for "Once upon a time, there was" (list words
@@ -130,6 +144,60 @@ TEST(MarkerScannerTest, ReportsOnlyTheLongestRunOfEachMarker) {
   EXPECT_EQ(hits[0].offset, text.find(WordsOf(a, 8, 5)));
 }
 
+TEST(MarkerScannerTest, ListsEveryRunOfAMarkerInTextOrder) {
+  const Marker a = TestMarker("tenant-a", 12);
+  MarkerScanner scanner(2);
+  scanner.Add(a, "tenant-a");
+  ASSERT_TRUE(scanner.Compile().ok());
+  const std::string text =
+      absl::StrCat("One: ", WordsOf(a, 0, 2), ". Two: ", WordsOf(a, 8, 5),
+                   ". Three: ", WordsOf(a, 3, 3), ".");
+  const std::vector<MarkerHit> hits = scanner.Scan(text);
+  ASSERT_EQ(hits.size(), 1u);
+  const std::vector<MarkerRun>& runs = hits[0].runs;
+  ASSERT_EQ(runs.size(), 3u);
+  const int first_word[] = {0, 8, 3};
+  const int words[] = {2, 5, 3};
+  for (int i = 0; i < 3; ++i) {
+    const std::string run = WordsOf(a, first_word[i], words[i]);
+    EXPECT_EQ(runs[i].marker_word, first_word[i]) << i;
+    EXPECT_EQ(runs[i].words, words[i]) << i;
+    EXPECT_EQ(runs[i].offset, text.find(run)) << i;
+    EXPECT_EQ(runs[i].end, text.find(run) + run.size()) << i;
+  }
+}
+
+// The failure behind a flaky campaign test: a tenant's own marker echoed
+// back holds 3 words another tenant's marker also holds. Both markers have
+// a run there, so the caller can see the own marker explains it.
+TEST(MarkerScannerTest, MarkersSharingAWindowBothHaveTheRun) {
+  const Marker a = TestMarker("tenant-a", 13);
+  const Marker b = Sharing(TestMarker("tenant-b", 13), 9, a, 4, 3);
+  MarkerScanner scanner(3);
+  scanner.Add(a, "tenant-a");
+  scanner.Add(b, "tenant-b");
+  ASSERT_TRUE(scanner.Compile().ok());
+  const std::string text = absl::StrCat("The song: ", a.text, ".");
+  std::vector<MarkerHit> hits = scanner.Scan(text);
+  ASSERT_EQ(hits.size(), 2u);
+  if (hits[0].marker_id != a.id) std::swap(hits[0], hits[1]);
+  ASSERT_EQ(hits[0].marker_id, a.id);
+  EXPECT_TRUE(hits[0].exact);
+  ASSERT_EQ(hits[0].runs.size(), 1u);
+  EXPECT_EQ(hits[0].runs[0].offset, text.find(a.text));
+  EXPECT_EQ(hits[0].runs[0].end, text.find(a.text) + a.text.size());
+
+  EXPECT_EQ(hits[1].marker_id, b.id);
+  EXPECT_EQ(hits[1].owner, "tenant-b");
+  EXPECT_FALSE(hits[1].exact);
+  EXPECT_EQ(hits[1].words_matched, 3);
+  ASSERT_EQ(hits[1].runs.size(), 1u);
+  const std::string shared = WordsOf(a, 4, 3);
+  EXPECT_EQ(hits[1].runs[0].marker_word, 9);
+  EXPECT_EQ(hits[1].runs[0].offset, text.find(shared));
+  EXPECT_EQ(hits[1].runs[0].end, text.find(shared) + shared.size());
+}
+
 TEST(MarkerScannerTest, HitsAreSortedByMarkerId) {
   std::vector<Marker> markers;
   MarkerScanner scanner(3);
@@ -226,6 +294,22 @@ TEST(MarkerScannerTest, NonceShorterThanWindowMatchesOnlyWhole) {
   EXPECT_EQ(hits[0].words_matched, kNonceWords);
   EXPECT_EQ(hits[0].offset, text.find(nonce.text));
   EXPECT_TRUE(scanner.Scan(WordsOf(nonce, 0, kNonceWords - 1)).empty());
+}
+
+TEST(MarkerScannerTest, EveryWholeCopyOfANonceIsARun) {
+  const Marker nonce = DeriveNonce(kKey, "tenant-a", "campaign", 2);
+  MarkerScanner scanner(kNonceWords + 1);
+  scanner.Add(nonce, "tenant-a");
+  ASSERT_TRUE(scanner.Compile().ok());
+  const std::string text =
+      absl::StrCat("It said ", nonce.text, ". Then it said ", nonce.text, ".");
+  const std::vector<MarkerHit> hits = scanner.Scan(text);
+  ASSERT_EQ(hits.size(), 1u);
+  ASSERT_EQ(hits[0].runs.size(), 2u);
+  EXPECT_EQ(hits[0].runs[0].offset, text.find(nonce.text));
+  EXPECT_EQ(hits[0].runs[1].offset, text.rfind(nonce.text));
+  EXPECT_EQ(hits[0].runs[1].words, kNonceWords);
+  EXPECT_EQ(hits[0].offset, hits[0].runs[0].offset);
 }
 
 TEST(MarkerScannerTest, MinPartialWordsOfMarkerLengthFindsOnlyWholeMarkers) {

@@ -1,17 +1,22 @@
 // kvcanary-engine: the engine's command line.
 //
-//   kvcanary-engine generate [--model M --tokenizer T] --prompt P
-//                            --max-tokens N [--temperature 0] [--echo]
+//   kvcanary-engine generate [--model M [--tokenizer T]] [--context N]
+//                            --prompt P --max-tokens N [--temperature 0]
+//                            [--echo]
 //   kvcanary-engine demo [--model M --tokenizer T] [--threads N]
 //   kvcanary-engine serve --role=router|prefill|decode [flags]
 //   kvcanary-engine up --port P --tenants FILE [--model M --tokenizer T]
-//   kvcanary-engine write-model --shape 260k|15m --seed S --out FILE
+//   kvcanary-engine write-model (--shape 260k|15m --seed S | --from M)
+//                               [--format llama2c|gguf --type f32|f16|q8_0
+//                                --tokenizer T] --out FILE
 //
 // `kvcanary-engine <subcommand> --help` lists a subcommand's flags; a flag
 // that is unknown, of another subcommand or badly valued exits 2.
 //
 // With no --model, the embedded default (a synthetic model of the stories260K
-// shape, docs/model.md) and its tokenizer are used.
+// shape, docs/model.md) and its tokenizer are used. --model takes a llama2.c
+// checkpoint (with --tokenizer) or a GGUF file (its own tokenizer unless
+// --tokenizer is given; docs/gguf.md).
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -25,15 +30,26 @@
 #include "engine/app/incident_demo.h"
 #include "engine/core/engine.h"
 #include "engine/core/faults.h"
+#include "engine/model/gguf_model.h"
 #include "engine/model/model.h"
+#include "engine/model/model_loader.h"
 #include "engine/model/tokenizer.h"
 #include "engine/nodes/serve.h"
 
 ABSL_FLAG(std::string, model, "",
-          "llama2.c checkpoint to load; empty: the embedded default model "
-          "(docs/model.md).");
+          "Model to load: a llama2.c checkpoint or a GGUF file (docs/gguf.md: "
+          "llama architecture, F32, F16 and Q8_0 tensors); empty: the "
+          "embedded default model (docs/model.md).");
 ABSL_FLAG(std::string, tokenizer, "",
-          "llama2.c tokenizer file; required with --model.");
+          "llama2.c tokenizer file: required with a llama2.c --model; with a "
+          "GGUF one it replaces the file's own tokenizer. write-model: the "
+          "tokenizer to embed in a GGUF file.");
+ABSL_FLAG(int, context, 0,
+          "Context length (positions) to run the model at; 0: the model's. A "
+          "llama2.c checkpoint's is the length it was trained with, the "
+          "upper bound; a GGUF file's llama.context_length may be below what "
+          "the model was trained with, so any value up to 2^20 is taken, "
+          "with a note above it.");
 ABSL_FLAG(std::string, prompt, "", "Text to complete.");
 ABSL_FLAG(int, max_tokens, 256, "Tokens to generate at most.");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature; 0 is greedy.");
@@ -158,6 +174,15 @@ ABSL_FLAG(std::string, test_transfer_damage, "none",
           "Tests only, prefill role: damage the first KV page frame sent: "
           "none, flip-byte or truncate.");
 ABSL_FLAG(std::string, out, "", "File to write the checkpoint to.");
+ABSL_FLAG(std::string, from, "",
+          "write-model: convert this model file (llama2.c or GGUF) instead "
+          "of generating one (--shape and --seed are then unused).");
+ABSL_FLAG(std::string, format, "llama2c",
+          "write-model: the file format, llama2c or gguf.");
+ABSL_FLAG(std::string, type, "f32",
+          "write-model --format gguf: the weights' type, f32, f16 or q8_0 "
+          "(norms stay f32; q8_0 matrices whose rows are not whole blocks of "
+          "32 are stored f16).");
 
 namespace kvcanary::engine {
 namespace {
@@ -166,6 +191,7 @@ namespace {
 std::vector<std::string> NodeFlagNames() {
   return {"model",
           "tokenizer",
+          "context",
           "watermark",
           "scrub",
           "prefix_cache",
@@ -244,16 +270,16 @@ CliSpec Cli() {
   spec.subcommands = {
       {"generate",
        "Generates one completion in this process and prints it.",
-       {"model", "tokenizer", "prompt", "max_tokens", "temperature", "top_p",
-        "seed", "echo", "threads", "page_tokens", "scrub", "prefix_cache",
-        "watermark", "fault"},
+       {"model", "tokenizer", "context", "prompt", "max_tokens", "temperature",
+        "top_p", "seed", "echo", "threads", "page_tokens", "scrub",
+        "prefix_cache", "watermark", "fault"},
        {},
        {}},
       {"demo",
        "The whole story: a multi-tenant workload with a planted foreign write "
        "caught, then the incident reproduced across router, prefill and "
        "decode processes.",
-       {"model", "tokenizer", "threads"},
+       {"model", "tokenizer", "context", "threads"},
        {},
        {}},
       {"up",
@@ -269,41 +295,31 @@ CliSpec Cli() {
        {}},
       {"faults", "Lists the fault switches --fault turns on.", {}, {}, {}},
       {"write-model",
-       "Writes a deterministic synthetic llama2.c checkpoint.",
-       {"shape", "seed", "out"},
+       "Writes a deterministic synthetic model, or converts --from a model "
+       "file, as a llama2.c checkpoint or a GGUF file (F32, F16 or Q8_0).",
+       {"shape", "seed", "from", "format", "type", "tokenizer", "out"},
        {},
        {}},
   };
   return spec;
 }
 
-struct Loaded {
-  Model model;
-  Tokenizer tokenizer;
-};
-
-absl::StatusOr<Loaded> LoadModelAndTokenizer() {
-  const std::string model_path = absl::GetFlag(FLAGS_model);
-  const std::string tok_path = absl::GetFlag(FLAGS_tokenizer);
-  if (model_path.empty()) {
-    if (!tok_path.empty()) {
-      return absl::InvalidArgumentError("--tokenizer given without --model");
-    }
-    Model model = DefaultModel();
-    Tokenizer tok = Tokenizer::Default(model.config.vocab_size);
-    return Loaded{std::move(model), std::move(tok)};
+// The model and tokenizer the flags name; a note for the operator (a
+// context above a GGUF file's) goes to stderr.
+absl::StatusOr<LoadedModel> LoadModelFromFlags() {
+  ModelLoadOptions options;
+  options.model_path = absl::GetFlag(FLAGS_model);
+  options.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  options.context = absl::GetFlag(FLAGS_context);
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndTokenizer(options));
+  if (!loaded.note.empty()) {
+    std::fprintf(stderr, "note: %s\n", loaded.note.c_str());
   }
-  if (tok_path.empty()) {
-    return absl::InvalidArgumentError("--model needs --tokenizer");
-  }
-  ASSIGN_OR_RETURN(Model model, LoadLlama2cModel(model_path));
-  ASSIGN_OR_RETURN(Tokenizer tok,
-                   Tokenizer::Load(tok_path, model.config.vocab_size));
-  return Loaded{std::move(model), std::move(tok)};
+  return loaded;
 }
 
 absl::Status Generate() {
-  ASSIGN_OR_RETURN(Loaded loaded, LoadModelAndTokenizer());
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelFromFlags());
   ASSIGN_OR_RETURN(WatermarkMode mode,
                    ParseWatermarkMode(absl::GetFlag(FLAGS_watermark)));
   EngineOptions options;
@@ -352,14 +368,20 @@ absl::Status Generate() {
 }
 
 absl::Status Demo() {
-  ASSIGN_OR_RETURN(Loaded loaded, LoadModelAndTokenizer());
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelFromFlags());
   DemoOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   RETURN_IF_ERROR(RunDemo(loaded.model, loaded.tokenizer, options, stdout));
   std::vector<std::string> model_args;
   if (!absl::GetFlag(FLAGS_model).empty()) {
-    model_args = {"--model=" + absl::GetFlag(FLAGS_model),
-                  "--tokenizer=" + absl::GetFlag(FLAGS_tokenizer)};
+    model_args.push_back("--model=" + absl::GetFlag(FLAGS_model));
+  }
+  if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
+    model_args.push_back("--tokenizer=" + absl::GetFlag(FLAGS_tokenizer));
+  }
+  if (absl::GetFlag(FLAGS_context) != 0) {
+    model_args.push_back(
+        absl::StrCat("--context=", absl::GetFlag(FLAGS_context)));
   }
   return RunIncidentDemo(model_args, stdout);
 }
@@ -387,6 +409,20 @@ absl::StatusOr<EngineOptions> NodeEngineOptions() {
   return e;
 }
 
+// What the nodes' model flags must hold before any process starts: a
+// tokenizer only with a model, and one for a llama2.c checkpoint.
+absl::Status CheckModelFlags(const std::string& model,
+                             const std::string& tokenizer) {
+  if (model.empty() && !tokenizer.empty()) {
+    return absl::InvalidArgumentError("--tokenizer given without --model");
+  }
+  if (!model.empty() && tokenizer.empty() && !IsGgufPath(model)) {
+    return absl::InvalidArgumentError(
+        "--model needs --tokenizer (a GGUF file carries its own)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   ServeOptions o;
   o.role = absl::GetFlag(FLAGS_role);
@@ -396,6 +432,7 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.kv_port = absl::GetFlag(FLAGS_kv_port);
   o.model_path = absl::GetFlag(FLAGS_model);
   o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  o.context = absl::GetFlag(FLAGS_context);
   o.tenants_path = absl::GetFlag(FLAGS_tenants);
   o.prefill_urls = absl::GetFlag(FLAGS_prefill);
   o.decode_urls = absl::GetFlag(FLAGS_decode);
@@ -461,9 +498,7 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   }
   if (o.port < 0 || o.port > 65535)
     return absl::InvalidArgumentError("--port out of range");
-  if (!o.model_path.empty() && o.tokenizer_path.empty()) {
-    return absl::InvalidArgumentError("--model needs --tokenizer");
-  }
+  RETURN_IF_ERROR(CheckModelFlags(o.model_path, o.tokenizer_path));
   return o;
 }
 
@@ -503,10 +538,12 @@ absl::Status Up() {
   return RunUp(o, node_args);
 }
 
-absl::Status WriteModel() {
+// The model write-model writes: --from a file, else the synthetic --shape
+// and --seed (with the default tokenizer, which a GGUF file carries).
+absl::StatusOr<ModelFile> WriteModelSource() {
+  const std::string from = absl::GetFlag(FLAGS_from);
+  if (!from.empty()) return LoadModelFile(from, 0);
   const std::string shape = absl::GetFlag(FLAGS_shape);
-  const std::string out = absl::GetFlag(FLAGS_out);
-  if (out.empty()) return absl::InvalidArgumentError("write-model needs --out");
   ModelConfig config;
   if (shape == "260k") {
     config = Stories260KConfig();
@@ -519,7 +556,42 @@ absl::Status WriteModel() {
   const uint64_t seed = absl::GetFlag(FLAGS_seed) != 0
                             ? absl::GetFlag(FLAGS_seed)
                             : kDefaultModelSeed;
-  return WriteLlama2cModel(SyntheticModel(config, seed), out);
+  Model model = SyntheticModel(config, seed);
+  Tokenizer tokenizer = Tokenizer::Default(config.vocab_size);
+  return ModelFile{std::move(model), std::move(tokenizer), ""};
+}
+
+absl::Status WriteModel() {
+  const std::string out = absl::GetFlag(FLAGS_out);
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (out.empty()) return absl::InvalidArgumentError("write-model needs --out");
+  if (format != "llama2c" && format != "gguf") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --format '", format, "' (want llama2c or gguf)"));
+  }
+  ASSIGN_OR_RETURN(const GgufWeightType type,
+                   ParseGgufWeightType(absl::GetFlag(FLAGS_type)));
+  ASSIGN_OR_RETURN(ModelFile source, WriteModelSource());
+  if (format == "llama2c") {
+    if (type != GgufWeightType::kF32 || !absl::GetFlag(FLAGS_tokenizer).empty())
+      return absl::InvalidArgumentError(
+          "--type and --tokenizer are for --format gguf (a llama2.c "
+          "checkpoint is f32 and has no tokenizer)");
+    return WriteLlama2cModel(source.model, out);
+  }
+  if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
+    ASSIGN_OR_RETURN(source.tokenizer,
+                     Tokenizer::Load(absl::GetFlag(FLAGS_tokenizer),
+                                     source.model.config.vocab_size));
+  }
+  if (!source.tokenizer.has_value()) {
+    std::fprintf(stderr,
+                 "note: %s has no tokenizer (pass --tokenizer to embed one); "
+                 "loading it needs --tokenizer\n",
+                 out.c_str());
+  }
+  return WriteGgufModel(
+      source.model, source.tokenizer ? &*source.tokenizer : nullptr, type, out);
 }
 
 }  // namespace

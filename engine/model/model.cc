@@ -78,20 +78,7 @@ int64_t CheckpointBytes(const ModelConfig& config) {
 }
 
 absl::Status ErrnoStatus(int err, const std::string& message) {
-  std::string full = absl::StrCat(message, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(full);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(full);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(full);
-    default:
-      return absl::InternalError(full);
-  }
+  return FileErrorStatus(err, message);
 }
 
 // Closes the FILE on scope exit (reading only; writers check fclose).
@@ -152,6 +139,50 @@ void FillUniform(SplitMix64& rng, int64_t count, double a, double offset,
 }
 
 }  // namespace
+
+absl::Status FileErrorStatus(int err, const std::string& message) {
+  std::string full = absl::StrCat(message, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(full);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(full);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(full);
+    default:
+      return absl::InternalError(full);
+  }
+}
+
+void SizeWeights(const ModelConfig& config, ModelWeights* weights) {
+  weights->wcls.clear();
+  for (const TensorSpec& spec : CheckpointLayout(config)) {
+    if (spec.member == nullptr) continue;
+    (weights->*spec.member).resize(static_cast<size_t>(spec.count));
+  }
+}
+
+absl::Status CheckWeightSizes(const Model& model) {
+  const ModelConfig& config = model.config;
+  RETURN_IF_ERROR(config.Validate());
+  for (const TensorSpec& spec : CheckpointLayout(config)) {
+    if (spec.member == nullptr) continue;
+    const std::vector<float>& tensor = model.weights.*spec.member;
+    if (static_cast<int64_t>(tensor.size()) != spec.count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.name, " has ", tensor.size(),
+                       " floats, config wants ", spec.count));
+    }
+  }
+  if (config.shared_classifier && !model.weights.wcls.empty()) {
+    return absl::InvalidArgumentError(
+        "wcls is set but the classifier is shared");
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ModelConfig::Validate() const {
   RETURN_IF_ERROR(CheckRange("dim", dim, 16384));
@@ -339,27 +370,12 @@ namespace {
 // config within the size limit, every array of the size the config gives,
 // and no wcls when the classifier is shared.
 absl::Status CheckWritable(const Model& model, const std::string& path) {
-  const ModelConfig& config = model.config;
-  if (absl::Status s = config.Validate(); !s.ok()) {
+  if (absl::Status s = CheckWeightSizes(model); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": cannot write model: ", s.message()));
   }
-  if (CheckpointBytes(config) > kMaxModelBytes) {
+  if (CheckpointBytes(model.config) > kMaxModelBytes) {
     return absl::InvalidArgumentError(path + ": model too large to write");
-  }
-  for (const TensorSpec& spec : CheckpointLayout(config)) {
-    if (spec.member == nullptr) continue;
-    const std::vector<float>& tensor = model.weights.*spec.member;
-    if (static_cast<int64_t>(tensor.size()) != spec.count) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": cannot write model: ", spec.name, " has ",
-                       tensor.size(), " floats, config wants ", spec.count));
-    }
-  }
-  if (config.shared_classifier && !model.weights.wcls.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path,
-        ": cannot write model: wcls is set but the classifier is shared"));
   }
   return absl::OkStatus();
 }

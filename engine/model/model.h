@@ -74,6 +74,18 @@ struct Model {
   std::string source;  // file path, or "synthetic:<seed>" for generated ones
 };
 
+// Resizes every tensor of `weights` to the size `config` gives it (wcls
+// empty when the classifier is shared). REQUIRES: config is valid.
+void SizeWeights(const ModelConfig& config, ModelWeights* weights);
+// kInvalidArgument unless model.config is valid and every tensor has the
+// size it gives (wcls empty when shared): what a writer can store.
+absl::Status CheckWeightSizes(const Model& model);
+
+// The status of a failed file operation from its errno: kNotFound,
+// kPermissionDenied, kResourceExhausted (no space) or kInternal, with
+// "<message>: <strerror>".
+absl::Status FileErrorStatus(int err, const std::string& message);
+
 // Loads a llama2.c checkpoint. Errors name the file and what is wrong:
 // kNotFound (cannot open), kDataLoss (truncated: "expected N bytes, file has
 // M"; trailing garbage; non-finite weights), kInvalidArgument (header out of

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "engine/model/model.h"
+#include "engine/model/model_loader.h"
 #include "engine/model/tokenizer.h"
 #include "engine/nodes/decode_node.h"
 #include "engine/nodes/router.h"
@@ -28,16 +29,17 @@
 namespace kvcanary::engine {
 namespace {
 
-absl::StatusOr<Model> LoadModel(const ServeOptions& o) {
-  if (o.model_path.empty()) return DefaultModel();
-  return LoadLlama2cModel(o.model_path);
-}
-
-absl::StatusOr<Tokenizer> LoadTokenizer(const ServeOptions& o, int vocab_size) {
-  if (o.model_path.empty()) return Tokenizer::Default(vocab_size);
-  if (o.tokenizer_path.empty())
-    return absl::InvalidArgumentError("--model needs --tokenizer");
-  return Tokenizer::Load(o.tokenizer_path, vocab_size);
+// The node's model and tokenizer; a note for the operator goes to stderr.
+absl::StatusOr<LoadedModel> LoadModel(const ServeOptions& o) {
+  ModelLoadOptions options;
+  options.model_path = o.model_path;
+  options.tokenizer_path = o.tokenizer_path;
+  options.context = o.context;
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelAndTokenizer(options));
+  if (!loaded.note.empty()) {
+    std::fprintf(stderr, "note: %s\n", loaded.note.c_str());
+  }
+  return loaded;
 }
 
 // Blocks SIGINT/SIGTERM in this thread (and the threads it starts), so
@@ -111,7 +113,8 @@ std::string MetricsField(int port) {
 
 absl::Status RunServe(const ServeOptions& o) {
   sigset_t stop = BlockStopSignals();
-  ASSIGN_OR_RETURN(Model model, LoadModel(o));
+  ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(o));
+  const Model& model = loaded.model;
   ASSIGN_OR_RETURN(NodeCredentials creds, LoadCredentials(o));
   if (o.role == "prefill") {
     PrefillNodeOptions p;
@@ -147,8 +150,7 @@ absl::Status RunServe(const ServeOptions& o) {
         stop);
   }
   if (o.role == "router") {
-    ASSIGN_OR_RETURN(Tokenizer tokenizer,
-                     LoadTokenizer(o, model.config.vocab_size));
+    const Tokenizer& tokenizer = loaded.tokenizer;
     if (o.tenants_path.empty())
       return absl::InvalidArgumentError("the router needs --tenants");
     ASSIGN_OR_RETURN(TenantRegistry tenants,
@@ -322,9 +324,11 @@ absl::Status RunUp(const ServeOptions& o,
   UpSecrets secrets;
   RETURN_IF_ERROR(secrets.Init(o));
   std::vector<std::string> common;
-  if (!o.model_path.empty()) {
-    common = {"--model=" + o.model_path, "--tokenizer=" + o.tokenizer_path};
+  if (!o.model_path.empty()) common.push_back("--model=" + o.model_path);
+  if (!o.tokenizer_path.empty()) {
+    common.push_back("--tokenizer=" + o.tokenizer_path);
   }
+  if (o.context != 0) common.push_back(absl::StrCat("--context=", o.context));
   common.push_back("--internal_secret_file=" + secrets.secret_file());
   const char* scheme = "http://";
   if (!secrets.tls().empty()) {

@@ -23,10 +23,11 @@ struct ServeOptions {
   std::string role;  // router, prefill or decode
   std::string host = "127.0.0.1";
   int port = 0;
-  int kv_port = 0;  // decode
-  std::string model_path;
-  std::string tokenizer_path;
-  std::string tenants_path;               // router
+  int kv_port = 0;             // decode
+  std::string model_path;      // llama2.c or GGUF; empty: the default
+  std::string tokenizer_path;  // empty: the GGUF's own (or the default's)
+  int context = 0;             // 0: the model's (engine/model_loader.h)
+  std::string tenants_path;    // router
   std::vector<std::string> prefill_urls;  // router
   std::vector<std::string> decode_urls;   // router
   std::vector<std::string> decode_kv;     // prefill: NAME=HOST:PORT

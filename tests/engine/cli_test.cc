@@ -17,9 +17,11 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-Result RunEngine(const std::string& args) {
-  const std::string cmd =
-      std::string(KVCANARY_BIN_DIR) + "/kvcanary-engine " + args + " 2>&1";
+// `stderr_to`: where the command's stderr goes ("2>&1": with stdout).
+Result RunEngine(const std::string& args,
+                 const std::string& stderr_to = "2>&1") {
+  const std::string cmd = std::string(KVCANARY_BIN_DIR) + "/kvcanary-engine " +
+                          args + " " + stderr_to;
   FILE* p = popen(cmd.c_str(), "r");
   Result r{-1, ""};
   if (p == nullptr) return r;
@@ -46,6 +48,53 @@ TEST(EngineCliTest, GenerateEchoMatchesGoldenByteForByte) {
                              "--max-tokens 252 --temperature 0 --echo");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.out, *golden);
+}
+
+// The GGUF file with its own tokenizer, at the trained context, prints
+// what run.c prints for stories260K.bin (its note goes to stderr).
+TEST(EngineCliTest, GenerateFromTheGgufMatchesGoldenByteForByte) {
+  auto golden = testing::ReadFile(
+      testing::SharedDir() +
+      "/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
+  if (!golden || !testing::ReadFile(Models() + "/stories260K.gguf"))
+    GTEST_SKIP() << "shared models absent";
+  const std::string args = "generate --model " + Models() +
+                           "/stories260K.gguf --context 512 --prompt 'Once "
+                           "upon a time' --max-tokens 252 --echo";
+  const Result r = RunEngine(args, "2>/dev/null");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out, *golden);
+  EXPECT_NE(RunEngine(args).out.find("note: "), std::string::npos);
+}
+
+TEST(EngineCliTest, WriteModelWritesAQ8_0GgufThatRuns) {
+  if (testing::Stories260K() == nullptr) GTEST_SKIP() << "models absent";
+  const std::string path = ::testing::TempDir() + "/stories260K_q8_0.gguf";
+  Result r =
+      RunEngine("write-model --from " + Models() +
+                "/stories260K.bin --format gguf --type q8_0 --out " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("has no tokenizer"), std::string::npos) << r.out;
+  r = RunEngine("generate --model " + path + " --prompt 'Once upon a time'");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("needs a tokenizer file"), std::string::npos) << r.out;
+  r = RunEngine("generate --model " + path + " --tokenizer " + Models() +
+                "/tok512.bin --prompt 'Once upon a time' --max-tokens 24");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("Lily"), std::string::npos) << r.out;
+  r = RunEngine("write-model --from " + Models() +
+                "/stories260K.bin --type q8_0 --out " + path);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("--format gguf"), std::string::npos) << r.out;
+}
+
+TEST(EngineCliTest, AContextPastTheCheckpointsIsAnError) {
+  if (testing::Stories260K() == nullptr) GTEST_SKIP() << "models absent";
+  const Result r = RunEngine("generate --model " + Models() +
+                             "/stories260K.bin " + "--tokenizer " + Models() +
+                             "/tok512.bin --context 513 " + "--prompt hi");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("outside [1, 512]"), std::string::npos) << r.out;
 }
 
 TEST(EngineCliTest, EmbeddedDefaultModelRunsWithoutFiles) {

@@ -192,6 +192,28 @@ TEST(DisaggregationGoldenTest, GreedyThroughRouterMatchesTheReference) {
             noprompt.str());
 }
 
+// `up` with a GGUF model and no tokenizer file: every node takes the
+// file's own tokenizer, and at the trained context the answer is run.c's.
+TEST(DisaggregationGoldenTest, AGgufModelServesTheReferenceAnswer) {
+  const std::string models = SharedDir() + "/models";
+  std::ifstream golden_file(
+      SharedDir() + "/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
+  if (!golden_file || !std::ifstream(models + "/stories260K.gguf")) {
+    GTEST_SKIP() << "shared models or golden outputs absent under "
+                 << SharedDir();
+  }
+  std::stringstream golden;
+  golden << golden_file.rdbuf();
+  Cluster cluster({"--model=" + models + "/stories260K.gguf", "--context=512"});
+  ASSERT_TRUE(cluster.ok());
+  HttpResult r = Post(cluster.router(), "/v1/completions",
+                      Completion("Once upon a time", 252), "sk-umbrella");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ("Once upon a time" +
+                r.json["choices"][0]["text"].get<std::string>() + "\n",
+            golden.str());
+}
+
 TEST(DisaggregationDamageTest, CorruptedPageByteIsRejectedAsDataLoss) {
   Cluster cluster({"--test_transfer_damage=flip-byte"});
   ASSERT_TRUE(cluster.ok());

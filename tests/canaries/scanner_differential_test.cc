@@ -285,6 +285,8 @@ std::vector<std::string> AdversarialTexts(const std::vector<Marker>& m) {
       absl::StrCat(Slice(unknown, 0, 4), " ", Slice(a, 0, 3), " ",
                    Slice(unknown, 4, 12)),
       absl::StrCat(m[5].text, ". ", m[5].text, " ", m[5].text, "!"),
+      // Two unexplained stretches of the same length: the first is reported.
+      absl::StrCat(Slice(unknown, 0, 8), " the ", Slice(unknown, 8, 8)),
       "butterfly butterflyx butterfl BUTTERFLY Butterfly",
       "ca cak cake caket a an ant ants zo zoo zook",
   };

@@ -1,10 +1,11 @@
 // Finds registered canary markers, whole or in part, in model output.
 //
-// Text is normalised before matching: ASCII letters are lower-cased and
-// every other byte (space, punctuation, digit, line break, any non-ASCII
-// byte) separates words. So "Apple, BALL!\nbird" holds the words
+// Matching is by word (canaries/list_words.h): a word is a maximal run of
+// ASCII letters, compared lower-cased; every other byte (space,
+// punctuation, digit, line break, NUL, each byte of a non-ASCII
+// character) separates words. So "Apple, BALL!\nbird" holds the words
 // "apple ball bird", and the capitals, punctuation and line breaks a model
-// adds do not matter.
+// adds do not matter; "cakes" is not "cake".
 //
 // Three kinds of hit (docs/canaries.md):
 //   exact   the whole text of a registered marker, word for word;
@@ -23,15 +24,16 @@
 #define KVCANARY_CANARIES_SCANNER_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "canaries/list_words.h"
 #include "canaries/marker.h"
-#include "re2/set.h"
 
 namespace kvcanary::canaries {
 
@@ -75,6 +77,14 @@ struct MarkerHit {
 // number of threads. Add() after Compile() and Scan() before a successful
 // Compile() are programming errors (CHECKed). Scan() is const and
 // thread-safe after Compile(); Add() and Compile() are not thread-safe.
+//
+// How: markers are sequences of list words, so the scan is by word. One
+// pass over the text finds its words and their list indices
+// (canaries/list_words.h); only runs of consecutive list words long enough
+// to hold a window or a generic shape are looked at further, each window
+// of such a run looked up in a hash of every marker's windows. Same
+// findings as ReferenceMarkerScanner, the RE2 scanner it replaced
+// (canaries/reference_scanner.h; the differential test holds them equal).
 class MarkerScanner {
  public:
   // Partial runs shorter than min_partial_words words are ignored.
@@ -89,14 +99,11 @@ class MarkerScanner {
   // index, and marker.text == MarkerText(marker.words) (all CHECKed).
   void Add(const Marker& marker, absl::string_view owner);
 
-  // Builds an RE2::Set over every marker's exact text (whole words, any run
-  // of separators between them) plus the generic marker shape, and the
-  // partial-run index (each min_partial_words-word window of each marker ->
-  // its postings). Both see the same normalised text, so a whole marker is
-  // also its own full-length run; the set finds markers shorter than a
-  // window (nonces) and gates the generic check. kInvalidArgument if two
-  // markers share an id; kResourceExhausted / kInternal if RE2 rejects the
-  // set. 10,000 markers: ~1 s, ~130 MB.
+  // Builds the window index: each min_partial_words-word window of each
+  // marker at least that long, and the whole of each shorter marker (a
+  // nonce under a larger min_partial_words), -> its postings (marker,
+  // position). kInvalidArgument if two markers share an id. 10,000
+  // markers: ~25 ms, ~5 MB.
   absl::Status Compile();
 
   // At most one hit per registered marker (words_matched and offset from
@@ -122,30 +129,27 @@ class MarkerScanner {
     uint32_t marker;
     uint32_t position;
   };
-  struct ScanState;  // one Scan()'s words and runs (scanner.cc)
+  struct ScanState;  // one Scan()'s runs so far (scanner.cc)
 
-  // Runs the RE2 set: appends the markers that may appear whole to
-  // *whole_candidates; returns whether the generic shape may appear.
-  bool MatchSet(const std::string& normalised,
-                std::vector<int>* whole_candidates) const;
-  // Records the partial runs found through the window index.
-  void FindWindowRuns(ScanState* state) const;
-  // Records where each candidate not yet found whole appears whole.
-  void FindWholeRuns(const std::vector<int>& whole_candidates,
-                     ScanState* state) const;
-  // The hit of marker `m`, which has runs in `state`.
-  MarkerHit HitOf(uint32_t m, const ScanState& state) const;
-  // Appends the generic hit: the longest run of list words no run covers.
-  static void AddGenericHit(const ScanState& state,
-                            std::vector<MarkerHit>* hits);
+  // Records the runs of registered markers in `run`, consecutive list
+  // words of the text, and the longest stretch of it no marker explains.
+  void MatchRun(absl::Span<const ListWord> run, ScanState* state) const;
+  // Records the runs that start with the window of `length` words at run[i].
+  void MatchWindow(absl::Span<const ListWord> run, int i, int length,
+                   ScanState* state, bool* covered) const;
+  // The hit of marker `m` from its runs.
+  MarkerHit HitOf(uint32_t m, std::vector<MarkerRun> runs) const;
 
   const int min_partial_words_;
   std::vector<Entry> markers_;
   bool compiled_ = false;
-  // Exact patterns 0..size()-1 (pattern i = markers_[i]); then the generic
-  // shape, pattern index size().
-  std::unique_ptr<RE2::Set> exact_set_;
-  // Window key -> postings_[first, first + count).
+  // The window lengths in use, ascending: min_partial_words for markers
+  // at least that long, the length of each shorter one.
+  std::vector<int> window_lengths_;
+  // The shortest run of list words that can hold a window or a generic
+  // shape.
+  int min_run_words_ = kGenericMinWords;
+  // Window key (length, first words) -> postings_[first, first + count).
   absl::flat_hash_map<uint64_t, std::pair<uint32_t, uint32_t>> windows_;
   std::vector<Posting> postings_;
 };

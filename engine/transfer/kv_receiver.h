@@ -11,7 +11,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -154,7 +153,8 @@ class KvReceiver {
   struct ReceivedKv {
     std::vector<kv::Page> pages;  // staged (unless written on arrival)
     size_t pages_received = 0;
-    std::set<std::pair<uint32_t, uint32_t>> seen;  // (index, layer)
+    // Whether (index, layer) arrived: index * n_layers + layer.
+    std::vector<bool> seen;
     std::vector<uint32_t> slots_per_layer;
   };
 

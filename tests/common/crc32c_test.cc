@@ -15,10 +15,11 @@ TEST(Crc32cTest, KnownVectors) {
   EXPECT_EQ(Crc32c(std::string(32, '\xff')), 0x62A8AB43u);
 }
 
-// The hardware path (three interleaved streams over 768-byte chunks, one
-// stream for the rest) agrees with the table at every length around the
-// chunk sizes and at every alignment, from a fresh and an extended CRC.
-TEST(Crc32cTest, HardwareAgreesWithPortableAtEveryLengthAndAlignment) {
+// The fast path (ISA-L, or the instruction) and the instruction path (three
+// interleaved streams over 768-byte chunks, one stream for the rest) agree
+// with the table at every length around the chunk sizes and at every
+// alignment, from a fresh and an extended CRC.
+TEST(Crc32cTest, EveryPathAgreesWithTheTableAtEveryLengthAndAlignment) {
   std::string bytes(5000, '\0');
   uint32_t x = 12345;
   for (char& c : bytes) {
@@ -28,10 +29,15 @@ TEST(Crc32cTest, HardwareAgreesWithPortableAtEveryLengthAndAlignment) {
   for (size_t offset = 0; offset < 8; ++offset) {
     for (size_t n = 0; n + offset <= bytes.size(); n += (n < 2400 ? 1 : 97)) {
       const char* p = bytes.data() + offset;
-      ASSERT_EQ(Crc32cExtend(0, p, n), Crc32cExtendPortable(0, p, n))
+      const uint32_t want = Crc32cExtendPortable(0, p, n);
+      ASSERT_EQ(Crc32cExtend(0, p, n), want)
           << "offset " << offset << " length " << n;
-      ASSERT_EQ(Crc32cExtend(0xDEADBEEF, p, n),
-                Crc32cExtendPortable(0xDEADBEEF, p, n))
+      ASSERT_EQ(Crc32cExtendInstruction(0, p, n), want)
+          << "offset " << offset << " length " << n;
+      const uint32_t extended = Crc32cExtendPortable(0xDEADBEEF, p, n);
+      ASSERT_EQ(Crc32cExtend(0xDEADBEEF, p, n), extended)
+          << "offset " << offset << " length " << n;
+      ASSERT_EQ(Crc32cExtendInstruction(0xDEADBEEF, p, n), extended)
           << "offset " << offset << " length " << n;
     }
   }

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -501,7 +502,8 @@ absl::StatusOr<size_t> FrameConnection::ReadSome(absl::Time deadline) {
 
 absl::StatusOr<Frame> FrameConnection::Receive(absl::Duration timeout) {
   if (!receive_failed_.ok()) return receive_failed_;
-  const absl::Time deadline = absl::Now() + timeout;
+  // Set before the first read: a frame already buffered needs no clock.
+  std::optional<absl::Time> deadline;
   while (true) {
     if (shut_down_.load()) {
       return ReceiveFailed(
@@ -511,7 +513,8 @@ absl::StatusOr<Frame> FrameConnection::Receive(absl::Duration timeout) {
     if (!next.ok()) return ReceiveFailed(next.status());
     if (next->has_value()) return std::move(**next);
 
-    absl::StatusOr<size_t> n = ReadSome(deadline);
+    if (!deadline.has_value()) deadline = absl::Now() + timeout;
+    absl::StatusOr<size_t> n = ReadSome(*deadline);
     if (absl::IsDeadlineExceeded(n.status())) return n.status();  // retryable
     if (shut_down_.load()) continue;  // reported at the top of the loop
     if (!n.ok()) return ReceiveFailed(n.status());

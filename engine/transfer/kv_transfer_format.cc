@@ -433,7 +433,8 @@ char* FrameDecoder::PrepareFeed(size_t size) {
     // Enough for what is asked, and at least double the live bytes (so a
     // frame fed a byte at a time costs linear time).
     const size_t capacity = std::max(live + size, 2 * live);
-    auto bigger = std::make_unique<char[]>(capacity);
+    // Not value-initialised: a read fills it.
+    std::unique_ptr<char[]> bigger(new char[capacity]);
     std::memcpy(bigger.get(), buffer_.get() + begin_, live);
     buffer_ = std::move(bigger);
     capacity_ = capacity;

@@ -349,6 +349,7 @@ absl::Status FrameConnection::SendRaw(absl::string_view bytes,
 
 absl::Status FrameConnection::SendPages(absl::Span<const Page> pages,
                                         absl::Duration timeout) {
+  if (!send_failed_.ok()) return send_failed_;
   bool wrote = false;
   while (!pages.empty()) {
     const size_t count = GatherPages(pages);

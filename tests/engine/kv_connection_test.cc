@@ -469,6 +469,8 @@ TEST(FrameConnectionSendPagesTest, TimeoutMidBatchLeavesTheStreamFailed) {
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(p.client->SendPages(ManyPages(1), kLong).code(),
             absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(p.client->SendPages({}, kLong).code(),
+            absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST(FrameConnectionSendPagesTest, PeerResetMidBatchLeavesTheStreamFailed) {

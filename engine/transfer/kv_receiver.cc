@@ -75,14 +75,9 @@ absl::StatusOr<KvDelivery> KvReceiver::ReceiveClaimed(kv::FrameConnection& conn,
   received.seen.assign(max_pages, false);
   if (!options_.write_pages_on_arrival) received.pages.reserve(max_pages);
   while (true) {
-    const uint64_t frame_start = conn.bytes_received();
     auto frame = conn.Receive(options_.frame_timeout);
     if (!frame.ok()) return frame.status();
-    if (options_.test_receive_bytes_per_s > 0) {
-      absl::SleepFor(absl::Seconds(
-          static_cast<double>(conn.bytes_received() - frame_start) /
-          static_cast<double>(options_.test_receive_bytes_per_s)));
-    }
+    if (options_.test_receive_bytes_per_s > 0) SlowLink(*frame);
     if (auto* abort = std::get_if<kv::Abort>(&*frame)) {
       return absl::Status(
           static_cast<absl::StatusCode>(abort->code),
@@ -107,6 +102,18 @@ absl::StatusOr<KvDelivery> KvReceiver::ReceiveClaimed(kv::FrameConnection& conn,
     delivery.pages = std::move(received.pages);
     return delivery;
   }
+}
+
+void KvReceiver::SlowLink(const kv::Frame& frame) const {
+  // Each frame takes its own size over the rate (a page's bytes are what
+  // weigh), however many of them one read brought in.
+  const auto* page = std::get_if<kv::Page>(&frame);
+  const size_t bytes =
+      kv::kFrameHeaderSize +
+      (page == nullptr ? 0 : kv::kPageFixedPayloadSize + page->kv_bytes.size());
+  absl::SleepFor(
+      absl::Seconds(static_cast<double>(bytes) /
+                    static_cast<double>(options_.test_receive_bytes_per_s)));
 }
 
 absl::Status KvReceiver::CheckMetadata(const kv::Metadata& meta,

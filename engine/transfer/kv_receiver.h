@@ -166,6 +166,9 @@ class KvReceiver {
   absl::StatusOr<KvDelivery> ReceiveClaimed(kv::FrameConnection& conn,
                                             const kv::Metadata& meta,
                                             KvClaim& claim) const;
+  // Tests only: the pause a link of test_receive_bytes_per_s would take
+  // to carry `frame`.
+  void SlowLink(const kv::Frame& frame) const;
   // The Metadata against the reservation and this node's KV geometry.
   absl::Status CheckMetadata(const kv::Metadata& meta,
                              const KvReservation& reservation) const;

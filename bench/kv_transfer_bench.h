@@ -14,7 +14,7 @@ struct TransferBenchOptions {
   // 2.7 MB, about what a 256-token prompt of the 15M model ships, in the
   // 260K model's small frames.
   int pages_per_transfer = 640;
-  int rounds = 3;  // framed and raw interleaved, summed
+  int rounds = 5;  // each framed then raw; medians are printed
 };
 
 // "machine: CPU model, N cores, load average L (1 min)", printed before the

@@ -1,7 +1,7 @@
 // kvcanary-bench-serving: the disaggregated path's figures.
 //
 //   build/bin/kvcanary-bench-serving [--transfer_mb 256]
-//       [--pages_per_transfer 640] [--transfer_rounds 3] [--requests 64]
+//       [--pages_per_transfer 640] [--transfer_rounds 5] [--requests 64]
 //       [--clients 1,8,32] [--max_tokens 32]
 //
 // Prints the machine, then:
@@ -15,7 +15,8 @@
 //      over mutual TLS;
 //    - raw: the same bytes over a plain loopback TCP socket in one bulk
 //      send, read as bytes (no CRC computed or checked, no decoding),
-//      interleaved with the framed figure round by round;
+//      after the framed figure in each round (the ratio is the median of
+//      the rounds' ratios);
 //    - CRC32C alone over the same bytes.
 //    Any failed transfer, or less delivered than sent, ends the benchmark
 //    with exit status 1 and no figures.
@@ -44,8 +45,9 @@
 ABSL_FLAG(int, transfer_mb, 256, "MiB of frames to move per transfer figure");
 ABSL_FLAG(int, pages_per_transfer, 640,
           "page frames in one transfer (a multiple of the 5 layers)");
-ABSL_FLAG(int, transfer_rounds, 3,
-          "rounds of the framed and raw figures, interleaved and summed");
+ABSL_FLAG(int, transfer_rounds, 5,
+          "rounds of the framed and raw figures, each framed then raw; the "
+          "medians are printed");
 ABSL_FLAG(int, requests, 64, "requests per client count");
 ABSL_FLAG(std::string, clients, "1,8,32", "concurrent client counts");
 ABSL_FLAG(int, max_tokens, 32, "tokens per request");

@@ -1,23 +1,29 @@
 // kvcanary-bench-serving: the disaggregated path's figures.
 //
-//   build/bin/kvcanary-bench-serving [--transfer_mb 256] [--requests 64]
-//                                    [--clients 1,8,32] [--max_tokens 32]
+//   build/bin/kvcanary-bench-serving [--transfer_mb 256]
+//       [--pages_per_transfer 640] [--transfer_rounds 5] [--requests 64]
+//       [--clients 1,8,32] [--max_tokens 32]
 //
-// 1. KV transfer throughput on loopback, side by side in one run (MB of K/V
-//    payload per second):
-//    - framed: Page frames of the 260K model's geometry through
-//      FrameConnection (encode + CRC32C, send, receive, decode + CRC check);
-//    - raw: the same encoded bytes over a plain loopback TCP socket, read as
-//      bytes (no CRC computed or checked, no decoding);
+// Prints the machine, then:
+// 1. KV transfer throughput on loopback, side by side in one run, with the
+//    thresholds (bench/kv_transfer_bench.h; MB of K/V delivered per
+//    second):
+//    - framed: whole transfers through KvSender and KvReceiver (handshake,
+//      Metadata with the transfer token, Page frames of the 260K model's
+//      geometry with their CRC32C, Commit, Ack), in transfers of
+//      --pages_per_transfer frames and of 160 (one 512-token prompt), and
+//      over mutual TLS;
+//    - raw: the same bytes over a plain loopback TCP socket in one bulk
+//      send, read as bytes (no CRC computed or checked, no decoding),
+//      after the framed figure in each round (the ratio is the median of
+//      the rounds' ratios);
 //    - CRC32C alone over the same bytes.
+//    Any failed transfer, or less delivered than sent, ends the benchmark
+//    with exit status 1 and no figures.
 // 2. End-to-end request throughput of `kvcanary-engine up` (router, prefill
 //    and decode processes, embedded default model) at 1/8/32 concurrent
 //    clients.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,14 +38,16 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/crc32c.h"
-#include "common/tls.h"
-#include "engine/transfer/kv_connection.h"
-#include "engine/transfer/kv_transfer_format.h"
+#include "bench/kv_transfer_bench.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(int, transfer_mb, 256, "MiB of frames to move per transfer figure");
+ABSL_FLAG(int, pages_per_transfer, 640,
+          "page frames in one transfer (a multiple of the 5 layers)");
+ABSL_FLAG(int, transfer_rounds, 5,
+          "rounds of the framed and raw figures, each framed then raw; the "
+          "medians are printed");
 ABSL_FLAG(int, requests, 64, "requests per client count");
 ABSL_FLAG(std::string, clients, "1,8,32", "concurrent client counts");
 ABSL_FLAG(int, max_tokens, 32, "tokens per request");
@@ -50,139 +58,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a) {
   return std::chrono::duration<double>(Clock::now() - a).count();
-}
-
-kv::Page SamplePage() {
-  kv::Page p;
-  p.stamp.writer = StampIdentity{RequestId(1), TenantId(1), PageGeneration(1)};
-  p.stamp.owner = p.stamp.writer;
-  p.slots = 16;
-  p.stamp.filled = 16;
-  p.kv_bytes.assign(2 * 16 * 4 * 8 * sizeof(float),
-                    '\x5a');  // 260K: 4 KV heads x 8
-  return p;
-}
-
-// A connected loopback TCP pair of plain sockets.
-bool RawPair(int* client, int* server) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      listen(l, 1) != 0 ||
-      getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    return false;
-  }
-  *client = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(*client, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0)
-    return false;
-  *server = accept(l, nullptr, nullptr);
-  close(l);
-  int one = 1;
-  setsockopt(*client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return *server >= 0;
-}
-
-void TransferFigures() {
-  const kv::Page page = SamplePage();
-  std::string frame;
-  kv::EncodeFrame(page, &frame);
-  const size_t frames =
-      (static_cast<size_t>(absl::GetFlag(FLAGS_transfer_mb)) << 20) /
-      frame.size();
-  const double payload_mb = frames * page.kv_bytes.size() / 1e6;
-
-  // Framed, with CRC on both sides; over mutual TLS when `ctx` is set.
-  auto framed_mbps = [&](const tls::Context* ctx) -> double {
-    auto listener = kv::FrameListener::Listen("127.0.0.1", 0);
-    if (!listener.ok()) return 0;
-    std::thread receiver([&] {
-      auto conn = (*listener)->Accept(absl::Seconds(10));
-      if (conn.ok() && ctx != nullptr &&
-          !(*conn)->AcceptTls(*ctx, absl::Seconds(10)).ok()) {
-        return;
-      }
-      for (size_t i = 0; conn.ok() && i < frames; ++i) {
-        if (!(*conn)->Receive(absl::Seconds(10)).ok()) return;
-      }
-    });
-    auto conn = kv::FrameConnection::Connect("127.0.0.1", (*listener)->port(),
-                                             absl::Seconds(5), ctx);
-    const auto t0 = Clock::now();
-    for (size_t i = 0; conn.ok() && i < frames; ++i)
-      (void)(*conn)->Send(page, absl::Seconds(10));
-    receiver.join();
-    return payload_mb / Seconds(t0);
-  };
-  const double framed = framed_mbps(nullptr);
-  double framed_tls = 0;
-  {
-    char dir[] = "/tmp/kvcanary-bench-tls-XXXXXX";
-    if (mkdtemp(dir) != nullptr) {
-      auto files = tls::WriteDeploymentCerts(dir, {"127.0.0.1"});
-      if (files.ok()) {
-        auto ctx = tls::Context::Load(*files);
-        if (ctx.ok()) framed_tls = framed_mbps(ctx->get());
-        for (const std::string& f : {files->cert, files->key, files->ca}) {
-          unlink(f.c_str());
-        }
-      }
-      rmdir(dir);
-    }
-  }
-  // Raw bytes, no CRC, no decoding.
-  double raw = 0;
-  {
-    int c, s;
-    if (!RawPair(&c, &s)) return;
-    const size_t total = frames * frame.size();
-    std::thread receiver([&] {
-      std::vector<char> buf(1 << 16);
-      size_t got = 0;
-      while (got < total) {
-        const ssize_t n = recv(s, buf.data(), buf.size(), 0);
-        if (n <= 0) return;
-        got += n;
-      }
-    });
-    const auto t0 = Clock::now();
-    for (size_t i = 0; i < frames; ++i) {
-      size_t off = 0;
-      while (off < frame.size()) {
-        const ssize_t n =
-            send(c, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
-        if (n <= 0) break;
-        off += n;
-      }
-    }
-    receiver.join();
-    raw = payload_mb / Seconds(t0);
-    close(c);
-    close(s);
-  }
-  // CRC32C alone.
-  const auto t0 = Clock::now();
-  uint32_t crc = 0;
-  for (size_t i = 0; i < frames; ++i)
-    crc = Crc32cExtend(crc, frame.data(), frame.size());
-  const double crc_gbps = frames * frame.size() / 1e9 / Seconds(t0);
-  std::printf(
-      "\n## KV transfer on loopback (%zu page frames of %zu bytes, 260K "
-      "geometry)\n",
-      frames, frame.size());
-  std::printf("| %-44s | %12s |\n|%s|%s|\n", "figure", "value",
-              std::string(46, '-').c_str(), std::string(14, '-').c_str());
-  std::printf("| %-44s | %7.0f MB/s |\n",
-              "framed, CRC32C per page (K/V payload)", framed);
-  std::printf("| %-44s | %7.0f MB/s |\n",
-              "framed over mutual TLS (K/V payload)", framed_tls);
-  std::printf("| %-44s | %7.0f MB/s |\n",
-              "raw bytes, no CRC, no decoding (K/V payload)", raw);
-  std::printf("| %-44s | %11.3f  |\n", "framed / raw", framed / raw);
-  std::printf("| %-44s | %7.2f GB/s |\n", "CRC32C alone, same bytes", crc_gbps);
-  if (crc == 0) std::printf("(crc 0)\n");  // keeps the loop from being elided
 }
 
 struct Up {
@@ -288,7 +163,13 @@ void ServingFigures() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  kvcanary::engine::TransferFigures();
+  namespace bench = kvcanary::engine::bench;
+  std::printf("# kvcanary-bench-serving\n\n%s\n", bench::MachineLine().c_str());
+  bench::TransferBenchOptions transfer;
+  transfer.transfer_mb = absl::GetFlag(FLAGS_transfer_mb);
+  transfer.pages_per_transfer = absl::GetFlag(FLAGS_pages_per_transfer);
+  transfer.rounds = absl::GetFlag(FLAGS_transfer_rounds);
+  if (!bench::TransferFigures(transfer)) return 1;
   kvcanary::engine::ServingFigures();
   return 0;
 }

@@ -16,6 +16,7 @@
 #define KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/tls.h"
 #include "engine/transfer/kv_transfer_format.h"
 
@@ -64,6 +66,14 @@ class FrameConnection {
   // Writes one whole frame. A failure after part of the frame was written
   // leaves the stream out of sync, so every later Send returns that error.
   absl::Status Send(const Frame& frame, absl::Duration timeout);
+  // Writes `pages` as Page frames, in order, many to a system call: each
+  // batch (about 256 KiB) is gathered, its pages' CRCs computed as it is,
+  // and written with one sendmsg of the frames' heads and CRCs and the
+  // pages' kv_bytes where they lie (over TLS, the batch encoded into one
+  // buffer for the session). Each frame must be written within `timeout`
+  // of the one before it (the first, of the call). Errors as Send's; a
+  // failure after the first byte of the call leaves the stream failed.
+  absl::Status SendPages(absl::Span<const Page> pages, absl::Duration timeout);
   // Writes `bytes` as they are, with Send's errors: for fault injection and
   // tests that need a damaged or partial frame on the wire.
   absl::Status SendRaw(absl::string_view bytes, absl::Duration timeout);
@@ -85,15 +95,30 @@ class FrameConnection {
 
  private:
   explicit FrameConnection(int fd);
-  // Writes all of `bytes` (`what` names them in errors).
-  absl::Status WriteAll(absl::string_view bytes, absl::Time deadline,
-                        absl::string_view what);
+  // Writes `pieces` in order, as few system calls as the socket allows (over
+  // TLS: one piece, the session's writes). The frames in them end at the
+  // byte offsets `frame_ends` (ascending; the last is the total); each must
+  // be written within `timeout` of the one before it. `what` names them in
+  // errors.
+  absl::Status WritePieces(absl::Span<const absl::string_view> pieces,
+                           absl::Span<const size_t> frame_ends,
+                           absl::Duration timeout, absl::string_view what);
+  // Bytes written from the start of `pieces` (> 0), waiting for the socket
+  // until `deadline`.
+  absl::StatusOr<size_t> WriteSome(absl::Span<const absl::string_view> pieces,
+                                   absl::Time deadline);
+  // The next batch of `pages` into gather_pieces_ and gather_frame_ends_;
+  // returns how many pages it holds (at least one).
+  size_t GatherPages(absl::Span<const Page> pages);
+  // Reads what the socket has (up to kReadBytes) into the decoder: the
+  // bytes read, 0 once the peer ended the stream.
+  absl::StatusOr<size_t> ReadSome(absl::Time deadline);
   absl::Status ReceiveFailed(absl::Status status);
-  // Through the TLS session: bytes written (> 0); or read into recv_chunk_,
-  // 0 once the peer ended the stream. Waits for the socket as the session
-  // asks, until `deadline`.
+  // Through the TLS session: bytes written (> 0); or read into `buf`, 0 once
+  // the peer ended the stream. Waits for the socket as the session asks,
+  // until `deadline`.
   absl::StatusOr<size_t> TlsWrite(absl::string_view bytes, absl::Time deadline);
-  absl::StatusOr<size_t> TlsRead(absl::Time deadline);
+  absl::StatusOr<size_t> TlsRead(char* buf, size_t size, absl::Time deadline);
 
   const int fd_;
   // Set before the first frame, then only used under tls_mu_: a session
@@ -104,11 +129,13 @@ class FrameConnection {
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};
   // Sender thread only.
-  std::string send_buffer_;
+  std::string send_buffer_;  // an encoded frame, or a batch over TLS
+  std::string gather_ends_;  // a batch's frame heads and CRCs, in order
+  std::vector<absl::string_view> gather_pieces_;
+  std::vector<size_t> gather_frame_ends_;
   absl::Status send_failed_;
-  // Receiver thread only.
+  // Receiver thread only: reads go straight into the decoder's buffer.
   FrameDecoder decoder_;
-  std::vector<char> recv_chunk_;
   absl::Status receive_failed_;
 };
 

@@ -69,15 +69,15 @@ absl::StatusOr<KvDelivery> KvReceiver::ReceiveClaimed(kv::FrameConnection& conn,
   RETURN_IF_ERROR(CheckMetadata(meta, reservation));
   ReceivedKv received;
   received.slots_per_layer.assign(options_.geometry.n_layers, 0);
+  // At most one page per (prompt page, layer) is accepted.
+  const size_t max_pages = static_cast<size_t>(reservation.prompt_pages) *
+                           options_.geometry.n_layers;
+  received.seen.assign(max_pages, false);
+  if (!options_.write_pages_on_arrival) received.pages.reserve(max_pages);
   while (true) {
-    const uint64_t frame_start = conn.bytes_received();
     auto frame = conn.Receive(options_.frame_timeout);
     if (!frame.ok()) return frame.status();
-    if (options_.test_receive_bytes_per_s > 0) {
-      absl::SleepFor(absl::Seconds(
-          static_cast<double>(conn.bytes_received() - frame_start) /
-          static_cast<double>(options_.test_receive_bytes_per_s)));
-    }
+    if (options_.test_receive_bytes_per_s > 0) SlowLink(*frame);
     if (auto* abort = std::get_if<kv::Abort>(&*frame)) {
       return absl::Status(
           static_cast<absl::StatusCode>(abort->code),
@@ -102,6 +102,18 @@ absl::StatusOr<KvDelivery> KvReceiver::ReceiveClaimed(kv::FrameConnection& conn,
     delivery.pages = std::move(received.pages);
     return delivery;
   }
+}
+
+void KvReceiver::SlowLink(const kv::Frame& frame) const {
+  // Each frame takes its own size over the rate (a page's bytes are what
+  // weigh), however many of them one read brought in.
+  const auto* page = std::get_if<kv::Page>(&frame);
+  const size_t bytes =
+      kv::kFrameHeaderSize +
+      (page == nullptr ? 0 : kv::kPageFixedPayloadSize + page->kv_bytes.size());
+  absl::SleepFor(
+      absl::Seconds(static_cast<double>(bytes) /
+                    static_cast<double>(options_.test_receive_bytes_per_s)));
 }
 
 absl::Status KvReceiver::CheckMetadata(const kv::Metadata& meta,
@@ -144,15 +156,16 @@ absl::Status KvReceiver::AcceptPage(kv::Page page, const kv::Metadata& meta,
       page.index < prompt_pages
           ? std::min(pt, meta.prompt_tokens - page.index * pt)
           : 0;
-  if (page.index >= prompt_pages ||
-      page.layer >= static_cast<uint32_t>(g.n_layers) ||
+  const uint32_t layers = static_cast<uint32_t>(g.n_layers);
+  if (page.index >= prompt_pages || page.layer >= layers ||
       page.slots != want_slots ||
       page.kv_bytes.size() != 2 * page.slots * g.row_bytes() ||
-      !received->seen.insert({page.index, page.layer}).second) {
+      received->seen[size_t{page.index} * layers + page.layer]) {
     return absl::DataLossError(
         absl::StrCat("page ", page.index, " layer ", page.layer, " (",
                      page.slots, " slots) does not fit the reservation"));
   }
+  received->seen[size_t{page.index} * layers + page.layer] = true;
   RETURN_IF_ERROR(CheckPageStamp(page, reservation));
   received->slots_per_layer[page.layer] += page.slots;
   ++received->pages_received;

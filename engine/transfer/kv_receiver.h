@@ -11,7 +11,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -154,7 +153,8 @@ class KvReceiver {
   struct ReceivedKv {
     std::vector<kv::Page> pages;  // staged (unless written on arrival)
     size_t pages_received = 0;
-    std::set<std::pair<uint32_t, uint32_t>> seen;  // (index, layer)
+    // Whether (index, layer) arrived: index * n_layers + layer.
+    std::vector<bool> seen;
     std::vector<uint32_t> slots_per_layer;
   };
 
@@ -166,6 +166,9 @@ class KvReceiver {
   absl::StatusOr<KvDelivery> ReceiveClaimed(kv::FrameConnection& conn,
                                             const kv::Metadata& meta,
                                             KvClaim& claim) const;
+  // Tests only: the pause a link of test_receive_bytes_per_s would take
+  // to carry `frame`.
+  void SlowLink(const kv::Frame& frame) const;
   // The Metadata against the reservation and this node's KV geometry.
   absl::Status CheckMetadata(const kv::Metadata& meta,
                              const KvReservation& reservation) const;

@@ -84,24 +84,24 @@ absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
   if (!s.ok()) return done(WriteFailed(c, s));
   s = c.Send(meta, frame_timeout_);
   if (!s.ok()) return done(WriteFailed(c, s));
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (damage != TransferDamage::kNone && i == 0) {
-      std::string bytes;
-      kv::EncodeFrame(pages[i], &bytes);
-      if (damage == TransferDamage::kFlipPageByte) {
-        bytes[bytes.size() / 2] ^= 0x01;  // inside the K/V bytes
-        s = c.SendRaw(bytes, frame_timeout_);
-      } else {
-        s = c.SendRaw(absl::string_view(bytes).substr(0, bytes.size() / 2),
-                      frame_timeout_);
-        c.Shutdown();  // the stream ends mid-frame
-        return done(absl::DataLossError("transfer truncated (test damage)"));
-      }
-    } else {
-      s = c.Send(pages[i], frame_timeout_);
+  absl::Span<const kv::Page> rest(pages);
+  if (damage != TransferDamage::kNone && !rest.empty()) {
+    std::string bytes;
+    kv::EncodeFrame(rest.front(), &bytes);
+    if (damage == TransferDamage::kTruncateFrame) {
+      s = c.SendRaw(absl::string_view(bytes).substr(0, bytes.size() / 2),
+                    frame_timeout_);
+      c.Shutdown();  // the stream ends mid-frame
+      return done(absl::DataLossError("transfer truncated (test damage)"));
     }
+    bytes[bytes.size() / 2] ^= 0x01;  // inside the K/V bytes
+    s = c.SendRaw(bytes, frame_timeout_);
     if (!s.ok()) return done(WriteFailed(c, s));
+    rest.remove_prefix(1);
   }
+  // Many page frames to a system call, each with its CRC.
+  s = c.SendPages(rest, frame_timeout_);
+  if (!s.ok()) return done(WriteFailed(c, s));
   kv::Commit commit;
   commit.request = meta.request;
   commit.pages_sent = static_cast<uint32_t>(pages.size());

@@ -1,5 +1,8 @@
 #include "engine/transfer/kv_transfer_format.h"
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -57,6 +60,17 @@ void EncodeMessage(RequestId request, uint32_t code, const std::string& message,
   out->append(m.data(), m.size());
 }
 
+void EncodeHeader(FrameType type, uint32_t payload_size, std::string* out) {
+  const size_t start = out->size();
+  PutFixed32(out, kFrameMagic);
+  PutFixed16(out, kProtocolVersion);
+  out->push_back(static_cast<char>(type));
+  out->push_back(0);  // flags
+  PutFixed32(out, payload_size);
+  PutFixed32(out, Crc32c(out->data() + start, 12));
+}
+
+// Every payload but a Page's (EncodePageHead).
 void EncodePayload(const Frame& frame, std::string* out) {
   std::visit(
       Overloaded{
@@ -72,16 +86,7 @@ void EncodePayload(const Frame& frame, std::string* out) {
             out->append(reinterpret_cast<const char*>(m.transfer_token.data()),
                         m.transfer_token.size());
           },
-          [out](const Page& p) {
-            const size_t start = out->size();
-            PutFixed32(out, p.index);
-            PutFixed32(out, p.layer);
-            p.stamp.EncodeTo(out);
-            PutFixed32(out, p.slots);
-            PutFixed32(out, static_cast<uint32_t>(p.kv_bytes.size()));
-            out->append(p.kv_bytes);
-            PutFixed32(out, Crc32c(out->data() + start, out->size() - start));
-          },
+          [](const Page&) {},  // EncodeFrame writes it with EncodePageHead
           [out](const Commit& c) {
             PutFixed64(out, c.request.value());
             PutFixed32(out, c.pages_sent);
@@ -385,20 +390,68 @@ void EncodeFrame(const Frame& frame, std::string* out) {
   CHECK_LE(payload_size, kMaxPayloadSize) << FrameTypeName(TypeOf(frame));
   out->reserve(out->size() + kFrameHeaderSize + payload_size);
   const size_t start = out->size();
-  PutFixed32(out, kFrameMagic);
-  PutFixed16(out, kProtocolVersion);
-  out->push_back(static_cast<char>(TypeOf(frame)));
-  out->push_back(0);  // flags
-  PutFixed32(out, static_cast<uint32_t>(payload_size));
-  PutFixed32(out, Crc32c(out->data() + start, 12));
-  EncodePayload(frame, out);
+  if (const auto* page = std::get_if<Page>(&frame)) {
+    const uint32_t crc = EncodePageHead(*page, out);
+    out->append(page->kv_bytes);
+    PutFixed32(out, crc);
+  } else {
+    EncodeHeader(TypeOf(frame), static_cast<uint32_t>(payload_size), out);
+    EncodePayload(frame, out);
+  }
   CHECK_EQ(out->size() - start, kFrameHeaderSize + payload_size);
+}
+
+uint32_t EncodePageHead(const Page& page, std::string* out) {
+  const uint64_t payload_size =
+      uint64_t{kPageFixedPayloadSize} + page.kv_bytes.size();
+  CHECK_LE(payload_size, kMaxPayloadSize) << "page";
+  EncodeHeader(FrameType::kPage, static_cast<uint32_t>(payload_size), out);
+  const size_t start = out->size();
+  PutFixed32(out, page.index);
+  PutFixed32(out, page.layer);
+  page.stamp.EncodeTo(out);
+  PutFixed32(out, page.slots);
+  PutFixed32(out, static_cast<uint32_t>(page.kv_bytes.size()));
+  const uint32_t head_crc = Crc32c(out->data() + start, out->size() - start);
+  return Crc32cExtend(head_crc, page.kv_bytes.data(), page.kv_bytes.size());
+}
+
+void FrameDecoder::Feed(absl::string_view bytes) {
+  if (bytes.empty()) return;
+  std::memcpy(PrepareFeed(bytes.size()), bytes.data(), bytes.size());
+  CommitFeed(bytes.size());
+}
+
+char* FrameDecoder::PrepareFeed(size_t size) {
+  const size_t live = end_ - begin_;
+  if (capacity_ - end_ >= size) return buffer_.get() + end_;
+  if (live + size <= capacity_ && live <= capacity_ / 2) {
+    // Moving the live bytes down frees at least half the buffer: amortised
+    // linear.
+    std::memmove(buffer_.get(), buffer_.get() + begin_, live);
+  } else {
+    // Enough for what is asked, and at least double the live bytes (so a
+    // frame fed a byte at a time costs linear time).
+    const size_t capacity = std::max(live + size, 2 * live);
+    // Not value-initialised: a read fills it.
+    std::unique_ptr<char[]> bigger(new char[capacity]);
+    std::memcpy(bigger.get(), buffer_.get() + begin_, live);
+    buffer_ = std::move(bigger);
+    capacity_ = capacity;
+  }
+  begin_ = 0;
+  end_ = live;
+  return buffer_.get() + end_;
+}
+
+void FrameDecoder::CommitFeed(size_t n) {
+  CHECK_LE(n, capacity_ - end_);
+  end_ += n;
 }
 
 absl::StatusOr<std::optional<Frame>> FrameDecoder::Next() {
   if (!failed_.ok()) return failed_;
-  const absl::string_view avail =
-      absl::string_view(buffer_).substr(offset_, buffer_.size() - offset_);
+  const absl::string_view avail(buffer_.get() + begin_, end_ - begin_);
   if (avail.size() < kFrameHeaderSize) return std::nullopt;
   absl::StatusOr<FrameHeader> header = DecodeHeader(avail);
   if (header.ok() && header->type == FrameType::kPage &&
@@ -419,16 +472,8 @@ absl::StatusOr<std::optional<Frame>> FrameDecoder::Next() {
     failed_ = frame.status();
     return failed_;
   }
-  offset_ += frame_size;
-  // Drop consumed bytes once they are at least half the buffer: amortised
-  // linear, and the buffer never holds more than one frame plus a feed.
-  if (offset_ == buffer_.size()) {
-    buffer_.clear();
-    offset_ = 0;
-  } else if (offset_ >= buffer_.size() - offset_) {
-    buffer_.erase(0, offset_);
-    offset_ = 0;
-  }
+  begin_ += frame_size;
+  if (begin_ == end_) begin_ = end_ = 0;
   return std::optional<Frame>(std::move(*frame));
 }
 

@@ -18,7 +18,9 @@
 #define KVCANARY_ENGINE_TRANSFER_KV_TRANSFER_FORMAT_H_
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -144,27 +146,47 @@ const char* FrameTypeName(FrameType type);
 // in kMaxPayloadSize (CHECKed: senders size pages from the geometry).
 void EncodeFrame(const Frame& frame, std::string* out);
 
-// Incremental decoder over a byte stream. Not thread-safe.
+// A Page frame is its head (the frame header and the payload up to
+// kv_size), the page's kv_bytes, and the page CRC.
+inline constexpr size_t kPageHeadSize =
+    kFrameHeaderSize + kPageFixedPayloadSize - 4;
+// For gather writes, which send kv_bytes from where they lie: appends the
+// head of `page`'s frame to *out and returns the page CRC, computed over
+// the payload's head and kv_bytes. Head, kv_bytes, then the CRC
+// (PutFixed32) are byte for byte what EncodeFrame writes. REQUIRES: as
+// EncodeFrame.
+uint32_t EncodePageHead(const Page& page, std::string* out);
+
+// Incremental decoder over a byte stream, which it buffers until whole
+// frames are in: at most one incomplete frame and what was fed after it.
+// Not thread-safe.
 class FrameDecoder {
  public:
   // A Page frame whose payload exceeds `max` is refused from its header,
   // before its payload is buffered (receivers set it from the KV geometry).
   // REQUIRES: max <= kMaxPayloadSize.
   void set_max_page_payload(uint32_t max) { max_page_payload_ = max; }
-  void Feed(absl::string_view bytes) {
-    buffer_.append(bytes.data(), bytes.size());
-  }
+  void Feed(absl::string_view bytes);
+  // For reads straight into the decoder, with no copy: room for `size`
+  // bytes after those buffered, valid until the next call on the decoder;
+  // CommitFeed(n) then feeds the first n of them (n <= size).
+  char* PrepareFeed(size_t size);
+  void CommitFeed(size_t n);
   // The next complete frame; nullopt if more bytes are needed. kDataLoss for
   // anything corrupt (bad magic, header CRC, page CRC, unknown version or
   // type, oversized or inconsistent payload, trailing bytes inside a
   // payload, a bad page stamp) and for a Metadata frame naming the reserved
   // request id; after an error the decoder stays failed.
   absl::StatusOr<std::optional<Frame>> Next();
-  size_t buffered_bytes() const { return buffer_.size() - offset_; }
+  size_t buffered_bytes() const { return end_ - begin_; }
 
  private:
-  std::string buffer_;
-  size_t offset_ = 0;
+  // Bytes [begin_, end_) of buffer_ (capacity_ bytes) are fed and not yet
+  // decoded.
+  std::unique_ptr<char[]> buffer_;
+  size_t capacity_ = 0;
+  size_t begin_ = 0;
+  size_t end_ = 0;
   uint32_t max_page_payload_ = kMaxPayloadSize;
   absl::Status failed_;
 };

@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <thread>
@@ -279,6 +281,235 @@ TEST(FrameConnectionTest, FromFdCarriesFramesOverASocketPair) {
   EXPECT_EQ(std::get<Ack>(*got).message, "ok");
 }
 
+// --- Batched page frames (SendPages) --------------------------------------
+
+// `n` pages of `slots` slots each (4 KB of K/V at 16 slots), each with its
+// own index, layer and bytes.
+std::vector<Page> ManyPages(size_t n, uint32_t slots = 16) {
+  std::vector<Page> pages;
+  for (size_t i = 0; i < n; ++i) {
+    Page p = BigPage(slots, static_cast<char>('A' + i % 26));
+    p.index = static_cast<uint32_t>(i);
+    p.layer = static_cast<uint32_t>(i % 5);
+    if (!p.kv_bytes.empty()) p.kv_bytes[i % p.kv_bytes.size()] = '#';
+    pages.push_back(std::move(p));
+  }
+  return pages;
+}
+
+std::string EncodeAll(const std::vector<Page>& pages) {
+  std::string out;
+  for (const Page& p : pages) EncodeFrame(p, &out);
+  return out;
+}
+
+// A client FrameConnection whose peer is a plain socket the test reads.
+struct RawPeer {
+  std::unique_ptr<FrameConnection> client;
+  int fd = -1;
+  ~RawPeer() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+// With `rcvbuf`, the peer's receive buffer (and so the window it offers)
+// is that small from the start.
+void ConnectToRaw(RawPeer& p, int rcvbuf = 0) {
+  const int l = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) {
+    EXPECT_EQ(::setsockopt(l, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)),
+              0);
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::listen(l, 1), 0);
+  EXPECT_EQ(::getsockname(l, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto client =
+      FrameConnection::Connect("127.0.0.1", ntohs(addr.sin_port), kLong);
+  EXPECT_TRUE(client.ok()) << client.status();
+  if (client.ok()) p.client = std::move(*client);
+  p.fd = ::accept(l, nullptr, nullptr);
+  ::close(l);
+  // A test's reads give up rather than hang when the sender stops early.
+  const timeval limit{20, 0};
+  EXPECT_EQ(::setsockopt(p.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit)),
+            0);
+}
+
+// Reads `n` bytes from `fd` in reads of at most `chunk` bytes, sleeping
+// `pause` between them.
+std::string ReadBytes(int fd, size_t n, size_t chunk,
+                      absl::Duration pause = absl::ZeroDuration()) {
+  std::string out;
+  std::vector<char> buf(chunk);
+  while (out.size() < n) {
+    const ssize_t got =
+        ::recv(fd, buf.data(), std::min(chunk, n - out.size()), 0);
+    if (got <= 0) break;
+    out.append(buf.data(), static_cast<size_t>(got));
+    if (pause > absl::ZeroDuration()) absl::SleepFor(pause);
+  }
+  return out;
+}
+
+TEST(FrameConnectionSendPagesTest, ReceivedAsTheFramesSendWouldWrite) {
+  Pair p = Connected();
+  ASSERT_TRUE(p.client && p.server);
+  // Several batches, a page with no K/V, and a 4 MiB page alone in one.
+  std::vector<Page> pages = ManyPages(300);
+  pages.insert(pages.begin() + 7, BigPage(0, 'z'));
+  pages.insert(pages.begin() + 100, BigPage(16384, 'q'));
+  std::thread sender(
+      [&] { ASSERT_TRUE(p.client->SendPages(pages, kLong).ok()); });
+  for (const Page& want : pages) {
+    absl::StatusOr<Frame> got = p.server->Receive(kLong);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const Page& page = std::get<Page>(*got);
+    ASSERT_EQ(page.index, want.index);
+    ASSERT_EQ(page.kv_bytes, want.kv_bytes);
+  }
+  sender.join();
+  const size_t total = EncodeAll(pages).size();
+  EXPECT_EQ(p.client->bytes_sent(), total);
+  EXPECT_EQ(p.server->bytes_received(), total);
+  // The stream goes on after the batch.
+  ASSERT_TRUE(p.client->Send(Commit{RequestId(1), 302, 16, 3}, kLong).ok());
+  absl::StatusOr<Frame> commit = p.server->Receive(kLong);
+  ASSERT_TRUE(commit.ok()) << commit.status();
+  EXPECT_EQ(std::get<Commit>(*commit).pages_sent, 302u);
+}
+
+// A reader that takes a few hundred bytes at a time makes the sender's
+// writes stop anywhere: inside a head, a page's K/V or a CRC. The bytes on
+// the wire are still exactly the encoded frames, in order.
+TEST(FrameConnectionSendPagesTest, FramesSplitAcrossWritesAreTheEncodedBytes) {
+  RawPeer p;
+  // A window far below a batch: the sender's buffer fills, and each write
+  // takes what the reader freed.
+  ConnectToRaw(p, /*rcvbuf=*/16 << 10);
+  ASSERT_TRUE(p.client && p.fd >= 0);
+  const std::vector<Page> pages = ManyPages(2000);  // ~8 MB
+  const std::string want = EncodeAll(pages);
+  absl::Status status;
+  std::thread sender([&] { status = p.client->SendPages(pages, kLong); });
+  const std::string got = ReadBytes(p.fd, want.size(), 777);
+  sender.join();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_TRUE(got == want) << "the bytes differ from the encoded frames";
+  EXPECT_EQ(p.client->bytes_sent(), want.size());
+}
+
+// A reader that writes frames in odd pieces, and a receiver that reads
+// them in its large reads: each frame arrives whole.
+TEST(FrameConnectionSendPagesTest, FramesWrittenInPiecesAreReceivedWhole) {
+  absl::StatusOr<std::unique_ptr<FrameListener>> listener =
+      FrameListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  const int fd = RawConnect((*listener)->port());
+  absl::StatusOr<std::unique_ptr<FrameConnection>> server =
+      (*listener)->Accept(kLong);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::vector<Page> pages = ManyPages(200);
+  const std::string bytes = EncodeAll(pages);
+  std::thread writer([&] {
+    size_t done = 0;
+    for (size_t i = 0; done < bytes.size(); ++i) {
+      const size_t n = std::min(bytes.size() - done, 1 + (i * 7919) % 9000);
+      WriteAll(fd, bytes.substr(done, n));
+      done += n;
+      if (i % 16 == 0) absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  for (const Page& want : pages) {
+    absl::StatusOr<Frame> got = (*server)->Receive(kLong);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(std::get<Page>(*got).kv_bytes, want.kv_bytes);
+  }
+  writer.join();
+  ::close(fd);
+}
+
+// `timeout` is each frame's, not the call's: a slow but steady reader
+// takes longer than it for the whole batch and the send succeeds.
+TEST(FrameConnectionSendPagesTest, TimeoutIsPerFrameNotPerCall) {
+  RawPeer p;
+  ConnectToRaw(p);
+  ASSERT_TRUE(p.client && p.fd >= 0);
+  const std::vector<Page> pages = ManyPages(8000);  // ~33 MB
+  const std::string want = EncodeAll(pages);
+  const absl::Duration timeout = absl::Milliseconds(600);
+  absl::Status status;
+  const absl::Time start = absl::Now();
+  std::thread sender([&] { status = p.client->SendPages(pages, timeout); });
+  // 256 KiB every 20 ms: about 13 MB/s, so the call takes a few times the
+  // timeout while every frame goes well within it.
+  const std::string got =
+      ReadBytes(p.fd, want.size(), 256 << 10, absl::Milliseconds(20));
+  sender.join();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_GT(absl::Now() - start, 2 * timeout);
+  EXPECT_TRUE(got == want);
+}
+
+// A failure in the middle of a batch, after some of it was written, leaves
+// the stream failed: every later send returns it.
+TEST(FrameConnectionSendPagesTest, TimeoutMidBatchLeavesTheStreamFailed) {
+  RawPeer p;
+  ConnectToRaw(p);
+  ASSERT_TRUE(p.client && p.fd >= 0);
+  const std::vector<Page> pages = ManyPages(6000);  // more than the buffers
+  const absl::Status status =
+      p.client->SendPages(pages, absl::Milliseconds(200));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("after "), absl::string_view::npos) << status;
+  EXPECT_GT(p.client->bytes_sent(), 0u);
+  EXPECT_EQ(p.client->Send(Commit{}, kLong).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(p.client->SendPages(ManyPages(1), kLong).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(p.client->SendPages({}, kLong).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(FrameConnectionSendPagesTest, PeerResetMidBatchLeavesTheStreamFailed) {
+  RawPeer p;
+  ConnectToRaw(p);
+  ASSERT_TRUE(p.client && p.fd >= 0);
+  const std::vector<Page> pages = ManyPages(6000);
+  absl::Status status;
+  std::thread sender([&] { status = p.client->SendPages(pages, kLong); });
+  (void)ReadBytes(p.fd, 100000, 4096);
+  // Closing with unread bytes resets the connection.
+  ::close(p.fd);
+  p.fd = -1;
+  sender.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_EQ(p.client->Send(Commit{}, kLong).code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST(FrameConnectionSendPagesTest, ShutdownFromAnotherThreadUnblocksIt) {
+  Pair p = Connected();
+  ASSERT_TRUE(p.client && p.server);
+  const std::vector<Page> pages = ManyPages(6000);  // nobody reads them
+  absl::Status status;
+  std::thread sender(
+      [&] { status = p.client->SendPages(pages, absl::InfiniteDuration()); });
+  absl::SleepFor(absl::Milliseconds(200));
+  p.client->Shutdown();
+  sender.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+}
+
+TEST(FrameConnectionSendPagesTest, NoPagesWriteNothing) {
+  Pair p = Connected();
+  ASSERT_TRUE(p.client && p.server);
+  EXPECT_TRUE(p.client->SendPages({}, kLong).ok());
+  EXPECT_EQ(p.client->bytes_sent(), 0u);
+}
+
 // --- Mutual TLS ---------------------------------------------------------
 
 // A pair over mutual TLS: the client connects with `client_ctx` while the
@@ -359,6 +590,36 @@ TEST_F(FrameConnectionTlsTest, SendsAndReceivesFramesBothWays) {
   // The counters count frame bytes, not TLS records.
   EXPECT_EQ(p.client->bytes_sent(), total);
   EXPECT_EQ(p.server->bytes_received(), total);
+}
+
+// Over TLS a batch is one buffer for the session: the same frames arrive,
+// and the counters count frame bytes.
+TEST_F(FrameConnectionTlsTest, SendPagesInBatchesArriveWhole) {
+  TlsPair p = ConnectedTls(ctx_.get(), ctx_.get());
+  ASSERT_TRUE(p.client && p.server);
+  std::vector<Page> pages = ManyPages(300);
+  pages.insert(pages.begin() + 3, BigPage(16384, 'q'));
+  std::thread sender(
+      [&] { ASSERT_TRUE(p.client->SendPages(pages, kLong).ok()); });
+  for (const Page& want : pages) {
+    absl::StatusOr<Frame> got = p.server->Receive(kLong);
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(std::get<Page>(*got).kv_bytes, want.kv_bytes);
+  }
+  sender.join();
+  EXPECT_EQ(p.client->bytes_sent(), EncodeAll(pages).size());
+  EXPECT_EQ(p.server->bytes_received(), EncodeAll(pages).size());
+}
+
+TEST_F(FrameConnectionTlsTest,
+       SendPagesTimingOutMidBatchLeavesTheStreamFailed) {
+  TlsPair p = ConnectedTls(ctx_.get(), ctx_.get());
+  ASSERT_TRUE(p.client && p.server);
+  const absl::Status status =
+      p.client->SendPages(ManyPages(6000), absl::Milliseconds(200));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_EQ(p.client->Send(Commit{}, kLong).code(),
+            absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_F(FrameConnectionTlsTest, ASendAndAReceiveOnOneConnectionRunAtOnce) {

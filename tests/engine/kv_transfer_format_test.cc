@@ -1,5 +1,7 @@
 #include "engine/transfer/kv_transfer_format.h"
 
+#include <algorithm>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -357,6 +359,59 @@ TEST(KvTransferFormatTest, FramesFedInRandomChunksDecodeInOrder) {
       }
     }
     EXPECT_EQ(decoded, bytes);
+  }
+}
+
+// What a gather write sends (the head, the K/V from where it lies, the
+// CRC) is the frame EncodeFrame writes, whatever the page's size.
+TEST(KvTransferFormatTest, PageHeadKvAndCrcAreTheEncodedFrame) {
+  for (uint32_t slots : {0u, 1u, 16u, 300u}) {
+    const Page page = TestPage(slots);
+    std::string gathered;
+    const uint32_t crc = EncodePageHead(page, &gathered);
+    EXPECT_EQ(gathered.size(), kPageHeadSize);
+    gathered += page.kv_bytes;
+    PutFixed32(&gathered, crc);
+    EXPECT_EQ(gathered, Encode(page)) << slots << " slots";
+  }
+}
+
+// Reads straight into the decoder (PrepareFeed, then CommitFeed of what
+// the read gave) decode as fed bytes do, with no more buffered than one
+// incomplete frame and the last read.
+TEST(KvTransferFormatTest,
+     FramesReadInPlaceDecodeInOrderWithinOneFrameAndARead) {
+  const std::vector<Frame> sent = {TestMetadata(), TestPage(), TestPage(300),
+                                   TestPage(0), Commit{RequestId(1), 2, 3, 4}};
+  std::string bytes;
+  for (int i = 0; i < 20; ++i) {
+    for (const Frame& f : sent) EncodeFrame(f, &bytes);
+  }
+  const size_t largest = Encode(TestPage(300)).size();
+  std::mt19937 rng(777);
+  for (size_t read_size : {1ul, 100ul, 4096ul, 65536ul}) {
+    FrameDecoder d;
+    std::string decoded;
+    size_t pos = 0;
+    while (pos < bytes.size()) {
+      char* room = d.PrepareFeed(read_size);
+      // A read gives what the socket has: anything up to the room.
+      const size_t n =
+          std::min<size_t>(bytes.size() - pos, 1 + rng() % read_size);
+      std::memcpy(room, bytes.data() + pos, n);
+      d.CommitFeed(n);
+      pos += n;
+      ASSERT_LE(d.buffered_bytes(), largest + read_size);
+      while (true) {
+        absl::StatusOr<std::optional<Frame>> next = d.Next();
+        ASSERT_TRUE(next.ok()) << next.status();
+        if (!next->has_value()) break;
+        EncodeFrame(**next, &decoded);
+      }
+      ASSERT_LT(d.buffered_bytes(), largest);
+    }
+    EXPECT_EQ(decoded, bytes) << "reads of " << read_size;
+    EXPECT_EQ(d.buffered_bytes(), 0u);
   }
 }
 

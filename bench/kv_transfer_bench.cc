@@ -453,23 +453,6 @@ void PrintTable(const Plan& plan, const Plan& small, const Results& r) {
 
 }  // namespace
 
-std::string MachineLine() {
-  std::string model = "unknown CPU";
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  for (std::string line; std::getline(cpuinfo, line);) {
-    if (line.rfind("model name", 0) == 0 && line.find(':') != line.npos) {
-      model = line.substr(line.find(':') + 2);
-      break;
-    }
-  }
-  std::string load = "?";
-  std::ifstream loadavg("/proc/loadavg");
-  loadavg >> load;
-  return absl::StrCat("machine: ", model, ", ",
-                      std::thread::hardware_concurrency(),
-                      " cores, load average ", load, " (1 min)");
-}
-
 bool TransferFigures(const TransferBenchOptions& options) {
   Plan plan = MakePlan(options.transfer_mb, options.pages_per_transfer);
   Plan small = MakePlan(options.transfer_mb, kSmallTransferPages);

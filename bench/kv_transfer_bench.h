@@ -17,10 +17,6 @@ struct TransferBenchOptions {
   int rounds = 5;  // each framed then raw; medians are printed
 };
 
-// "machine: CPU model, N cores, load average L (1 min)", printed before the
-// figures.
-std::string MachineLine();
-
 // Prints the transfer table with its thresholds. False (after printing
 // why) when any transfer failed or delivered less than was sent: the
 // figures of a failed run are not printed.

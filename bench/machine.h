@@ -12,8 +12,8 @@
 
 namespace kvcanary::bench {
 
-// "CPU model, N cores online" from /proc/cpuinfo and sysconf; "unknown CPU"
-// where /proc/cpuinfo names none.
+// "CPU model, N cores online, load average L (1 min)" from /proc/cpuinfo,
+// sysconf and /proc/loadavg; "unknown CPU" where /proc/cpuinfo names none.
 inline std::string MachineLine() {
   std::ifstream in("/proc/cpuinfo");
   std::string line, model = "unknown CPU";
@@ -27,7 +27,11 @@ inline std::string MachineLine() {
     }
   }
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  return model + ", " + std::to_string(cores) + " cores online";
+  std::string load = "?";
+  std::ifstream loadavg("/proc/loadavg");
+  loadavg >> load;
+  return model + ", " + std::to_string(cores) + " cores online, load average " +
+         load + " (1 min)";
 }
 
 inline void PrintMachine() {

@@ -39,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/kv_transfer_bench.h"
+#include "bench/machine.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -164,7 +165,8 @@ void ServingFigures() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   namespace bench = kvcanary::engine::bench;
-  std::printf("# kvcanary-bench-serving\n\n%s\n", bench::MachineLine().c_str());
+  std::printf("# kvcanary-bench-serving\n\nmachine: %s\n",
+              kvcanary::bench::MachineLine().c_str());
   bench::TransferBenchOptions transfer;
   transfer.transfer_mb = absl::GetFlag(FLAGS_transfer_mb);
   transfer.pages_per_transfer = absl::GetFlag(FLAGS_pages_per_transfer);

@@ -66,7 +66,9 @@ inline void RowBlock(const MatmulArgs& a, int row) {
   }
 }
 
-void MatmulRows(const MatmulArgs& a, int row_begin, int row_end) {
+}  // namespace
+
+void MatmulRowRange(const MatmulArgs& a, int row_begin, int row_end) {
   int i = row_begin;
   if (a.batch < 4) {
     if (static_cast<long>(a.n) * a.d >= kStreamMinElements) {
@@ -82,20 +84,18 @@ void MatmulRows(const MatmulArgs& a, int row_begin, int row_end) {
   for (; i < row_end; ++i) RowBlock<1>(a, i);
 }
 
-}  // namespace
-
 void Matmul(const MatmulArgs& a, ThreadPool* pool) {
   CHECK(a.x != a.y);
   const long work = static_cast<long>(a.n) * a.d * a.batch;
   if (pool == nullptr || pool->num_threads() == 1 || work < kParallelMinWork) {
-    MatmulRows(a, 0, a.d);
+    MatmulRowRange(a, 0, a.d);
     return;
   }
   // Split along output rows in blocks of 8 so every thread uses the same
   // micro-kernels as a single thread would.
   const int blocks = (a.d + 7) / 8;
   pool->ParallelFor(blocks, [&](int b0, int b1) {
-    MatmulRows(a, b0 * 8, b1 * 8 < a.d ? b1 * 8 : a.d);
+    MatmulRowRange(a, b0 * 8, b1 * 8 < a.d ? b1 * 8 : a.d);
   });
 }
 

@@ -203,11 +203,22 @@ void AddInPlace(float* y, const float* x, int size) {
 }
 
 int Argmax(const float* x, int size) {
-  int best = 0;
-  for (int i = 1; i < size; ++i) {
-    if (x[i] > x[best]) best = i;
-  }
-  return best;
+  // What `if (x[i] > x[best]) best = i` from best = 0 finds: index 0 if
+  // x[0] is NaN, else the first index of the largest non-NaN value (Max()
+  // ignores a NaN first operand). The maximum in 8 lanes, then a scan for
+  // its first index: no chain of dependent loads.
+  if (size <= 0 || std::isnan(x[0])) return 0;
+  const int size8 = size & ~7;
+  F32x8 lanes = F32x8::Broadcast(x[0]);
+  for (int i = 0; i < size8; i += 8) lanes = Max(F32x8::Load(x + i), lanes);
+  float m[8];
+  lanes.Store(m);
+  float best = m[0];
+  for (int l = 1; l < 8; ++l) best = m[l] > best ? m[l] : best;
+  for (int i = size8; i < size; ++i) best = x[i] > best ? x[i] : best;
+  int i = 0;
+  while (!(x[i] == best)) ++i;
+  return i;
 }
 
 }  // namespace kvcanary::kernels

@@ -56,7 +56,6 @@ void ModelRunner::EnsureCapacity(int rows, int entries) {
   grow(att_, r * cfg_.dim);
   grow(hb_, r * cfg_.hidden_dim);
   grow(hb2_, r * cfg_.hidden_dim);
-  grow(scores_, static_cast<size_t>(entries) * cfg_.seq_len);
   grow(last_, static_cast<size_t>(entries) * cfg_.dim);
 }
 
@@ -79,7 +78,6 @@ void ModelRunner::Attention(const Batch& batch, int layer,
       kernels::PagedAttentionArgs a;
       a.q = q_.data() + static_cast<size_t>(row) * dim;
       a.out = att_.data() + static_cast<size_t>(row) * dim;
-      a.scores = scores_.data() + static_cast<size_t>(e) * cfg_.seq_len;
       // The query at first_pos + i attends to tokens [0, first_pos + i];
       // under no-scrub-reuse a decode query reads to its page's end.
       a.first_pos = AttendedTokens(entry) - entry.num_tokens;

@@ -74,7 +74,6 @@ class ModelRunner {
   std::vector<float> att_;      // (rows, dim) attention output
   std::vector<float> hb_;       // (rows, hidden)
   std::vector<float> hb2_;      // (rows, hidden)
-  std::vector<float> scores_;   // (entries, seq_len) attention scratch
   std::vector<float> last_;     // (entries, dim) final-normed last rows
   std::vector<int> entry_row_;  // (entries) first row of each entry
 };

@@ -5,6 +5,9 @@
 #define KVCANARY_PACKED_MATMUL 1
 #endif
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "common/check.h"
 #include "kernels/cpu_kernels.h"
 
@@ -20,24 +23,17 @@ constexpr int kLanes = WeightMatrix::kBlockRows;
 
 // One block's outputs for C rows of x (n floats apart). acc[l][c], lane i:
 // output row i's accumulator of the features j with j % 8 == l, exactly the
-// lane l Matmul()'s micro-kernel keeps for that output. With kPrefetch, the
-// next block (`next`) is fetched line by line while this one is read: a
-// matrix too big for the cache then streams at the memory's pace.
-template <int C, bool kPrefetch>
+// lane l Matmul()'s micro-kernel keeps for that output.
+template <int C>
 void BlockTile(const float* wp, const float* x, int n, float* y, int d,
-               int rows, const float* next) {
+               int rows) {
   const int n8 = n & ~7;
   __m512 acc[8][C];
   for (int l = 0; l < 8; ++l)
     for (int c = 0; c < C; ++c) acc[l][c] = _mm512_setzero_ps();
   for (int j = 0; j < n8; j += 8) {
     for (int l = 0; l < 8; ++l) {
-      const float* col = wp + static_cast<size_t>(j + l) * kLanes;
-      if (kPrefetch) {
-        _mm_prefetch(reinterpret_cast<const char*>(next + (col - wp)),
-                     _MM_HINT_T0);
-      }
-      const __m512 w = _mm512_loadu_ps(col);
+      const __m512 w = _mm512_load_ps(wp + static_cast<size_t>(j + l) * kLanes);
       for (int c = 0; c < C; ++c) {
         const __m512 xv = _mm512_set1_ps(x[static_cast<size_t>(c) * n + j + l]);
         acc[l][c] = _mm512_fmadd_ps(w, xv, acc[l][c]);
@@ -68,20 +64,13 @@ void BlockTile(const float* wp, const float* x, int n, float* y, int d,
   }
 }
 
-// Rows [c, c + C) of x against block `b`; the first group of a block
-// prefetches the next one.
+// Rows [c, c + C) of x against block `b`.
 template <int C>
 void Tile(const WeightMatrix& w, int b, const float* x, float* y, int c) {
   const int n = w.n(), d = w.d();
   const int rows = d - b * kLanes < kLanes ? d - b * kLanes : kLanes;
-  const float* xc = x + static_cast<size_t>(c) * n;
-  float* yc = y + static_cast<size_t>(c) * d + b * kLanes;
-  if (c == 0 && b + 1 < w.num_blocks()) {
-    BlockTile<C, true>(w.packed_block(b), xc, n, yc, d, rows,
-                       w.packed_block(b + 1));
-  } else {
-    BlockTile<C, false>(w.packed_block(b), xc, n, yc, d, rows, nullptr);
-  }
+  BlockTile<C>(w.packed_block(b), x + static_cast<size_t>(c) * n, n,
+               y + static_cast<size_t>(c) * d + b * kLanes, d, rows);
 }
 
 void PackedBlocks(const WeightMatrix& w, const float* x, float* y, int batch,
@@ -102,10 +91,16 @@ WeightMatrix::WeightMatrix(const float* w, int n, int d) : w_(w), n_(n), d_(d) {
   CHECK_GT(n, 0);
   CHECK_GT(d, 0);
 #ifdef KVCANARY_PACKED_MATMUL
-  packed_.assign(static_cast<size_t>(num_blocks()) * n * kBlockRows, 0.0f);
+  // 64-byte aligned: a block's vectors are whole cache lines (a load
+  // straddling two lines costs two).
+  const size_t floats = static_cast<size_t>(num_blocks()) * n * kBlockRows;
+  packed_.reset(static_cast<float*>(
+      std::aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64)));
+  CHECK(packed_ != nullptr);
+  std::fill(packed_.get(), packed_.get() + floats, 0.0f);
   for (int r = 0; r < d; ++r) {
     float* block =
-        packed_.data() + static_cast<size_t>(r / kBlockRows) * n * kBlockRows;
+        packed_.get() + static_cast<size_t>(r / kBlockRows) * n * kBlockRows;
     const float* row = w + static_cast<size_t>(r) * n;
     for (int j = 0; j < n; ++j)
       block[static_cast<size_t>(j) * kBlockRows + r % kBlockRows] = row[j];

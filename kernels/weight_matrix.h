@@ -16,7 +16,8 @@
 #ifndef KVCANARY_KERNELS_WEIGHT_MATRIX_H_
 #define KVCANARY_KERNELS_WEIGHT_MATRIX_H_
 
-#include <vector>
+#include <cstdlib>
+#include <memory>
 
 #include "kernels/thread_pool.h"
 
@@ -39,16 +40,20 @@ class WeightMatrix {
   const float* rows() const { return w_; }  // (d, n), row-major
   // Block b: (n, kBlockRows), f32, rows past d zero. Null when not packed.
   const float* packed_block(int b) const {
-    return packed_.empty()
+    return packed_ == nullptr
                ? nullptr
-               : packed_.data() + static_cast<size_t>(b) * n_ * kBlockRows;
+               : packed_.get() + static_cast<size_t>(b) * n_ * kBlockRows;
   }
 
  private:
   const float* w_ = nullptr;
   int n_ = 0;
   int d_ = 0;
-  std::vector<float> packed_;  // (num_blocks, n, kBlockRows), f32
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  // (num_blocks, n, kBlockRows), f32, 64-byte aligned; null when not packed.
+  std::unique_ptr<float[], Free> packed_;
 };
 
 // y = x · Wᵀ for output rows of blocks [block_begin, block_end), on the

@@ -66,7 +66,9 @@ inline void RowBlock(const MatmulArgs& a, int row) {
   }
 }
 
-void MatmulRows(const MatmulArgs& a, int row_begin, int row_end) {
+}  // namespace
+
+void MatmulRowRange(const MatmulArgs& a, int row_begin, int row_end) {
   int i = row_begin;
   if (a.batch < 4) {
     if (static_cast<long>(a.n) * a.d >= kStreamMinElements) {
@@ -82,20 +84,18 @@ void MatmulRows(const MatmulArgs& a, int row_begin, int row_end) {
   for (; i < row_end; ++i) RowBlock<1>(a, i);
 }
 
-}  // namespace
-
 void Matmul(const MatmulArgs& a, ThreadPool* pool) {
   CHECK(a.x != a.y);
   const long work = static_cast<long>(a.n) * a.d * a.batch;
   if (pool == nullptr || pool->num_threads() == 1 || work < kParallelMinWork) {
-    MatmulRows(a, 0, a.d);
+    MatmulRowRange(a, 0, a.d);
     return;
   }
   // Split along output rows in blocks of 8 so every thread uses the same
   // micro-kernels as a single thread would.
   const int blocks = (a.d + 7) / 8;
   pool->ParallelFor(blocks, [&](int b0, int b1) {
-    MatmulRows(a, b0 * 8, b1 * 8 < a.d ? b1 * 8 : a.d);
+    MatmulRowRange(a, b0 * 8, b1 * 8 < a.d ? b1 * 8 : a.d);
   });
 }
 
@@ -203,11 +203,22 @@ void AddInPlace(float* y, const float* x, int size) {
 }
 
 int Argmax(const float* x, int size) {
-  int best = 0;
-  for (int i = 1; i < size; ++i) {
-    if (x[i] > x[best]) best = i;
-  }
-  return best;
+  // What `if (x[i] > x[best]) best = i` from best = 0 finds: index 0 if
+  // x[0] is NaN, else the first index of the largest non-NaN value (Max()
+  // ignores a NaN first operand). The maximum in 8 lanes, then a scan for
+  // its first index: no chain of dependent loads.
+  if (size <= 0 || std::isnan(x[0])) return 0;
+  const int size8 = size & ~7;
+  F32x8 lanes = F32x8::Broadcast(x[0]);
+  for (int i = 0; i < size8; i += 8) lanes = Max(F32x8::Load(x + i), lanes);
+  float m[8];
+  lanes.Store(m);
+  float best = m[0];
+  for (int l = 1; l < 8; ++l) best = m[l] > best ? m[l] : best;
+  for (int i = size8; i < size; ++i) best = x[i] > best ? x[i] : best;
+  int i = 0;
+  while (!(x[i] == best)) ++i;
+  return i;
 }
 
 }  // namespace kvcanary::kernels

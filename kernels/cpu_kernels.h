@@ -27,6 +27,9 @@ struct MatmulArgs {
 };
 // `pool` may be null (single thread). Forks only when the work pays for it.
 void Matmul(const MatmulArgs& args, ThreadPool* pool);
+// Output rows [row_begin, row_end) of the same product, on the calling
+// thread: bitwise what Matmul() writes there.
+void MatmulRowRange(const MatmulArgs& args, int row_begin, int row_end);
 
 // out = weight * x / sqrt(mean(x²) + 1e-5), as llama2.c. out may alias x.
 void RmsNorm(float* out, const float* x, const float* weight, int size);

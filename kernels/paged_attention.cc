@@ -1,5 +1,7 @@
 #include "kernels/paged_attention.h"
 
+#include <xmmintrin.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -49,55 +51,156 @@ inline void Dot8(const float* q, const float* k, size_t kv_row, int hd,
   }
 }
 
-// xb = sum_t att[t] * v_t for the head at head_off, page by page. One
-// 8-lane chunk of head_dim at a time, with four accumulators (token t goes to
-// accumulator t % 4, by absolute position, so the sum never depends on page
-// size or batch), combined as (a0 + a1) + (a2 + a3).
-void WeightedSum(const PagedAttentionArgs& a, const float* att, int n,
-                 size_t head_off, size_t kv_row, float* xb) {
-  const int hd = a.head_dim, hd8 = hd & ~7;
-  const int pt = a.layout.page_tokens;
-  for (int c = 0; c < hd8; c += 8) {
-    F32x8 acc[4] = {F32x8::Zero(), F32x8::Zero(), F32x8::Zero(), F32x8::Zero()};
+// Pages ahead of the one being scored whose K and V are prefetched.
+constexpr int kPrefetchPages = 2;
+
+// One query's attention, page by page: each page's K block, then its V
+// block, is read once for every head while it is in cache (a decode step
+// over many sequences reads each sequence's pages from memory, and heads
+// walking them one at a time each took the miss). Scratch per thread.
+class QueryAttention {
+ public:
+  explicit QueryAttention(const PagedAttentionArgs& a)
+      : a_(a),
+        hd_(a.head_dim),
+        hd8_(a.head_dim & ~7),
+        kv_mul_(a.n_heads / a.n_kv_heads),
+        kv_row_(static_cast<size_t>(a.n_kv_heads) * a.head_dim) {}
+
+  // out (n_heads, head_dim) for q (n_heads, head_dim) attending to tokens
+  // [0, n).
+  void Run(const float* q, int n, float* out) {
+    Workspace& w = Scratch();
+    const size_t scores = static_cast<size_t>(a_.n_heads) * n;
+    if (w.scores.size() < scores) w.scores.resize(scores);
+    const int pt = a_.layout.page_tokens;
+    for (int p = 0; p < kPrefetchPages; ++p) Prefetch(p, n);
     for (int p = 0, t = 0; t < n; ++p, t += pt) {
-      const float* v =
-          a.layout.values(a.layout.page(a.layer_base, a.block_table[p].page)) +
-          head_off + c;
+      ScorePage(q, p, t, n - t < pt ? n - t : pt, n, w.scores.data());
+    }
+    const float scale = sqrtf(static_cast<float>(hd_));
+    const F32x8 scale8 = F32x8::Broadcast(scale);
+    for (int h = 0; h < a_.n_heads; ++h) {
+      float* att = w.scores.data() + static_cast<size_t>(h) * n;
+      int t = 0;
+      for (; t + 8 <= n; t += 8) (F32x8::Load(att + t) / scale8).Store(att + t);
+      for (; t < n; ++t) att[t] /= scale;
+      Softmax(att, n);
+    }
+    WeightedSums(w, n, out);
+  }
+
+ private:
+  struct Workspace {
+    std::vector<float> scores;  // (n_heads, n), f32
+    std::vector<F32x8> acc;     // (n_heads, head_dim / 8, 4) accumulators
+    std::vector<float> tail;    // (n_heads, head_dim % 8) sums
+  };
+  static Workspace& Scratch() {
+    thread_local Workspace w;
+    return w;
+  }
+  const float* Keys(int p) const {
+    return KvPageLayout::keys(
+        a_.layout.page(a_.layer_base, a_.block_table[p].page));
+  }
+  const float* Values(int p) const {
+    return a_.layout.values(
+        a_.layout.page(a_.layer_base, a_.block_table[p].page));
+  }
+
+  // Asks for page p's K and V, if the query reads the page, to be fetched
+  // into the core's L2 while earlier pages are computed on: a decode step
+  // over many sequences finds their pages out of cache.
+  void Prefetch(int p, int n) const {
+    if (p * a_.layout.page_tokens >= n) return;
+    const char* block = reinterpret_cast<const char*>(Keys(p));
+    const size_t bytes = 2 * a_.layout.kv_floats() * sizeof(float);
+    for (size_t off = 0; off < bytes; off += 64)
+      _mm_prefetch(block + off, _MM_HINT_T1);
+  }
+
+  // q · k of every head for the `slots` tokens of page p (tokens from t).
+  void ScorePage(const float* q, int p, int t, int slots, int n,
+                 float* scores) const {
+    Prefetch(p + kPrefetchPages, n);
+    const float* keys = Keys(p);
+    for (int h = 0; h < a_.n_heads; ++h) {
+      const float* qh = q + static_cast<size_t>(h) * hd_;
+      const float* k = keys + static_cast<size_t>(h / kv_mul_) * hd_;
+      float* att = scores + static_cast<size_t>(h) * n + t;
+      int s = 0;
+      for (; s + 8 <= slots; s += 8)
+        Dot8(qh, k + s * kv_row_, kv_row_, hd_, att + s);
+      for (; s < slots; ++s) att[s] = Dot(qh, k + s * kv_row_, hd_);
+    }
+  }
+
+  // acc += att[u] * v_u for the tokens [t, end) of one page, one 8-lane
+  // chunk of a head (v at the page's first slot): token u goes to
+  // accumulator u % 4, by absolute position, so the sum never depends on
+  // page size or batch.
+  void AccumulatePage(const float* att, const float* v, int t, int end,
+                      F32x8* acc) const {
+    const size_t kv_row = kv_row_;
+    int u = t;
+    for (; u < end && (u & 3) != 0; ++u, v += kv_row) {
+      acc[u & 3] = MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), acc[u & 3]);
+    }
+    F32x8 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    for (; u + 4 <= end; u += 4, v += 4 * kv_row) {
+      a0 = MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), a0);
+      a1 = MulAdd(F32x8::Broadcast(att[u + 1]), F32x8::Load(v + kv_row), a1);
+      a2 =
+          MulAdd(F32x8::Broadcast(att[u + 2]), F32x8::Load(v + 2 * kv_row), a2);
+      a3 =
+          MulAdd(F32x8::Broadcast(att[u + 3]), F32x8::Load(v + 3 * kv_row), a3);
+    }
+    acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
+    for (; u < end; ++u, v += kv_row) {
+      acc[u & 3] = MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), acc[u & 3]);
+    }
+  }
+
+  // out = sum_t att[t] * v_t per head: 8-lane chunks with four accumulators
+  // combined as (a0 + a1) + (a2 + a3), then the lanes past the last chunk
+  // summed in token order.
+  void WeightedSums(Workspace& w, int n, float* out) const {
+    const int chunks = hd8_ / 8, rest = hd_ - hd8_;
+    const size_t accs = static_cast<size_t>(a_.n_heads) * chunks * 4;
+    w.acc.assign(accs, F32x8::Zero());
+    w.tail.assign(static_cast<size_t>(a_.n_heads) * rest, 0.0f);
+    const int pt = a_.layout.page_tokens;
+    for (int p = 0, t = 0; t < n; ++p, t += pt) {
       const int end = n - t < pt ? n : t + pt;  // absolute, exclusive
-      int u = t;
-      for (; u < end && (u & 3) != 0; ++u, v += kv_row) {
-        acc[u & 3] =
-            MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), acc[u & 3]);
-      }
-      F32x8 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
-      for (; u + 4 <= end; u += 4, v += 4 * kv_row) {
-        a0 = MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), a0);
-        a1 = MulAdd(F32x8::Broadcast(att[u + 1]), F32x8::Load(v + kv_row), a1);
-        a2 = MulAdd(F32x8::Broadcast(att[u + 2]), F32x8::Load(v + 2 * kv_row),
-                    a2);
-        a3 = MulAdd(F32x8::Broadcast(att[u + 3]), F32x8::Load(v + 3 * kv_row),
-                    a3);
-      }
-      acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
-      for (; u < end; ++u, v += kv_row) {
-        acc[u & 3] =
-            MulAdd(F32x8::Broadcast(att[u]), F32x8::Load(v), acc[u & 3]);
+      const float* values = Values(p);
+      for (int h = 0; h < a_.n_heads; ++h) {
+        const float* att = w.scores.data() + static_cast<size_t>(h) * n;
+        const float* v = values + static_cast<size_t>(h / kv_mul_) * hd_;
+        F32x8* acc = w.acc.data() + static_cast<size_t>(h) * chunks * 4;
+        for (int c = 0; c < chunks; ++c)
+          AccumulatePage(att, v + c * 8, t, end, acc + c * 4);
+        float* tail = w.tail.data() + static_cast<size_t>(h) * rest;
+        for (int i = 0; i < rest; ++i) {
+          const float* vi = v + hd8_ + i;
+          for (int u = t; u < end; ++u, vi += kv_row_) tail[i] += att[u] * *vi;
+        }
       }
     }
-    ((acc[0] + acc[1]) + (acc[2] + acc[3])).Store(xb + c);
-  }
-  for (int i = hd8; i < hd; ++i) {
-    float sum = 0.0f;
-    for (int p = 0, t = 0; t < n; ++p, t += pt) {
-      const float* v =
-          a.layout.values(a.layout.page(a.layer_base, a.block_table[p].page)) +
-          head_off + i;
-      const int slots = n - t < pt ? n - t : pt;
-      for (int s = 0; s < slots; ++s, v += kv_row) sum += att[t + s] * *v;
+    for (int h = 0; h < a_.n_heads; ++h) {
+      float* xb = out + static_cast<size_t>(h) * hd_;
+      const F32x8* acc = w.acc.data() + static_cast<size_t>(h) * chunks * 4;
+      for (int c = 0; c < chunks; ++c, acc += 4)
+        ((acc[0] + acc[1]) + (acc[2] + acc[3])).Store(xb + c * 8);
+      for (int i = 0; i < rest; ++i)
+        xb[hd8_ + i] = w.tail[static_cast<size_t>(h) * rest + i];
     }
-    xb[i] = sum;
   }
-}
+
+  const PagedAttentionArgs& a_;
+  const int hd_, hd8_, kv_mul_;
+  const size_t kv_row_;
+};
 
 }  // namespace
 
@@ -178,38 +281,9 @@ bool PagedAttention(const PagedAttentionArgs& a) {
     CHECK_LE((num_tokens + a.layout.page_tokens - 1) / a.layout.page_tokens,
              a.num_block_pages);
   }
-  const int hd = a.head_dim;
-  const int kv_mul = a.n_heads / a.n_kv_heads;
-  const int pt = a.layout.page_tokens;
-  const size_t kv_row = static_cast<size_t>(a.n_kv_heads) * hd;
-  const float scale = sqrtf(static_cast<float>(hd));
+  QueryAttention attention(a);
   for (int qi = 0; qi < a.num_queries; ++qi) {
-    const int n = a.first_pos + qi + 1;  // tokens this query attends to
-    const int pages = (n + pt - 1) / pt;
-    for (int h = 0; h < a.n_heads; ++h) {
-      const float* q = a.q + qi * q_row + static_cast<size_t>(h) * hd;
-      const size_t head_off = static_cast<size_t>(h / kv_mul) * hd;
-      float* att = a.scores;
-      // Scores, page by page: q · k for every token, then / sqrt(head_dim).
-      for (int p = 0, t = 0; p < pages; ++p, t += pt) {
-        const float* k = KvPageLayout::keys(a.layout.page(
-                             a.layer_base, a.block_table[p].page)) +
-                         head_off;
-        const int slots = n - t < pt ? n - t : pt;
-        int s = 0;
-        for (; s + 8 <= slots; s += 8)
-          Dot8(q, k + s * kv_row, kv_row, hd, att + t + s);
-        for (; s < slots; ++s) att[t + s] = Dot(q, k + s * kv_row, hd);
-      }
-      const F32x8 scale8 = F32x8::Broadcast(scale);
-      int t = 0;
-      for (; t + 8 <= n; t += 8) (F32x8::Load(att + t) / scale8).Store(att + t);
-      for (; t < n; ++t) att[t] /= scale;
-      Softmax(att, n);
-      // Weighted sum of values, accumulated in registers.
-      float* xb = a.out + qi * q_row + static_cast<size_t>(h) * hd;
-      WeightedSum(a, att, n, head_off, kv_row, xb);
-    }
+    attention.Run(a.q + qi * q_row, a.first_pos + qi + 1, a.out + qi * q_row);
   }
   return true;
 }

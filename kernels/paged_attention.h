@@ -79,7 +79,6 @@ bool WriteKvRow(char* layer_base, const KvPageLayout& layout, PageRef ref,
 struct PagedAttentionArgs {
   const float* q = nullptr;  // (num_queries, n_heads, head_dim), f32, RoPE'd
   float* out = nullptr;      // (num_queries, n_heads, head_dim), f32
-  float* scores = nullptr;   // scratch: (first_pos + num_queries), f32
   // Query i sits at position first_pos + i and attends to [0, first_pos + i]
   // (causal). Decode is num_queries == 1; prefill passes a whole chunk.
   int first_pos = 0;

@@ -4,6 +4,8 @@
 #include <immintrin.h>
 #endif
 
+#include <chrono>
+
 #include "common/check.h"
 
 namespace kvcanary::kernels {
@@ -15,10 +17,35 @@ inline void CpuRelax() {
 #endif
 }
 
-// Workers spin this many rounds for the next region before sleeping: long
-// enough to cover the gap between two matmuls of one forward pass, short
-// enough not to burn a core while the engine is idle.
-constexpr int kSpinRounds = 1 << 14;
+// Workers wait this long for the next region, spinning, before they sleep:
+// long enough to cover the gaps of a decode step (sampling a batch,
+// scheduling; waking a sleeping worker costs tens to hundreds of
+// microseconds on a VM), short enough not to burn a core while the engine
+// is idle.
+constexpr auto kWorkerSpinTime = std::chrono::microseconds(1000);
+// The caller waits for the workers' chunks spinning this long, then yields
+// its core between looks: a worker that shares the caller's core (a loaded
+// machine) then gets to run.
+constexpr auto kCallerSpinTime = std::chrono::microseconds(50);
+
+// Spins until done(); from `yield_after` on, yields between looks; returns
+// false if `limit` passed first.
+template <typename Done>
+bool SpinUntil(const Done& done, std::chrono::nanoseconds yield_after,
+               std::chrono::nanoseconds limit) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  for (int spin = 1;; ++spin) {
+    if (done()) return true;
+    if (spin % 64 != 0) {
+      CpuRelax();
+      continue;
+    }
+    const auto waited = Clock::now() - start;
+    if (waited >= limit) return done();
+    if (waited >= yield_after) std::this_thread::yield();
+  }
+}
 
 inline void Chunk(int n, int parts, int index, int* begin, int* end) {
   const int base = n / parts, extra = n % parts;
@@ -62,7 +89,8 @@ void ThreadPool::ParallelFor(int n, const std::function<void(int, int)>& fn) {
   int begin, end;
   Chunk(n, parts, 0, &begin, &end);
   if (begin < end) fn(begin, end);
-  while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+  SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; },
+            kCallerSpinTime, std::chrono::nanoseconds::max());
   job_ = nullptr;
 }
 
@@ -72,11 +100,12 @@ void ThreadPool::WorkerLoop(int index) {
   uint64_t seen = 0;
   while (true) {
     uint64_t now = seen;
-    for (int spin = 0; spin < kSpinRounds; ++spin) {
-      now = epoch_.load(std::memory_order_acquire);
-      if (now != seen) break;
-      CpuRelax();
-    }
+    SpinUntil(
+        [&] {
+          now = epoch_.load(std::memory_order_acquire);
+          return now != seen;
+        },
+        kWorkerSpinTime, kWorkerSpinTime);
     if (now == seen) {
       absl::MutexLock lock(&mu_);
       while (epoch_.load(std::memory_order_acquire) == seen) wake_.Wait(&mu_);

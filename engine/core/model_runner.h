@@ -1,8 +1,14 @@
 // Runs the llama forward pass over a batch of query rows from many
-// sequences at once: one matmul per weight per step for the whole batch,
-// attention per sequence through its block table, with the watermark check.
+// sequences at once: each weight matrix read once per step for many rows
+// (kernels/weight_matrix.h), attention per sequence through its block table
+// with the watermark check inside the kernel. A step whose sequences can be
+// shared out evenly (decoding) is split by sequences: each thread runs every
+// layer for its own rows and their attention, one fork per layer, and the
+// engine thread writes the layer's K/V between forks. Otherwise (a long
+// prefill, one sequence) the matmuls are split along output rows.
 //
-// Not thread-safe; owned by the engine thread (it drives the thread pool).
+// Not thread-safe; owned by the engine thread (it drives the thread pool;
+// inside Run the pool's threads touch disjoint rows and entries only).
 #ifndef KVCANARY_ENGINE_MODEL_MODEL_RUNNER_H_
 #define KVCANARY_ENGINE_MODEL_MODEL_RUNNER_H_
 
@@ -13,6 +19,7 @@
 #include "engine/core/scheduler.h"
 #include "engine/model/model.h"
 #include "kernels/thread_pool.h"
+#include "kernels/weight_matrix.h"
 
 namespace kvcanary::engine {
 
@@ -41,21 +48,43 @@ class ModelRunner {
  private:
   void EnsureCapacity(int rows, int entries);
   // Embeds every entry's query tokens into x_, row by row in entry order;
-  // fills entry_row_ and each row's position into *positions.
-  void EmbedRows(const Batch& batch, std::vector<int>* positions);
-  // Layer `l`'s attention block: norm, Q/K/V, RoPE, K/V written into the
-  // pages stamped by their sequence, paged attention, output, residual.
-  void AttentionBlock(const Batch& batch, int l,
-                      const std::vector<int>& positions,
-                      std::vector<bool>* refused);
-  // Layer `l`'s feed-forward block over `rows` rows, with its residual.
-  void FeedForwardBlock(int l, int rows);
-  void Attention(const Batch& batch, int layer, std::vector<bool>* refused);
+  // fills entry_row_ and positions_.
+  void EmbedRows(const Batch& batch);
+  // Rows [r0, r1) of layer l: attention norm, Q/K/V, RoPE. Matmuls split
+  // across `pool` when it is not null; the rest runs on the calling thread.
+  void QkvRows(int l, int r0, int r1, kernels::ThreadPool* pool);
+  // Every row's K/V of layer l into its page, stamped by its sequence. On
+  // the engine thread, before any attention of the layer reads a page.
+  void WriteKv(const Batch& batch, int l);
+  // Entry e's paged attention over layer `layer`, with the watermark check.
+  void AttendEntry(const Batch& batch, int layer, int e);
+  // Every entry's attention; across the pool when the work pays for it.
+  void Attention(const Batch& batch, int layer);
+  // Rows [r0, r1) of layer l after attention: output projection and
+  // residual, feed-forward norm, W1/W3, SwiGLU, W2 and residual.
+  void OutputAndFeedForwardRows(int l, int r0, int r1,
+                                kernels::ThreadPool* pool);
+  // Final norm of the last row of entries [e0, e1) into last_.
+  void FinalNorm(const Batch& batch, int e0, int e1);
+  // Whether the step can be split by sequences: contiguous runs of entries
+  // of about equal cost, one per thread, into split_.
+  bool SplitBySequence(const Batch& batch);
+  // The layers with each thread running whole layers for its own entries
+  // (one fork per layer, K/V written on the engine thread between).
+  void RunLayersBySequence(const Batch& batch);
+  // The layers with every matmul split across the threads along its output
+  // rows (a long prefill, a single sequence).
+  void RunLayersShared(const Batch& batch);
   // Tokens the entry's last query attends to (first_pos + num_tokens, or
   // more under the no-scrub-reuse fault).
   int AttendedTokens(const BatchEntry& entry) const;
   // page_write and (sampled) page_read events of one step.
   void TraceStep(const Batch& batch);
+
+  // One layer's matrices, prepared for the batched matmul.
+  struct LayerMatrices {
+    kernels::WeightMatrix wq, wk, wv, wo, w1, w2, w3;
+  };
 
   const Model* model_;
   const ModelConfig& cfg_;
@@ -63,6 +92,10 @@ class ModelRunner {
   kernels::ThreadPool* threads_;
   ModelRunnerOptions options_;
   std::vector<float> rope_;  // (seq_len, head_dim): RoPE (cos, sin) pairs
+  std::vector<LayerMatrices> layers_;  // (n_layers)
+  kernels::WeightMatrix classifier_;   // (vocab, dim)
+  double layer_row_macs_ = 0;  // multiply-adds of one row through a layer
+  int min_rows_per_part_ = 1;  // rows per thread for a split by sequences
 
   // Activations, grown on demand; rows = query rows of the step.
   std::vector<float> x_;        // (rows, dim) residual stream
@@ -74,9 +107,11 @@ class ModelRunner {
   std::vector<float> att_;      // (rows, dim) attention output
   std::vector<float> hb_;       // (rows, hidden)
   std::vector<float> hb2_;      // (rows, hidden)
-  std::vector<float> scores_;   // (entries, seq_len) attention scratch
   std::vector<float> last_;     // (entries, dim) final-normed last rows
-  std::vector<int> entry_row_;  // (entries) first row of each entry
+  std::vector<int> entry_row_;  // (entries + 1) first row of each entry
+  std::vector<int> positions_;  // (rows) position of each row
+  std::vector<char> refused_;   // (entries) attention refused (enforce)
+  std::vector<int> split_;      // (threads + 1) first entry of each part
 };
 
 }  // namespace kvcanary::engine

@@ -75,7 +75,7 @@ absl::Status CudaMatmulOnDevice(const MatmulArgs& device_args);
 // block-table page) and each violation is appended to *host_args.violations
 // in block-table order; in kEnforce any violation zeroes host_args.out and
 // sets *served = false. Otherwise *served = true and host_args.out holds the
-// attention. host_args.scores is not used (the scratch lives on the device).
+// attention.
 //
 // Simplicity over speed: each call copies the layer's page buffer, up to and
 // including the highest page the block table reads, to the device, and the

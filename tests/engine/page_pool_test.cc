@@ -41,12 +41,11 @@ std::vector<WatermarkViolation> Read(PagePool& pool,
                                      TenantId tenant, RequestId request,
                                      int pos, WatermarkMode mode,
                                      bool* served = nullptr) {
-  std::vector<float> q(16, 0.5f), out(16), scores(64);
+  std::vector<float> q(16, 0.5f), out(16);
   std::vector<WatermarkViolation> violations;
   kernels::PagedAttentionArgs a;
   a.q = q.data();
   a.out = out.data();
-  a.scores = scores.data();
   a.first_pos = pos;
   a.num_queries = 1;
   a.n_heads = 4;

@@ -390,9 +390,7 @@ class CudaPagedAttentionTest : public ::testing::TestWithParam<AttentionShape> {
   AttentionRun RunCpu(PagedAttentionArgs a) {
     AttentionRun r;
     r.out.assign(q_.size(), 1.0f);
-    std::vector<float> scores(a.first_pos + a.num_queries);
     a.out = r.out.data();
-    a.scores = scores.data();
     a.violations = &r.violations;
     r.served = PagedAttention(a);
     return r;
@@ -402,7 +400,6 @@ class CudaPagedAttentionTest : public ::testing::TestWithParam<AttentionShape> {
     AttentionRun r;
     r.out.assign(q_.size(), 1.0f);
     a.out = r.out.data();
-    a.scores = nullptr;  // not used
     a.violations = &r.violations;
     const absl::Status status = CudaPagedAttention(a, &r.served);
     EXPECT_TRUE(status.ok()) << status;

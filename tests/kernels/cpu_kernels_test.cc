@@ -148,6 +148,29 @@ TEST(ArgmaxTest, FirstIndexWinsTies) {
   EXPECT_EQ(Argmax(x.data(), 4), 1);
 }
 
+// The scan it replaced, the definition of the answer (NaN included).
+int ScalarArgmax(const float* x, int size) {
+  int best = 0;
+  for (int i = 1; i < size; ++i) {
+    if (x[i] > x[best]) best = i;
+  }
+  return best;
+}
+
+TEST(ArgmaxTest, AgreesWithTheScalarScanOnTiesZerosNansAndInfinities) {
+  std::mt19937 rng(11);
+  const float specials[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 2.0f};
+  for (int size : {1, 2, 7, 8, 9, 31, 512, 32000}) {
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<float> x(size);
+      for (float& v : x) v = static_cast<float>(rng() % 5) - 2.0f;
+      for (int k = 0; k < 3; ++k) x[rng() % size] = specials[rng() % 6];
+      ASSERT_EQ(Argmax(x.data(), size), ScalarArgmax(x.data(), size))
+          << "size " << size << " trial " << trial;
+    }
+  }
+}
+
 TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
   ThreadPool pool(2);
   for (int n : {0, 1, 2, 3, 100, 1001}) {

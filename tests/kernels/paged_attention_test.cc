@@ -67,11 +67,9 @@ class PagedAttentionTest : public ::testing::Test {
     std::uniform_real_distribution<float> dist(-1, 1);
     for (float& x : q_) x = dist(rng);
     out_.assign(q_.size(), 1.0f);
-    scores_.assign(64, 0.0f);
     PagedAttentionArgs a;
     a.q = q_.data();
     a.out = out_.data();
-    a.scores = scores_.data();
     a.first_pos = first_pos;
     a.num_queries = num_queries;
     a.n_heads = kHeads;
@@ -92,7 +90,7 @@ class PagedAttentionTest : public ::testing::Test {
   KvPageLayout layout_;
   std::vector<char> buffer_;
   std::vector<PageRef> table_;
-  std::vector<float> keys_, values_, q_, out_, scores_;
+  std::vector<float> keys_, values_, q_, out_;
   std::vector<WatermarkViolation> violations_;
 };
 

@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "bench/machine.h"
 #include "engine/core/engine.h"
 #include "engine/model/model.h"
 #include "kernels/paged_attention.h"
@@ -244,30 +245,13 @@ double Best(F f) {
   return best;
 }
 
-// The machine the figures come from: CPU model and logical CPUs from
-// /proc/cpuinfo, and the load average (other work skews every figure).
+// The load average (other work skews every figure), printed again at the
+// end of the run.
 std::string LoadAverage() {
   std::ifstream in("/proc/loadavg");
   std::string one, five, fifteen;
   in >> one >> five >> fifteen;
   return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
-}
-
-void PrintMachine() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, model = "unknown";
-  int cpus = 0;
-  while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "processor")) ++cpus;
-    if (model == "unknown" && absl::StartsWith(line, "model name")) {
-      model = std::string(absl::StripAsciiWhitespace(line.substr(
-          line.find(':') == std::string::npos ? line.size()
-                                              : line.find(':') + 1)));
-    }
-  }
-  if (cpus == 0) cpus = static_cast<int>(std::thread::hardware_concurrency());
-  std::printf("machine: %s, %d CPUs, load average %s\n", model.c_str(), cpus,
-              LoadAverage().c_str());
 }
 
 void Row(const std::string& figure, const std::string& value,
@@ -372,7 +356,7 @@ void Measure(const Setup& s) {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   using namespace kvcanary::engine;
-  PrintMachine();
+  kvcanary::bench::PrintMachine();
   for (absl::string_view name :
        absl::StrSplit(absl::GetFlag(FLAGS_models), ',')) {
     if (name == "260k") {

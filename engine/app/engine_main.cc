@@ -86,6 +86,9 @@ ABSL_FLAG(int, port, -1,
           "8000 for up, 0 for serve.");
 ABSL_FLAG(int, kv_port, 0,
           "Decode role: port for incoming KV transfers (0: any free port).");
+ABSL_FLAG(int, kv_listen_fd, -1,
+          "Decode role: an inherited listening socket to take KV transfers "
+          "on instead of binding --kv_port (set by up); -1: none.");
 ABSL_FLAG(std::string, tenants, "",
           "Tenants JSON file (docs/api.md); required by up and the router "
           "role.");
@@ -238,6 +241,7 @@ std::vector<std::string> ServeFlagNames() {
                                     "host",
                                     "port",
                                     "kv_port",
+                                    "kv_listen_fd",
                                     "tenants",
                                     "prefill",
                                     "decode",
@@ -430,6 +434,7 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   o.port =
       absl::GetFlag(FLAGS_port) >= 0 ? absl::GetFlag(FLAGS_port) : default_port;
   o.kv_port = absl::GetFlag(FLAGS_kv_port);
+  o.kv_listen_fd = absl::GetFlag(FLAGS_kv_listen_fd);
   o.model_path = absl::GetFlag(FLAGS_model);
   o.tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   o.context = absl::GetFlag(FLAGS_context);

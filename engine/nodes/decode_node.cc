@@ -211,7 +211,10 @@ absl::Status DecodeNode::Start() {
       ServeMetrics(
           server_.get(), options_.host, options_.metrics_port,
           [this] { return metrics_.Serialize(&loop_); }, &metrics_server_));
-  auto listener = kv::FrameListener::Listen(options_.host, options_.kv_port);
+  auto listener =
+      options_.kv_listen_fd >= 0
+          ? kv::FrameListener::FromFd(options_.kv_listen_fd)
+          : kv::FrameListener::Listen(options_.host, options_.kv_port);
   if (!listener.ok()) return listener.status();
   listener_ = *std::move(listener);
   kv_port_ = listener_->port();

@@ -53,6 +53,9 @@ struct DecodeNodeOptions {
   std::string host = "127.0.0.1";
   int http_port = 0;  // 0: any free port
   int kv_port = 0;
+  // A listening socket to adopt for KV transfers instead of binding
+  // kv_port (`up` passes the one it bound); -1: none.
+  int kv_listen_fd = -1;
   int max_prompt_tokens = 0;  // 0: context - 1
   int max_waiting = 256;
   int http_threads = 96;

@@ -1,11 +1,8 @@
 #include "engine/nodes/serve.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +22,7 @@
 #include "engine/nodes/router.h"
 #include "engine/nodes/supervisor.h"
 #include "engine/nodes/tenants.h"
+#include "engine/transfer/kv_connection.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -138,6 +136,7 @@ absl::Status RunServe(const ServeOptions& o) {
     d.name = o.node_name;
     d.prefill_urls = o.prefill_urls;
     d.kv_port = o.kv_port;
+    d.kv_listen_fd = o.kv_listen_fd;
     d.test_receive_delay = o.test_receive_delay;
     d.test_receive_bytes_per_s = o.test_receive_bytes_per_s;
     d.metadata_slots = o.metadata_slots;
@@ -239,29 +238,6 @@ std::string UpStatusPath() {
                       "/kvcanary-up-", getpid(), ".status.json");
 }
 
-// A port on `host` free now: bound to 0, read back, released. (Another
-// process could take it before the node binds it; the node then fails to
-// start, loudly.)
-absl::StatusOr<int> PickFreePort(const std::string& host) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError("socket failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  if (::inet_pton(AF_INET, host.c_str(), &addr.sin_addr) != 1) {
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  }
-  socklen_t len = sizeof(addr);
-  const bool ok =
-      ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  if (!ok) {
-    return absl::UnavailableError(absl::StrCat("no free port on ", host));
-  }
-  return static_cast<int>(ntohs(addr.sin_port));
-}
-
 // The deployment's secrets for `up`: the operator's files, or fresh ones in
 // a private directory (removed with it). With --tls and no certificate
 // files, a fresh CA and node certificate there too.
@@ -342,8 +318,12 @@ absl::Status RunUp(const ServeOptions& o,
   node.push_back("--trace_token_file=" + secrets.trace_file());
   node.push_back(absl::StrCat("--max_trace_readers=", o.max_trace_readers));
   // The prefill node's configuration names the decode node's KV port, and
-  // the decode node's names the prefill node: the KV port is chosen first.
-  ASSIGN_OR_RETURN(const int kv_port, PickFreePort(o.host));
+  // the decode node's names the prefill node: the KV port is bound first,
+  // here, and the socket handed to the decode process (and to each restart
+  // of it), so no other process can take the port in between.
+  ASSIGN_OR_RETURN(std::unique_ptr<kv::FrameListener> kv_listener,
+                   kv::FrameListener::Listen(o.host, 0));
+  const int kv_port = kv_listener->port();
   std::vector<std::string> prefill_args = node;
   prefill_args.push_back(
       absl::StrCat("--decode_kv=decode-0=", o.host, ":", kv_port));
@@ -354,9 +334,10 @@ absl::Status RunUp(const ServeOptions& o,
       absl::StrCat(scheme, o.host, ":", prefill_ready.http_port);
   std::vector<std::string> decode_args = node;
   decode_args.push_back("--prefill=" + prefill_url);
-  decode_args.push_back(absl::StrCat("--kv_port=", kv_port));
+  decode_args.push_back(absl::StrCat("--kv_listen_fd=", kv_listener->fd()));
   decode_args.push_back("--name=decode-0");
-  ASSIGN_OR_RETURN(const int decode, children.Spawn("decode", decode_args));
+  ASSIGN_OR_RETURN(const int decode,
+                   children.Spawn("decode", decode_args, kv_listener->fd()));
   ASSIGN_OR_RETURN(const ReadyLine decode_ready,
                    children.WaitReady(decode, absl::Seconds(60)));
   const std::string decode_url =

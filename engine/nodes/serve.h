@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string host = "127.0.0.1";
   int port = 0;
   int kv_port = 0;             // decode
+  int kv_listen_fd = -1;       // decode: an inherited KV listener (up)
   std::string model_path;      // llama2.c or GGUF; empty: the default
   std::string tokenizer_path;  // empty: the GGUF's own (or the default's)
   int context = 0;             // 0: the model's (engine/model_loader.h)

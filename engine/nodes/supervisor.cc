@@ -65,14 +65,16 @@ std::string DescribeExit(int wait_status) {
 std::vector<std::string> PinPorts(const std::vector<std::string>& args,
                                   const ReadyLine& ready) {
   std::vector<std::string> out;
+  bool inherited_kv = false;
   for (const std::string& a : args) {
     if (absl::StartsWith(a, "--port=") || absl::StartsWith(a, "--kv_port=")) {
       continue;
     }
+    inherited_kv = inherited_kv || absl::StartsWith(a, "--kv_listen_fd=");
     out.push_back(a);
   }
   out.push_back(absl::StrCat("--port=", ready.http_port));
-  if (ready.kv_port > 0)
+  if (ready.kv_port > 0 && !inherited_kv)
     out.push_back(absl::StrCat("--kv_port=", ready.kv_port));
   return out;
 }
@@ -83,10 +85,12 @@ Supervisor::Supervisor(SupervisorOptions options)
 Supervisor::~Supervisor() { StopAll(); }
 
 absl::StatusOr<int> Supervisor::Spawn(const std::string& role,
-                                      std::vector<std::string> args) {
+                                      std::vector<std::string> args,
+                                      int inherit_fd) {
   Child c;
   c.role = role;
   c.args = std::move(args);
+  c.inherit_fd = inherit_fd;
   absl::Status started = StartProcess(c);
   if (!started.ok()) return started;
   children_.push_back(std::move(c));
@@ -100,6 +104,7 @@ absl::Status Supervisor::StartProcess(Child& c) {
                                      "--role=" + c.role};
   argv_s.insert(argv_s.end(), c.args.begin(), c.args.end());
   const pid_t parent = getpid();
+  const int inherit_fd = c.inherit_fd;
   const pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
@@ -111,6 +116,8 @@ absl::Status Supervisor::StartProcess(Child& c) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);
     dup2(fds[1], STDOUT_FILENO);
+    // Ours is close-on-exec; the child's copy is not.
+    if (inherit_fd >= 0 && fcntl(inherit_fd, F_SETFD, 0) != 0) _exit(1);
     signal(SIGPIPE, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);

@@ -53,7 +53,8 @@ std::optional<ReadyLine> ParseReadyLine(absl::string_view line);
 // How a process ended, from its wait status: "signal 9", "code 1".
 std::string DescribeExit(int wait_status);
 
-// `args` without any --port= or --kv_port=, then the ports of `ready`.
+// `args` without any --port= or --kv_port=, then the ports of `ready` (no
+// --kv_port where `args` pass an inherited KV listener, --kv_listen_fd=).
 std::vector<std::string> PinPorts(const std::vector<std::string>& args,
                                   const ReadyLine& ready);
 
@@ -71,9 +72,11 @@ class Supervisor {
   Supervisor& operator=(const Supervisor&) = delete;
 
   // Starts `serve --role=<role> <args>` and returns its index. Its stdout is
-  // read for the ready line; its stderr is ours.
+  // read for the ready line; its stderr is ours. `inherit_fd` (-1: none),
+  // a descriptor of ours, stays open under the same number in this child
+  // and in every restart of it; it must outlive the supervisor's children.
   absl::StatusOr<int> Spawn(const std::string& role,
-                            std::vector<std::string> args);
+                            std::vector<std::string> args, int inherit_fd = -1);
   // Waits for child `index`'s ready line (kUnavailable if it dies or stays
   // silent); from then on, a restart of it binds the same ports.
   absl::StatusOr<ReadyLine> WaitReady(int index, absl::Duration timeout);
@@ -88,6 +91,7 @@ class Supervisor {
   struct Child {
     std::string role;
     std::vector<std::string> args;  // with the ports pinned once ready
+    int inherit_fd = -1;
     State state = State::kStarting;
     pid_t pid = -1;
     int stdout_fd = -1;

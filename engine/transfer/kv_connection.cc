@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -560,25 +561,60 @@ absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::Listen(
     int one = 1;
     (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     SetBufferSizes(fd);  // accepted connections inherit them
-    sockaddr_storage bound;
-    socklen_t len = sizeof(bound);
     if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
-        ::listen(fd, SOMAXCONN) != 0 ||
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+        ::listen(fd, SOMAXCONN) != 0) {
       last = SocketErrorToStatus(errno, what);
       ::close(fd);
       continue;
     }
-    const int bound_port =
-        bound.ss_family == AF_INET6
-            ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    return std::unique_ptr<FrameListener>(new FrameListener(fd, bound_port));
+    return Adopt(fd);
   }
   return last;
 }
 
-FrameListener::~FrameListener() { ::close(fd_); }
+absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::FromFd(int fd) {
+  int listening = 0;
+  socklen_t optlen = sizeof(listening);
+  if (fd < 0 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 ||
+      listening == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv listen: fd ", fd, " is not a listening socket"));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
+      ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
+    return SocketErrorToStatus(errno, absl::StrCat("kv listen: fd ", fd));
+  }
+  return Adopt(fd);
+}
+
+// Takes ownership of listening socket `fd` (closed on error).
+absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::Adopt(int fd) {
+  sockaddr_storage bound;
+  socklen_t len = sizeof(bound);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return SocketErrorToStatus(err, "kv listen: getsockname");
+  }
+  const int wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    const int err = errno;
+    ::close(fd);
+    return SocketErrorToStatus(err, "kv listen: eventfd");
+  }
+  const int port =
+      bound.ss_family == AF_INET6
+          ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+          : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return std::unique_ptr<FrameListener>(new FrameListener(fd, port, wake));
+}
+
+FrameListener::~FrameListener() {
+  ::close(fd_);
+  ::close(wake_fd_);
+}
 
 absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(
     absl::Duration timeout) {
@@ -586,7 +622,14 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(
   while (true) {
     if (closed_.load())
       return absl::CancelledError("kv accept: listener closed");
-    RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, "kv accept"));
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    const int rc = ::poll(p, 2, PollTimeoutMs(deadline));
+    if (rc < 0 && errno != EINTR) {
+      return SocketErrorToStatus(errno, "kv accept: poll");
+    }
+    if (rc == 0 && absl::Now() >= deadline) {
+      return absl::DeadlineExceededError("kv accept: timed out");
+    }
     if (closed_.load())
       return absl::CancelledError("kv accept: listener closed");
     const int fd =
@@ -608,10 +651,12 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(
 }
 
 void FrameListener::Close() {
-  // shutdown() on a listening socket wakes a poll() blocked on it in
-  // Accept; the fd itself stays open until the destructor, so it cannot be
-  // reused under that poll.
-  if (!closed_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);
+  // The fds stay open until the destructor, so neither can be reused
+  // under a poll in Accept.
+  if (!closed_.exchange(true)) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
 }
 
 }  // namespace kvcanary::engine::kv

@@ -148,12 +148,19 @@ class FrameListener {
   // interfaces) and listens. kUnavailable if the address is in use.
   static absl::StatusOr<std::unique_ptr<FrameListener>> Listen(
       const std::string& host, int port);
+  // Adopts `fd`, a listening TCP socket another process bound (`up` binds
+  // the KV port once and hands it to every decode process it starts, so no
+  // other process can take the port between a pick and a bind, nor during
+  // a restart). kInvalidArgument if `fd` is not a listening socket.
+  static absl::StatusOr<std::unique_ptr<FrameListener>> FromFd(int fd);
 
   ~FrameListener();
   FrameListener(const FrameListener&) = delete;
   FrameListener& operator=(const FrameListener&) = delete;
 
   int port() const { return port_; }
+  // The listening socket (close-on-exec; owned by this listener).
+  int fd() const { return fd_; }
   // The next connection; kDeadlineExceeded on timeout, kCancelled once
   // Close() has been called.
   absl::StatusOr<std::unique_ptr<FrameConnection>> Accept(
@@ -162,10 +169,16 @@ class FrameListener {
   void Close();
 
  private:
-  FrameListener(int fd, int port) : fd_(fd), port_(port) {}
+  FrameListener(int fd, int port, int wake_fd)
+      : fd_(fd), port_(port), wake_fd_(wake_fd) {}
+  static absl::StatusOr<std::unique_ptr<FrameListener>> Adopt(int fd);
 
   const int fd_;
   const int port_;
+  // An eventfd Close() signals to wake Accept. (Not shutdown() of the
+  // socket: an adopted one is shared with the process that bound it, and
+  // must go on listening for the next process it is handed to.)
+  const int wake_fd_;
   std::atomic<bool> closed_{false};
 };
 

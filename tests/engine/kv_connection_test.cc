@@ -270,6 +270,44 @@ TEST(FrameListenerTest, CloseFromAnotherThreadUnblocksAccept) {
             absl::StatusCode::kCancelled);
 }
 
+TEST(FrameListenerTest, AnAdoptedSocketKeepsListeningForItsOwnerAfterClose) {
+  // `up` binds the KV port and hands a copy of the socket to each decode
+  // process it starts: closing one process's listener must not stop the
+  // socket listening for the next.
+  absl::StatusOr<std::unique_ptr<FrameListener>> owner =
+      FrameListener::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  absl::StatusOr<std::unique_ptr<FrameListener>> first =
+      FrameListener::FromFd(::dup((*owner)->fd()));
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)->port(), (*owner)->port());
+  absl::Status status;
+  std::thread acceptor(
+      [&] { status = (*first)->Accept(absl::InfiniteDuration()).status(); });
+  absl::SleepFor(absl::Milliseconds(50));
+  (*first)->Close();
+  acceptor.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  first->reset();
+
+  absl::StatusOr<std::unique_ptr<FrameListener>> second =
+      FrameListener::FromFd(::dup((*owner)->fd()));
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<std::unique_ptr<FrameConnection>> client =
+      FrameConnection::Connect("127.0.0.1", (*owner)->port(), kLong);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE((*second)->Accept(kLong).ok());
+}
+
+TEST(FrameListenerTest, AdoptingAnythingButAListeningSocketIsInvalidArgument) {
+  EXPECT_EQ(FrameListener::FromFd(-1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const int unbound = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(FrameListener::FromFd(unbound).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ::close(unbound);
+}
+
 TEST(FrameConnectionTest, FromFdCarriesFramesOverASocketPair) {
   int fds[2];
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);

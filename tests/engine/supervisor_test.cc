@@ -69,6 +69,11 @@ TEST(PinPortsTest, ReplacesPortFlagsWithTheBoundPorts) {
             (std::vector<std::string>{"--tenants=t.json", "--port=8000"}));
 }
 
+TEST(PinPortsTest, AnInheritedKvListenerIsNotPinnedToAPort) {
+  EXPECT_EQ(PinPorts({"--port=0", "--kv_listen_fd=5"}, {4001, 4002}),
+            (std::vector<std::string>{"--kv_listen_fd=5", "--port=4001"}));
+}
+
 SupervisorStatus Example() {
   SupervisorStatus s;
   s.pid = 100;

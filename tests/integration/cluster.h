@@ -86,16 +86,32 @@ inline std::string ReadFirstLine(const std::string& path) {
 
 // A port on 127.0.0.1 nothing listens on right now (for servers that
 // cannot take 0, and KV ports a configuration names before the node starts).
+// Drawn at random below the kernel's ephemeral range: a port there is never
+// handed out to the many sockets parallel tests bind to port 0, so between
+// this pick and the server's bind only another such pick could take it.
 inline int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  int low = 32768;  // Linux's default ip_local_port_range
+  {
+    std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+    int lo = 0;
+    if (range >> lo && lo > 12000) low = lo;
+  }
+  static std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> pick(10000, low - 1);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = pick(rng);
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free =
+        bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    close(fd);
+    if (free) return port;
+  }
+  ADD_FAILURE() << "no free port below " << low;
+  return 0;
 }
 
 // A child process running the engine binary, with its stdout lines.

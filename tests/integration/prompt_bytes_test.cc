@@ -46,7 +46,9 @@ TEST_F(PromptBytesTest, EveryLatin1CharacterIsCountedNoneCutAtANul) {
     for (int c = first; c < first + 64; ++c) text += Utf8(c);
     const nlohmann::json body = {{"prompt", text}, {"max_tokens", 1}};
     // nlohmann escapes control characters as \u00XX, as clients send them.
-    if (first == 0) ASSERT_NE(body.dump().find("\\u0000"), std::string::npos);
+    if (first == 0) {
+      ASSERT_NE(body.dump().find("\\u0000"), std::string::npos);
+    }
     HttpResult r =
         Post(cluster_->router(), "/v1/completions", body.dump(), "sk-acme");
     ASSERT_EQ(r.status, 200) << "from U+" << first << " " << r.body;

@@ -200,7 +200,9 @@ TEST_P(SupervisionTest, KilledChildIsRestartedAndServiceReturns) {
   int served_after = 0;
   std::set<uint64_t> ids;
   for (const Load::Answer& a : answers) {
-    if (a.id != 0) EXPECT_TRUE(ids.insert(a.id).second) << "id reused " << a.id;
+    if (a.id != 0) {
+      EXPECT_TRUE(ids.insert(a.id).second) << "id reused " << a.id;
+    }
     if (a.status == 200) {
       EXPECT_EQ(a.text, expected[a.ask]) << "ask " << a.ask;
       ++served_after;

@@ -5,7 +5,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libabsl-dev libre2-dev libisal-dev libsqlite3-dev libcurl4-openssl-dev libssl-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev libboost1.74-dev prometheus clang-format clang
+  nlohmann-json3-dev libcpp-httplib-dev libboost1.74-dev
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev prometheus clang-format clang
   chromium fonts-dejavu-core python3-jsonschema python3-regex curl openssl
 )
 missing=()

@@ -1,0 +1,274 @@
+#include "auditor/kv_events_subscriber.h"
+
+#include <zmq.h>
+
+#include <cstring>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/check.h"
+#include "zmq.hpp"
+#include "zmq_addon.hpp"
+
+namespace kvcanary::auditor::kv_events {
+namespace {
+
+int64_t NowUs() { return absl::ToUnixMicros(absl::Now()); }
+
+absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
+  if (!absl::StartsWith(ep, "tcp://") && !absl::StartsWith(ep, "ipc://")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-events: ", what, " '", ep, "' is not tcp://HOST:PORT"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> Frames(std::vector<zmq::message_t>& msgs) {
+  std::vector<std::string> out;
+  out.reserve(msgs.size());
+  for (zmq::message_t& m : msgs) out.push_back(m.to_string());
+  return out;
+}
+
+void SetCommon(zmq::socket_t& s, const SubscriberOptions& o) {
+  s.set(zmq::sockopt::linger, 0);
+  if (!o.password.empty()) {
+    s.set(zmq::sockopt::plain_username, o.username);
+    s.set(zmq::sockopt::plain_password, o.password);
+  }
+}
+
+// Waits for the handshake on a socket being monitored at `monitor`.
+absl::Status AwaitHandshake(zmq::socket_t& monitor, absl::Duration timeout,
+                            const std::string& endpoint) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    zmq::pollitem_t item{monitor.handle(), 0, ZMQ_POLLIN, 0};
+    const long ms = std::max<long>(
+        1,
+        static_cast<long>(absl::ToInt64Milliseconds(deadline - absl::Now())));
+    zmq::poll(&item, 1, std::chrono::milliseconds(ms));
+    if ((item.revents & ZMQ_POLLIN) == 0) continue;
+    std::vector<zmq::message_t> ev;
+    if (!zmq::recv_multipart(monitor, std::back_inserter(ev))) continue;
+    if (ev.empty() || ev[0].size() < 2) continue;
+    uint16_t event = 0;
+    std::memcpy(&event, ev[0].data(), sizeof(event));
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) return absl::OkStatus();
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH ||
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+        event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "kv events ", endpoint,
+          ": the publisher refused the handshake (credentials: a stream that "
+          "requires them needs --kv-events-token-file; one that does not "
+          "must get none)"));
+    }
+  }
+  return absl::UnavailableError(absl::StrCat("kv events ", endpoint,
+                                             ": no publisher answered in ",
+                                             absl::FormatDuration(timeout)));
+}
+
+}  // namespace
+
+absl::StatusOr<SubscriberOptions> ParseKvEventsFlag(absl::string_view flag) {
+  SubscriberOptions o;
+  bool first = true;
+  for (absl::string_view part : absl::StrSplit(flag, ',')) {
+    if (first) {
+      o.endpoint = std::string(part);
+      first = false;
+      continue;
+    }
+    if (absl::ConsumePrefix(&part, "replay=")) {
+      o.replay_endpoint = std::string(part);
+      if (auto s = CheckEndpoint("replay", part); !s.ok()) return s;
+    } else if (absl::ConsumePrefix(&part, "topic=")) {
+      o.topic = std::string(part);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--kv-events: unknown part '", part,
+          "' (tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T])"));
+    }
+  }
+  if (auto s = CheckEndpoint("endpoint", o.endpoint); !s.ok()) return s;
+  return o;
+}
+
+struct Subscriber::Sockets {
+  zmq::context_t context{1};
+  zmq::socket_t sub{context, zmq::socket_type::sub};
+  std::unique_ptr<zmq::socket_t> replay;  // connected on first use
+  bool have_seq = false;
+  int64_t expected = 0;
+};
+
+Subscriber::Subscriber(SubscriberOptions options, Ledger* ledger)
+    : options_(std::move(options)), ledger_(ledger) {}
+
+Subscriber::~Subscriber() { Stop(); }
+
+absl::Status Subscriber::Start() {
+  CHECK(sockets_ == nullptr);
+  auto s = std::make_unique<Sockets>();
+  try {
+    SetCommon(s->sub, options_);
+    s->sub.set(zmq::sockopt::rcvhwm, 1000000);
+    s->sub.set(zmq::sockopt::subscribe, options_.topic);
+    const std::string mon = absl::StrCat("inproc://kv-events-monitor-",
+                                         reinterpret_cast<uintptr_t>(this));
+    CHECK(zmq_socket_monitor(s->sub.handle(), mon.c_str(),
+                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0);
+    zmq::socket_t monitor(s->context, zmq::socket_type::pair);
+    monitor.set(zmq::sockopt::linger, 0);
+    monitor.connect(mon);
+    s->sub.connect(options_.endpoint);
+    absl::Status hs =
+        AwaitHandshake(monitor, options_.connect_timeout, options_.endpoint);
+    zmq_socket_monitor(s->sub.handle(), nullptr, 0);
+    if (!hs.ok()) return hs;
+  } catch (const zmq::error_t& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv events ", options_.endpoint, ": ", e.what()));
+  }
+  // The subscription travels after the handshake; give it a moment to
+  // reach the publisher before anyone counts on what follows.
+  absl::SleepFor(absl::Milliseconds(100));
+  sockets_ = std::move(s);
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void Subscriber::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  sockets_.reset();
+}
+
+void Subscriber::WaitQuiet(absl::Duration quiet, absl::Duration max) const {
+  const absl::Time deadline = absl::Now() + max;
+  while (absl::Now() < deadline) {
+    const absl::Time last = absl::FromUnixMicros(last_message_us_.load());
+    const absl::Duration since = absl::Now() - last;
+    if (since >= quiet) return;
+    absl::SleepFor(std::min(quiet - since, deadline - absl::Now()));
+  }
+}
+
+void Subscriber::Loop() {
+  while (!stop_.load()) {
+    zmq::pollitem_t item{sockets_->sub.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    if ((item.revents & ZMQ_POLLIN) == 0) continue;
+    // Drain what is queued before polling again.
+    for (int i = 0; i < 1024 && !stop_.load(); ++i) {
+      std::vector<zmq::message_t> msgs;
+      if (!zmq::recv_multipart(sockets_->sub, std::back_inserter(msgs),
+                               zmq::recv_flags::dontwait)) {
+        break;
+      }
+      last_message_us_ = NowUs();
+      OnMessage(Frames(msgs));
+    }
+  }
+}
+
+void Subscriber::Ingest(int64_t seq, const std::string& payload) {
+  absl::StatusOr<Batch> batch = DecodeBatch(payload);
+  if (!batch.ok()) {
+    ledger_->RecordUndecodable(seq, std::string(batch.status().message()),
+                               NowUs());
+    return;
+  }
+  ledger_->Ingest(seq, *batch, NowUs());
+}
+
+void Subscriber::OnMessage(const std::vector<std::string>& frames) {
+  Sockets& s = *sockets_;
+  if (frames.size() != 3) {
+    ledger_->RecordUndecodable(
+        s.expected,
+        absl::StrCat("a message of ", frames.size(),
+                     " frames (topic, sequence, payload expected)"),
+        NowUs());
+    return;
+  }
+  absl::StatusOr<int64_t> seq = DecodeSequence(frames[1]);
+  if (!seq.ok() || *seq < 0) {
+    ledger_->RecordUndecodable(s.expected, "a bad sequence frame", NowUs());
+    return;
+  }
+  if (!s.have_seq) {
+    s.have_seq = true;  // joined mid-stream: what came before is not ours
+  } else if (*seq < s.expected) {
+    ledger_->RecordRestart(s.expected - 1, *seq, NowUs());
+    if (*seq > 0) Recover(0, *seq - 1);
+  } else if (*seq > s.expected) {
+    Recover(s.expected, *seq - 1);
+  }
+  Ingest(*seq, frames[2]);
+  s.expected = *seq + 1;
+}
+
+void Subscriber::Recover(int64_t from, int64_t to) {
+  Sockets& s = *sockets_;
+  std::map<int64_t, std::string> got;
+  if (!options_.replay_endpoint.empty()) {
+    try {
+      if (s.replay == nullptr) {
+        s.replay = std::make_unique<zmq::socket_t>(s.context,
+                                                   zmq::socket_type::dealer);
+        SetCommon(*s.replay, options_);
+        s.replay->connect(options_.replay_endpoint);
+      }
+      // vLLM's replay protocol: (empty delimiter, start sequence); answers
+      // (empty, seq, payload) per buffered batch from there, then seq -1.
+      const std::string start = EncodeSequence(from);
+      s.replay->send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
+      s.replay->send(zmq::buffer(start), zmq::send_flags::none);
+      const absl::Time deadline = absl::Now() + options_.replay_timeout;
+      while (absl::Now() < deadline) {
+        zmq::pollitem_t item{s.replay->handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(20));
+        if ((item.revents & ZMQ_POLLIN) == 0) continue;
+        std::vector<zmq::message_t> msgs;
+        if (!zmq::recv_multipart(*s.replay, std::back_inserter(msgs))) break;
+        std::vector<std::string> f = Frames(msgs);
+        if (!f.empty() && f[0].empty() && f.size() == 3) f.erase(f.begin());
+        if (f.size() != 2) continue;
+        absl::StatusOr<int64_t> seq = DecodeSequence(f[0]);
+        if (!seq.ok()) continue;
+        if (*seq == -1) break;
+        if (*seq >= from && *seq <= to) got.emplace(*seq, std::move(f[1]));
+      }
+    } catch (const zmq::error_t&) {
+      got.clear();  // the gap stays: recorded below as missing
+    }
+  }
+  ledger_->CountReplayed(static_cast<int64_t>(got.size()));
+  int64_t next = from;
+  bool missing = false;
+  for (auto& [seq, payload] : got) {
+    if (seq > next) {
+      ledger_->RecordGap(next, seq - 1, false, NowUs());
+      missing = true;
+    }
+    Ingest(seq, payload);
+    next = seq + 1;
+  }
+  if (next <= to) {
+    ledger_->RecordGap(next, to, false, NowUs());
+  } else if (!missing) {
+    ledger_->RecordGap(from, to, true, NowUs());
+  }
+}
+
+}  // namespace kvcanary::auditor::kv_events

@@ -34,6 +34,7 @@
 #include "common/cli.h"
 #include "common/http_server.h"
 #include "common/status_macros.h"
+#include "storage/ed25519_key.h"
 #include "storage/evidence_store.h"
 
 ABSL_FLAG(std::string, target, "",
@@ -88,14 +89,12 @@ ABSL_FLAG(int, max_ladder_tokens, 16384,
           "target advertises no limit.");
 ABSL_FLAG(std::string, json, "",
           "Write the campaign-result document (docs/reports.md) to this file.");
-ABSL_FLAG(std::string, junit, "",
-          "Write JUnit XML (one test case per detector and tenant) to this "
-          "file.");
-ABSL_FLAG(std::string, html, "",
-          "Write a self-contained HTML report to this file.");
+ABSL_FLAG(
+    std::string, junit, "",
+    "Write JUnit XML (a test case per detector and tenant) to this file.");
+ABSL_FLAG(std::string, html, "", "Write a self-contained HTML report here.");
 ABSL_FLAG(int, max_incident_lines, 50,
-          "Incident lines, and failed check lines, printed at most (the rest "
-          "are in the reports).");
+          "Incident and failed check lines printed at most (rest: reports).");
 ABSL_FLAG(double, interval, 300, "sidecar: seconds between campaign starts.");
 ABSL_FLAG(int, metrics_port, 9464,
           "sidecar: port for /metrics and /health (0: any free port, printed "
@@ -137,6 +136,10 @@ ABSL_FLAG(uint64_t, seed, 0,
 ABSL_FLAG(int, prefix_tokens, 0,
           "cache-audit: tokens of the primed prefix (0: sized from the "
           "limit).");
+ABSL_FLAG(std::string, kv_events, "",
+          "cache-audit: the engine's KV event stream, tcp://H:P[,replay=tcp://"
+          "H:P][,topic=T][,pairs=N] (docs/kv-events.md; its password: "
+          "--trace-token-file).");
 ABSL_FLAG(std::string, log, "", "forensics: the request log to read.");
 ABSL_FLAG(std::string, mapping, "",
           "forensics: a field mapping file for another engine's log "
@@ -233,8 +236,8 @@ std::vector<Subcommand> AuditSubcommands() {
        "Whether the prompt cache lets one tenant's prompt speed up "
        "another's: first-token timing (KS test) and reported cached tokens.",
        with_reports({"target", "tenants", "model", "timeout", "alpha",
-                     "max_samples", "prefix_tokens", "seed",
-                     "max_consecutive_failures"}),
+                     "max_samples", "prefix_tokens", "seed", "kv_events",
+                     "trace_token_file", "max_consecutive_failures"}),
        {}},
       {"forensics",
        "Reads request logs and counts requests with a silent-contamination "
@@ -474,13 +477,7 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << content;
-  out.close();
-  if (!out) {
-    return absl::UnavailableError(absl::StrCat("cannot write ", path));
-  }
-  return absl::OkStatus();
+  return storage::WriteFileAtomically(path, content, 0644);  // whole or none
 }
 
 // The --json/--junit/--html reports of `r`. An unwritable report is an
@@ -592,6 +589,10 @@ int CacheAudit() {
   o.max_samples = absl::GetFlag(FLAGS_max_samples);
   o.prefix_tokens = absl::GetFlag(FLAGS_prefix_tokens);
   o.seed = absl::GetFlag(FLAGS_seed);
+  auto kv = kv_events::KvEventsFromFlags(absl::GetFlag(FLAGS_kv_events),
+                                         absl::GetFlag(FLAGS_trace_token_file));
+  if (!kv.ok()) return Fail(kv.status());
+  o.kv_events = *std::move(kv);
   if (!(o.alpha > 0 && o.alpha < 1) || o.max_samples < 1 ||
       o.prefix_tokens < 0) {
     return Fail(absl::InvalidArgumentError(

@@ -73,6 +73,8 @@ class CacheAudit {
 
   absl::Status Steps();
   absl::Status Size();
+  // The kv_events probe pairs, where a stream was given.
+  absl::Status KvEvents();
   absl::Status Sample(CacheArm arm, int round);
   absl::Status Round(int round);
   // Runs the tests at look `look`; sets the level when they decide.
@@ -105,6 +107,9 @@ class CacheAudit {
   std::vector<int> prime_tokens_;
   int64_t next_probe_ = 0;
   std::vector<int64_t> probe_times_, error_times_;
+  kv_events::Ledger kv_ledger_;
+  std::unique_ptr<kv_events::Subscriber> kv_subscriber_;
+  std::optional<kv_events::KvEventsOutcome> kv_out_;
   CampaignResult r_;
 };
 
@@ -348,6 +353,34 @@ absl::Status CacheAudit::Look(size_t look, bool last) {
   return Record("cache_look", std::move(row), true);
 }
 
+absl::Status CacheAudit::KvEvents() {
+  if (o_.kv_events.endpoint.empty()) return absl::OkStatus();
+  kv_subscriber_ =
+      std::make_unique<kv_events::Subscriber>(o_.kv_events, &kv_ledger_);
+  RETURN_IF_ERROR(kv_subscriber_->Start());
+  kv_events::KvEventsProbeOptions po;
+  po.pairs = o_.kv_events.pairs;
+  // A prefix of most of the sized one: several blocks on any engine.
+  po.prefix_units = std::max(8, out_.sizing.units);
+  Progress(absl::StrFormat("kv_events: %d probe pairs against %s", po.pairs,
+                           o_.kv_events.endpoint));
+  ASSIGN_OR_RETURN(
+      kv_out_,
+      kv_events::RunKvEventsProbes(
+          session_, tenant(0), tenant(1), *kv_subscriber_, kv_ledger_, po,
+          [this](int units) { return Prefix(units); }, log_.get()));
+  kv_subscriber_->Stop();
+  for (Finding& f : kv_events::KvEventsFindings(*kv_out_)) {
+    RETURN_IF_ERROR(AddFinding(std::move(f)));
+  }
+  Progress(absl::StrFormat(
+      "kv_events: %d shared, %d isolated of %d pairs (%d block pairs "
+      "checked)",
+      kv_out_->shared(), kv_out_->isolated(), po.pairs,
+      kv_out_->block_pairs_checked()));
+  return absl::OkStatus();
+}
+
 absl::Status CacheAudit::Steps() {
   if (o_.target.tenants.size() < 2) {
     return absl::InvalidArgumentError(
@@ -373,6 +406,7 @@ absl::Status CacheAudit::Steps() {
   r_.model = session_.model();
   r_.limit = session_.advertised();
   RETURN_IF_ERROR(Size());
+  RETURN_IF_ERROR(KvEvents());
   Progress(absl::StrFormat(
       "prefix of about %d tokens (%d letters); looks at %s per arm, alpha "
       "%.3g each",
@@ -408,6 +442,10 @@ void CacheAudit::Finish(const absl::Status& run) {
   if (run.ok()) {
     r_.detectors = {CacheTimingCoverage(out_), CachedTokensCoverage(out_)};
     r_.details = CacheAuditDetails(out_);
+    if (kv_out_.has_value()) {
+      r_.detectors.push_back(kv_events::KvEventsCoverage(*kv_out_));
+      r_.details["cache_audit"]["kv_events"] = kv_out_->ToJson();
+    }
     r_.checks = CacheAuditChecks(out_);
   }
   const VerdictDecision v =
@@ -432,8 +470,10 @@ void CacheAudit::Finish(const absl::Status& run) {
 }
 
 CampaignResult CacheAudit::Run() {
+  std::vector<std::string> detectors = {"cache_timing", "cached_tokens"};
+  if (!o_.kv_events.endpoint.empty()) detectors.push_back("kv_events");
   StartResult(&r_, "cache-audit", o_.target.target, session_.options().tenants,
-              o_.db_path, {"cache_timing", "cached_tokens"}, metrics_);
+              o_.db_path, detectors, metrics_);
   absl::Status s = Steps();
   if (s.ok() && log_ != nullptr) s = log_->Flush();
   Finish(s);

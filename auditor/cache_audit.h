@@ -16,6 +16,7 @@
 #include <string>
 
 #include "auditor/campaign.h"
+#include "auditor/kv_events_probe.h"
 #include "auditor/metrics.h"
 #include "auditor/target_session.h"
 
@@ -29,6 +30,9 @@ struct CacheAuditOptions {
   int prefix_tokens = 0;  // the primed prefix; 0: sized from the limit
   uint64_t seed = 0;      // prompts' letters and arm order; 0: random
   bool progress = true;
+  // The target engine's KV-cache event stream (--kv-events): adds the
+  // kv_events detector (auditor/kv_events_probe.h). Empty endpoint: none.
+  kv_events::SubscriberOptions kv_events;
 };
 
 // Runs the audit to its verdict; errors (exit 2) are in the result, e.g.

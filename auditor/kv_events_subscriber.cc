@@ -8,8 +8,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "auditor/trace_follower.h"
 #include "common/check.h"
 #include "zmq.hpp"
 #include "zmq_addon.hpp"
@@ -90,13 +92,29 @@ absl::StatusOr<SubscriberOptions> ParseKvEventsFlag(absl::string_view flag) {
       if (auto s = CheckEndpoint("replay", part); !s.ok()) return s;
     } else if (absl::ConsumePrefix(&part, "topic=")) {
       o.topic = std::string(part);
+    } else if (absl::ConsumePrefix(&part, "pairs=")) {
+      if (!absl::SimpleAtoi(part, &o.pairs) || o.pairs < 1 || o.pairs > 1000) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--kv-events: pairs=", part, " is not 1 to 1000"));
+      }
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--kv-events: unknown part '", part,
-          "' (tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T])"));
+          "' (tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,pairs=N])"));
     }
   }
   if (auto s = CheckEndpoint("endpoint", o.endpoint); !s.ok()) return s;
+  return o;
+}
+
+absl::StatusOr<SubscriberOptions> KvEventsFromFlags(
+    absl::string_view flag, const std::string& password_file) {
+  if (flag.empty()) return SubscriberOptions{};
+  absl::StatusOr<SubscriberOptions> o = ParseKvEventsFlag(flag);
+  if (!o.ok()) return o.status();
+  absl::StatusOr<std::string> password = ReadTraceToken(password_file);
+  if (!password.ok()) return password.status();
+  o->password = *std::move(password);
   return o;
 }
 
@@ -229,8 +247,9 @@ void Subscriber::Recover(int64_t from, int64_t to) {
         SetCommon(*s.replay, options_);
         s.replay->connect(options_.replay_endpoint);
       }
-      // vLLM's replay protocol: (empty delimiter, start sequence); answers
-      // (empty, seq, payload) per buffered batch from there, then seq -1.
+      // vLLM's and SGLang's replay protocol (docs/kv-events-wire.md): ("",
+      // start sequence); one answer per buffered batch from there, then
+      // sequence -1. One that starts later than asked lost the rest.
       const std::string start = EncodeSequence(from);
       s.replay->send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
       s.replay->send(zmq::buffer(start), zmq::send_flags::none);
@@ -241,9 +260,11 @@ void Subscriber::Recover(int64_t from, int64_t to) {
         if ((item.revents & ZMQ_POLLIN) == 0) continue;
         std::vector<zmq::message_t> msgs;
         if (!zmq::recv_multipart(*s.replay, std::back_inserter(msgs))) break;
+        // A DEALER sees ["", seq, payload] (SGLang, older vLLM) or ["",
+        // topic, seq, payload] (vLLM since #45177): the last two frames.
         std::vector<std::string> f = Frames(msgs);
-        if (!f.empty() && f[0].empty() && f.size() == 3) f.erase(f.begin());
-        if (f.size() != 2) continue;
+        if (f.size() < 2 || f.size() > 4) continue;
+        f.erase(f.begin(), f.end() - 2);
         absl::StatusOr<int64_t> seq = DecodeSequence(f[0]);
         if (!seq.ok()) continue;
         if (*seq == -1) break;

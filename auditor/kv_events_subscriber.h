@@ -32,11 +32,16 @@ struct SubscriberOptions {
   std::string username = "kvcanary";
   absl::Duration connect_timeout = absl::Seconds(5);
   absl::Duration replay_timeout = absl::Seconds(1);
+  int pairs = 3;  // the kv_events detector's probe pairs on this stream
 };
 
-// "tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T]" (the --kv-events
-// flag). kInvalidArgument naming what is wrong.
+// "tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,pairs=N]" (the
+// --kv-events flag). kInvalidArgument naming what is wrong.
 absl::StatusOr<SubscriberOptions> ParseKvEventsFlag(absl::string_view flag);
+// The same, with the PLAIN password read from `password_file` (the nodes'
+// trace token file; "": none); an empty `flag` gives empty options.
+absl::StatusOr<SubscriberOptions> KvEventsFromFlags(
+    absl::string_view flag, const std::string& password_file);
 
 class Subscriber {
  public:

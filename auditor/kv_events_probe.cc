@@ -126,55 +126,57 @@ const char* PairVerdictName(PairVerdict v) {
   return "?";
 }
 
-PairResult DecidePair(const PairObservation& o) {
-  PairResult r;
-  SetWindow(o, r);
+namespace {
+
+// Why the pair cannot be judged ("" when it can); A's blocks in `plant`.
+std::string CannotJudge(const PairObservation& o,
+                        std::vector<const BlockEntry*>* plant) {
   if (!o.plant_ok || !o.probe_ok || !o.control_ok) {
-    return Inconclusive(std::move(r),
-                        "a request of the pair was not answered with a "
-                        "completion");
+    return "a request of the pair was not answered with a completion";
   }
   for (const Span* s : {&o.plant, &o.after}) {
-    const std::string why = NotWhole(*s);
-    if (!why.empty()) return Inconclusive(std::move(r), why);
+    if (std::string why = NotWhole(*s); !why.empty()) return why;
   }
-  std::vector<const BlockEntry*> plant;
   bool stored_without_tokens = false;
   for (const BlockEntry& e : o.plant.entries) {
     if (e.type != EventType::kBlockStored) continue;
     if (e.token_digest == 0) {
       stored_without_tokens = true;
     } else {
-      plant.push_back(&e);
+      plant->push_back(&e);
     }
   }
-  if (plant.empty()) {
-    return Inconclusive(
-        std::move(r),
-        stored_without_tokens
-            ? "the plant's stored blocks carry no token ids (or not "
-              "block_size of them each): B's cannot be matched to them"
-            : "no block was stored for A's plant (prefix caching off, a "
-              "prompt shorter than a block, or a silent stream)");
+  if (plant->empty()) {
+    return stored_without_tokens
+               ? "the plant's stored blocks carry no token ids (or not "
+                 "block_size of them each): B's cannot be matched to them"
+               : "no block was stored for A's plant (prefix caching off, a "
+                 "prompt shorter than a block, or a silent stream)";
   }
   absl::flat_hash_set<BlockHash> a_hashes;
-  for (const BlockEntry* a : plant) a_hashes.insert(a->hash);
+  for (const BlockEntry* a : *plant) a_hashes.insert(a->hash);
   for (const BlockEntry& e : o.after.entries) {
     if (e.type == EventType::kAllBlocksCleared ||
         (e.type == EventType::kBlockRemoved && a_hashes.contains(e.hash))) {
-      return Inconclusive(std::move(r),
-                          "A's blocks were evicted or cleared before B's "
-                          "request could be judged against them");
+      return "A's blocks were evicted or cleared before B's request could be "
+             "judged against them";
     }
   }
-  bool control_stored = false;
   for (const BlockEntry& e : o.control.entries) {
-    control_stored = control_stored || e.type == EventType::kBlockStored;
+    if (e.type == EventType::kBlockStored) return "";
   }
-  if (!control_stored) {
-    return Inconclusive(std::move(r),
-                        "B's control prefix stored no block: silence after "
-                        "B's request cannot be told from a hit");
+  return "B's control prefix stored no block: silence after B's request "
+         "cannot be told from a hit";
+}
+
+}  // namespace
+
+PairResult DecidePair(const PairObservation& o) {
+  PairResult r;
+  SetWindow(o, r);
+  std::vector<const BlockEntry*> plant;
+  if (std::string why = CannotJudge(o, &plant); !why.empty()) {
+    return Inconclusive(std::move(r), std::move(why));
   }
   CheckBlocks(plant, o.after, r);
   if (r.not_stored > 0 && r.isolated == 0) {

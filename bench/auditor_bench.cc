@@ -3,7 +3,8 @@
 // completions, generated in this run, against 10,000 active markers:
 // concatenated and one completion at a time, beside the RE2 scanner it
 // replaced, with the floors), evidence inserts (single durable appends
-// and batches of 100), and shadow-ledger replay (trace events per second).
+// and batches of 100), shadow-ledger replay (trace events per second), and
+// the KV event subscriber (events/s followed; CPU at 10,000 events/s).
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "auditor/shadow_ledger.h"
+#include "bench/kv_events_bench.h"
 #include "bench/machine.h"
 #include "bench/story_corpus.h"
 #include "canaries/marker.h"
@@ -31,6 +33,10 @@ ABSL_FLAG(std::string, shared_dir, "../shared",
 ABSL_FLAG(double, scan_mb, 4, "MB of completions to generate and scan");
 ABSL_FLAG(int, generate_threads, 1,
           "threads generating the completions (engine thread included)");
+ABSL_FLAG(int, kv_events_flood, 400000,
+          "events a publisher floods the KV event subscriber with");
+ABSL_FLAG(double, kv_events_rate, 10000,
+          "events/s of the paced KV event stream whose CPU cost is measured");
 ABSL_FLAG(bool, regenerate_corpus, false,
           "generate the completions anew, not from the copy in --dir");
 
@@ -327,5 +333,10 @@ int main(int argc, char** argv) {
   Scanner(corpus);
   Evidence();
   Ledger();
+  if (!kvcanary::bench::KvEventsBench(absl::GetFlag(FLAGS_kv_events_flood),
+                                      absl::GetFlag(FLAGS_kv_events_rate),
+                                      5)) {
+    return 1;
+  }
   return 0;
 }

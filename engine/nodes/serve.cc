@@ -286,6 +286,28 @@ class UpSecrets {
   tls::Files tls_;
 };
 
+// The router's command line under `up`: `common`, then its own flags.
+std::vector<std::string> RouterArgs(const ServeOptions& o,
+                                    std::vector<std::string> common,
+                                    const std::string& prefill_url,
+                                    const std::string& decode_url,
+                                    const std::string& status_path) {
+  std::vector<std::string> args = std::move(common);
+  args.push_back(absl::StrCat("--port=", o.port));
+  args.push_back("--tenants=" + o.tenants_path);
+  args.push_back("--prefill=" + prefill_url);
+  args.push_back("--decode=" + decode_url);
+  args.push_back("--fault=" + o.faults.ToString());
+  args.push_back("--up_status_file=" + status_path);
+  if (!o.access_log.path.empty()) {
+    args.push_back("--access_log=" + o.access_log.path);
+    args.push_back(
+        absl::StrCat("--access_log_max_bytes=", o.access_log.max_bytes));
+    args.push_back(absl::StrCat("--access_log_keep=", o.access_log.keep));
+  }
+  return args;
+}
+
 }  // namespace
 
 absl::Status RunUp(const ServeOptions& o,
@@ -342,21 +364,10 @@ absl::Status RunUp(const ServeOptions& o,
                    children.WaitReady(decode, absl::Seconds(60)));
   const std::string decode_url =
       absl::StrCat(scheme, o.host, ":", decode_ready.http_port);
-  std::vector<std::string> router_args = common;
-  router_args.push_back(absl::StrCat("--port=", o.port));
-  router_args.push_back("--tenants=" + o.tenants_path);
-  router_args.push_back("--prefill=" + prefill_url);
-  router_args.push_back("--decode=" + decode_url);
-  router_args.push_back("--fault=" + o.faults.ToString());
-  router_args.push_back("--up_status_file=" + so.status_path);
-  if (!o.access_log.path.empty()) {
-    router_args.push_back("--access_log=" + o.access_log.path);
-    router_args.push_back(
-        absl::StrCat("--access_log_max_bytes=", o.access_log.max_bytes));
-    router_args.push_back(
-        absl::StrCat("--access_log_keep=", o.access_log.keep));
-  }
-  ASSIGN_OR_RETURN(const int router, children.Spawn("router", router_args));
+  ASSIGN_OR_RETURN(
+      const int router,
+      children.Spawn("router", RouterArgs(o, common, prefill_url, decode_url,
+                                          so.status_path)));
   ASSIGN_OR_RETURN(const ReadyLine router_ready,
                    children.WaitReady(router, absl::Seconds(60)));
   PrintReady(

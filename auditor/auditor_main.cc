@@ -47,7 +47,8 @@ ABSL_FLAG(
     "no key is read).");
 ABSL_FLAG(std::string, trace_token_file, "",
           "File holding the nodes' /v1/trace admin token (kvcanary-engine "
-          "up prints its path); facts reads the nodes without it.");
+          "up prints its path; also our engine's --kv-events password); facts "
+          "reads the nodes without it.");
 ABSL_FLAG(std::string, tls_cert, "",
           "probe, sidecar: for nodes that require mutual TLS "
           "(kvcanary-engine --tls), the client certificate (PEM) to present "
@@ -137,9 +138,8 @@ ABSL_FLAG(int, prefix_tokens, 0,
           "cache-audit: tokens of the primed prefix (0: sized from the "
           "limit).");
 ABSL_FLAG(std::string, kv_events, "",
-          "cache-audit: the engine's KV event stream, tcp://H:P[,replay=tcp://"
-          "H:P][,topic=T][,pairs=N] (docs/kv-events.md; its password: "
-          "--trace-token-file).");
+          "probe, sidecar, cache-audit: the engine's KV event stream, tcp://H:P"
+          "[,replay=tcp://H:P][,topic=T][,pairs=N] (docs/kv-events.md).");
 ABSL_FLAG(std::string, log, "", "forensics: the request log to read.");
 ABSL_FLAG(std::string, mapping, "",
           "forensics: a field mapping file for another engine's log "
@@ -307,10 +307,11 @@ CliSpec Cli() {
       "target",   "tenants",    "trace",       "trace_token_file",
       "tls_cert", "tls_key",    "tls_ca",      "db",
       "duration", "max_probes", "concurrency", "rate"};
-  probe.insert(probe.end(),
-               {"key_file", "model", "max_prompt_tokens", "timeout", "floor",
-                "require", "max_consecutive_failures", "max_ladder_tokens",
-                "json", "junit", "html", "max_incident_lines", "quiet"});
+  probe.insert(
+      probe.end(),
+      {"key_file", "model", "max_prompt_tokens", "timeout", "floor", "require",
+       "max_consecutive_failures", "max_ladder_tokens", "json", "junit", "html",
+       "max_incident_lines", "quiet", "kv_events"});
   std::vector<std::string> sidecar = probe;
   sidecar.insert(sidecar.end(),
                  {"interval", "metrics_port", "host", "key", "origin",
@@ -453,9 +454,7 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
         "--max-probes and --max-prompt-tokens must be >= 0, "
         "--max-ladder-tokens >= 16");
   }
-  auto floors = ParseFloors(absl::GetFlag(FLAGS_floor));
-  if (!floors.ok()) return floors.status();
-  o.floors = *std::move(floors);
+  ASSIGN_OR_RETURN(o.floors, ParseFloors(absl::GetFlag(FLAGS_floor)));
   if (!o.floors.count("")) o.floors[""] = kDefaultFloor;
   auto required = ParseDetectorList(absl::GetFlag(FLAGS_require));
   if (!required.ok()) {
@@ -470,9 +469,10 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
   }
   SetTestBreak(*broken);
   o.progress = !absl::GetFlag(FLAGS_quiet);
-  auto key = SecretKeyFromFlags();
-  if (!key.ok()) return key.status();
-  o.secret_key = *std::move(key);
+  ASSIGN_OR_RETURN(o.secret_key, SecretKeyFromFlags());
+  ASSIGN_OR_RETURN(o.kv_events, kv_events::KvEventsFromFlags(
+                                    absl::GetFlag(FLAGS_kv_events),
+                                    absl::GetFlag(FLAGS_trace_token_file)));
   return o;
 }
 

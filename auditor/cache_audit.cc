@@ -107,8 +107,6 @@ class CacheAudit {
   std::vector<int> prime_tokens_;
   int64_t next_probe_ = 0;
   std::vector<int64_t> probe_times_, error_times_;
-  kv_events::Ledger kv_ledger_;
-  std::unique_ptr<kv_events::Subscriber> kv_subscriber_;
   std::optional<kv_events::KvEventsOutcome> kv_out_;
   CampaignResult r_;
 };
@@ -355,28 +353,20 @@ absl::Status CacheAudit::Look(size_t look, bool last) {
 
 absl::Status CacheAudit::KvEvents() {
   if (o_.kv_events.endpoint.empty()) return absl::OkStatus();
-  kv_subscriber_ =
-      std::make_unique<kv_events::Subscriber>(o_.kv_events, &kv_ledger_);
-  RETURN_IF_ERROR(kv_subscriber_->Start());
-  kv_events::KvEventsProbeOptions po;
-  po.pairs = o_.kv_events.pairs;
+  kv_events::KvEventsCheck check(o_.kv_events);
+  RETURN_IF_ERROR(check.Start());
+  Progress(absl::StrFormat("kv_events: %d probe pairs against %s",
+                           o_.kv_events.pairs, o_.kv_events.endpoint));
   // A prefix of most of the sized one: several blocks on any engine.
-  po.prefix_units = std::max(8, out_.sizing.units);
-  Progress(absl::StrFormat("kv_events: %d probe pairs against %s", po.pairs,
-                           o_.kv_events.endpoint));
-  ASSIGN_OR_RETURN(
-      kv_out_,
-      kv_events::RunKvEventsProbes(
-          session_, tenant(0), tenant(1), *kv_subscriber_, kv_ledger_, po,
-          [this](int units) { return Prefix(units); }, log_.get()));
-  kv_subscriber_->Stop();
+  ASSIGN_OR_RETURN(kv_out_, check.Run(session_, tenant(0), tenant(1),
+                                      out_.sizing.units, log_.get()));
   for (Finding& f : kv_events::KvEventsFindings(*kv_out_)) {
     RETURN_IF_ERROR(AddFinding(std::move(f)));
   }
   Progress(absl::StrFormat(
       "kv_events: %d shared, %d isolated of %d pairs (%d block pairs "
       "checked)",
-      kv_out_->shared(), kv_out_->isolated(), po.pairs,
+      kv_out_->shared(), kv_out_->isolated(), o_.kv_events.pairs,
       kv_out_->block_pairs_checked()));
   return absl::OkStatus();
 }
@@ -444,7 +434,7 @@ void CacheAudit::Finish(const absl::Status& run) {
     r_.details = CacheAuditDetails(out_);
     if (kv_out_.has_value()) {
       r_.detectors.push_back(kv_events::KvEventsCoverage(*kv_out_));
-      r_.details["cache_audit"]["kv_events"] = kv_out_->ToJson();
+      r_.details["kv_events"] = kv_out_->ToJson();
     }
     r_.checks = CacheAuditChecks(out_);
   }

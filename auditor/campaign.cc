@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "auditor/detectors.h"
 #include "auditor/evidence_log.h"
 #include "auditor/http_client.h"
+#include "auditor/kv_events_probe.h"
 #include "auditor/multi_client.h"
 #include "auditor/positive_controls.h"
 #include "auditor/probe_mix.h"
@@ -86,6 +88,8 @@ class Campaign {
   absl::Status MainLoop();
   absl::Status QuietProbes();
   absl::Status CollectTrace();
+  // The kv_events probe pairs (tenants 0 and 1), where a stream was given.
+  absl::Status KvEventPairs();
   CoverageInputs Tallies() const;
   void Finish(const absl::Status& run);
 
@@ -127,6 +131,8 @@ class Campaign {
   canaries::MarkerScanner scanner_;
   std::vector<canaries::Marker> control_markers_;  // one per tenant
   std::vector<std::unique_ptr<TraceFollower>> followers_;
+  std::unique_ptr<kv_events::KvEventsCheck> kv_;
+  std::optional<kv_events::KvEventsOutcome> kv_out_;
   Calibration cal_;
   CacheBuster buster_;
   std::vector<TenantTally> tallies_;
@@ -575,6 +581,10 @@ absl::Status Campaign::Steps() {
   // Followed before calibration, so the ledgers see every page the
   // campaign touches.
   RETURN_IF_ERROR(StartTrace());
+  if (!o_.kv_events.endpoint.empty()) {
+    kv_ = std::make_unique<kv_events::KvEventsCheck>(o_.kv_events);
+    RETURN_IF_ERROR(kv_->Start());
+  }
   CalibrationOptions co;
   co.tenants = o_.tenants;
   co.secret_key = key_;
@@ -602,13 +612,32 @@ absl::Status Campaign::Steps() {
   Progress("calibrated");
   RETURN_IF_ERROR(MainLoop());
   RETURN_IF_ERROR(QuietProbes());
+  RETURN_IF_ERROR(KvEventPairs());
   return CollectTrace();
+}
+
+absl::Status Campaign::KvEventPairs() {
+  if (kv_ == nullptr) return absl::OkStatus();
+  Progress("kv_events pairs");
+  // A prefix of about a quarter of the limit in letters: several blocks.
+  const int units =
+      std::clamp(static_cast<int>(cal_.limit.prompt_tokens / 4), 16, 256);
+  ASSIGN_OR_RETURN(kv_out_, kv_->Run(session_, o_.tenants[0], o_.tenants[1],
+                                     units, log_.get()));
+  for (Finding& f : kv_events::KvEventsFindings(*kv_out_)) {
+    RETURN_IF_ERROR(AddFinding(std::move(f), /*flush=*/false));
+  }
+  return Flush();
 }
 
 void Campaign::Finish(const absl::Status& run) {
   r_.ended_us = NowUs();
   const CoverageInputs in = Tallies();
   if (run.ok()) r_.detectors = BuildCoverage(in);
+  if (run.ok() && kv_out_.has_value()) {
+    r_.detectors.push_back(kv_events::KvEventsCoverage(*kv_out_));
+    r_.details["kv_events"] = kv_out_->ToJson();
+  }
   const std::vector<std::string> problems =
       run.ok() ? TenantProblems(in) : std::vector<std::string>{};
   const VerdictDecision v =

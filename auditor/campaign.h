@@ -20,6 +20,7 @@
 #include "auditor/coverage.h"
 #include "auditor/findings.h"
 #include "auditor/incidents.h"
+#include "auditor/kv_events_subscriber.h"
 #include "auditor/metrics.h"
 #include "auditor/target_limits.h"
 #include "auditor/trace_join.h"
@@ -53,6 +54,10 @@ struct CampaignOptions {
   int max_consecutive_failures = 20;
   int max_ladder_tokens = 16384;  // how far the limit ladder climbs
   bool progress = true;           // progress lines on stderr
+  // The target engine's KV-cache event stream (--kv-events): followed from
+  // the start, its probe pairs run after the load (the kv_events detector,
+  // auditor/kv_events_probe.h, required when given). Empty endpoint: none.
+  kv_events::SubscriberOptions kv_events;
 };
 
 struct PlantStats {

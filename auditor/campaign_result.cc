@@ -108,7 +108,9 @@ json CampaignResult::ToJson() const {
     }
     j["checks"] = cs;
   }
-  if (command != "probe" && !details.empty()) {
+  if (command == "probe" && details.contains("kv_events")) {
+    j["kv_events"] = details["kv_events"];  // the kv_events detector's pairs
+  } else if (command != "probe" && !details.empty()) {
     std::string key = command;
     for (char& c : key) c = c == '-' ? '_' : c;
     j[key] = details;

@@ -314,7 +314,7 @@ absl::Status KeyCheck(const Sent& s, const AuditTenant& t) {
 
 absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     TargetSession& session, const AuditTenant& writer,
-    const AuditTenant& reader, const Subscriber& subscriber, Ledger& ledger,
+    const AuditTenant& reader, Subscriber& subscriber, Ledger& ledger,
     const KvEventsProbeOptions& options,
     const std::function<std::string(int units)>& fresh_prefix,
     EvidenceLog* log) {
@@ -323,8 +323,11 @@ absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
   out.reader = reader.name;
   out.endpoint = subscriber.options().endpoint;
   out.requested_pairs = options.pairs;
+  // Each window closes once the stream is quiet and caught up with what
+  // the publisher sent (a message dropped at its end is replayed into it).
   auto settle = [&] {
     subscriber.WaitQuiet(options.settle_quiet, options.settle_max);
+    subscriber.Sync();
   };
   for (int i = 0; i < options.pairs; ++i) {
     const std::string prefix = fresh_prefix(options.prefix_units);
@@ -404,6 +407,7 @@ DetectorCoverage KvEventsCoverage(const KvEventsOutcome& o) {
              {"isolated_pairs", o.isolated()},
              {"endpoint", o.endpoint},
              {"stream", o.stream.ToJson()}};
+  d.Judge({o.writer, o.reader});
   return d;
 }
 
@@ -422,6 +426,41 @@ std::vector<Finding> KvEventsFindings(const KvEventsOutcome& o) {
     f.detail["endpoint"] = o.endpoint;
     out.push_back(std::move(f));
   }
+  return out;
+}
+
+KvEventsCheck::KvEventsCheck(SubscriberOptions options)
+    : options_(std::move(options)),
+      subscriber_(options_, &ledger_),
+      rng_(std::random_device{}()) {}
+
+absl::Status KvEventsCheck::Start() { return subscriber_.Start(); }
+
+std::string KvEventsCheck::FreshPrefix(int units) {
+  // Unique randomness first, so no other prompt shares a block with it;
+  // then random single letters, a token or two each on any tokenizer.
+  static constexpr char kLetters[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string p = buster_.Next();
+  for (int i = 0; i < units; ++i) {
+    p.push_back(' ');
+    p.push_back(kLetters[rng_() % 52]);
+  }
+  return p;
+}
+
+absl::StatusOr<KvEventsOutcome> KvEventsCheck::Run(TargetSession& session,
+                                                   const AuditTenant& writer,
+                                                   const AuditTenant& reader,
+                                                   int prefix_units,
+                                                   EvidenceLog* log) {
+  KvEventsProbeOptions po;
+  po.pairs = options_.pairs;
+  po.prefix_units = std::max(8, prefix_units);
+  absl::StatusOr<KvEventsOutcome> out = RunKvEventsProbes(
+      session, writer, reader, subscriber_, ledger_, po,
+      [this](int units) { return FreshPrefix(units); }, log);
+  subscriber_.Stop();
   return out;
 }
 

@@ -23,9 +23,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "auditor/calibration.h"
 #include "auditor/coverage.h"
 #include "auditor/evidence_log.h"
 #include "auditor/findings.h"
@@ -99,16 +101,42 @@ struct KvEventsOutcome {
 // failed; a pair that could not be judged is in the outcome as such.
 absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     TargetSession& session, const AuditTenant& writer,
-    const AuditTenant& reader, const Subscriber& subscriber, Ledger& ledger,
+    const AuditTenant& reader, Subscriber& subscriber, Ledger& ledger,
     const KvEventsProbeOptions& options,
     const std::function<std::string(int units)>& fresh_prefix,
     EvidenceLog* log);
 
-// The detector's coverage: one judged pair per requested pair, for the
-// reader; a pair not judged is a failure naming why.
+// The detector's coverage, judged for the writer and the reader: one judged
+// pair per requested pair; a pair not judged is a failure naming why.
 DetectorCoverage KvEventsCoverage(const KvEventsOutcome& o);
 // One finding per shared pair (kind cross_tenant_kv_block_hit).
 std::vector<Finding> KvEventsFindings(const KvEventsOutcome& o);
+
+// The detector as a command runs it: follows the stream from Start() (so
+// its counts cover the whole command), runs the pairs when asked, with
+// fresh prefixes of random letters behind a cache-busting nonce.
+class KvEventsCheck {
+ public:
+  explicit KvEventsCheck(SubscriberOptions options);
+  // Connects (kUnavailable / kPermissionDenied: the stream cannot be
+  // followed, and the command cannot run what it was asked to).
+  absl::Status Start();
+  // The pairs (options' pairs) between tenants `writer` and `reader`, each
+  // prefix `prefix_units` letters; stops following the stream after.
+  absl::StatusOr<KvEventsOutcome> Run(TargetSession& session,
+                                      const AuditTenant& writer,
+                                      const AuditTenant& reader,
+                                      int prefix_units, EvidenceLog* log);
+
+ private:
+  std::string FreshPrefix(int units);
+
+  const SubscriberOptions options_;
+  Ledger ledger_;
+  Subscriber subscriber_;
+  std::mt19937_64 rng_;
+  CacheBuster buster_;
+};
 
 }  // namespace kvcanary::auditor::kv_events
 

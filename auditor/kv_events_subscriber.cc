@@ -3,6 +3,7 @@
 #include <zmq.h>
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <utility>
 #include <vector>
@@ -124,6 +125,9 @@ struct Subscriber::Sockets {
   std::unique_ptr<zmq::socket_t> replay;  // connected on first use
   bool have_seq = false;
   int64_t expected = 0;
+  // What the last Sync() took from the replay socket: sequence -> a hash
+  // of the payload, to know the same message again on the SUB socket.
+  std::map<int64_t, size_t> replayed;
 };
 
 Subscriber::Subscriber(SubscriberOptions options, Ledger* ledger)
@@ -183,9 +187,13 @@ void Subscriber::WaitQuiet(absl::Duration quiet, absl::Duration max) const {
 
 void Subscriber::Loop() {
   while (!stop_.load()) {
+    bool pending = false;
+    {
+      absl::MutexLock lock(&sync_mu_);
+      pending = sync_asked_ > sync_done_;
+    }
     zmq::pollitem_t item{sockets_->sub.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(50));
-    if ((item.revents & ZMQ_POLLIN) == 0) continue;
+    zmq::poll(&item, 1, std::chrono::milliseconds(pending ? 0 : 20));
     // Drain what is queued before polling again.
     for (int i = 0; i < 1024 && !stop_.load(); ++i) {
       std::vector<zmq::message_t> msgs;
@@ -195,6 +203,17 @@ void Subscriber::Loop() {
       }
       last_message_us_ = NowUs();
       OnMessage(Frames(msgs));
+    }
+    int64_t ticket = 0;
+    {
+      absl::MutexLock lock(&sync_mu_);
+      if (sync_asked_ > sync_done_) ticket = sync_asked_;
+    }
+    if (ticket > 0) {
+      const bool ok = CatchUp();
+      absl::MutexLock lock(&sync_mu_);
+      sync_ok_ = ok;
+      sync_done_ = ticket;
     }
   }
 }
@@ -226,6 +245,9 @@ void Subscriber::OnMessage(const std::vector<std::string>& frames) {
   }
   if (!s.have_seq) {
     s.have_seq = true;  // joined mid-stream: what came before is not ours
+  } else if (*seq < s.expected && s.replayed.count(*seq) > 0 &&
+             s.replayed[*seq] == std::hash<std::string>()(frames[2])) {
+    return;  // a copy of a message Sync() already took from the replay
   } else if (*seq < s.expected) {
     ledger_->RecordRestart(s.expected - 1, *seq, NowUs());
     if (*seq > 0) Recover(0, *seq - 1);
@@ -234,47 +256,61 @@ void Subscriber::OnMessage(const std::vector<std::string>& frames) {
   }
   Ingest(*seq, frames[2]);
   s.expected = *seq + 1;
+  // Copies of replayed messages come before anything newer (one connection
+  // keeps its order): past them, a sequence going back is a restart again.
+  if (!s.replayed.empty() && *seq > s.replayed.rbegin()->first) {
+    s.replayed.clear();
+  }
+}
+
+std::optional<std::map<int64_t, std::string>> Subscriber::Replay(int64_t from,
+                                                                 int64_t to) {
+  Sockets& s = *sockets_;
+  if (options_.replay_endpoint.empty()) return std::nullopt;
+  std::map<int64_t, std::string> got;
+  try {
+    if (s.replay == nullptr) {
+      s.replay =
+          std::make_unique<zmq::socket_t>(s.context, zmq::socket_type::dealer);
+      SetCommon(*s.replay, options_);
+      s.replay->connect(options_.replay_endpoint);
+    }
+    // vLLM's and SGLang's replay protocol (docs/kv-events-wire.md): ("",
+    // start sequence); one answer per buffered batch from there, then
+    // sequence -1. One that starts later than asked lost the rest.
+    s.replay->send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
+    s.replay->send(zmq::buffer(EncodeSequence(from)), zmq::send_flags::none);
+    const absl::Time deadline = absl::Now() + options_.replay_timeout;
+    while (absl::Now() < deadline) {
+      zmq::pollitem_t item{s.replay->handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(20));
+      if ((item.revents & ZMQ_POLLIN) == 0) continue;
+      std::vector<zmq::message_t> msgs;
+      if (!zmq::recv_multipart(*s.replay, std::back_inserter(msgs))) break;
+      // A DEALER sees ["", seq, payload] (SGLang, older vLLM) or ["",
+      // topic, seq, payload] (vLLM since #45177): the last two frames.
+      std::vector<std::string> f = Frames(msgs);
+      if (f.size() < 2 || f.size() > 4) continue;
+      f.erase(f.begin(), f.end() - 2);
+      absl::StatusOr<int64_t> seq = DecodeSequence(f[0]);
+      if (!seq.ok()) continue;
+      if (*seq == -1) {
+        ledger_->CountReplayed(static_cast<int64_t>(got.size()));
+        return got;
+      }
+      if (*seq >= from && *seq <= to) got.emplace(*seq, std::move(f[1]));
+    }
+  } catch (const zmq::error_t&) {
+  }
+  // No end marker in time: a later answer would be read as the next one's,
+  // so this socket is dropped.
+  s.replay.reset();
+  return std::nullopt;
 }
 
 void Subscriber::Recover(int64_t from, int64_t to) {
-  Sockets& s = *sockets_;
-  std::map<int64_t, std::string> got;
-  if (!options_.replay_endpoint.empty()) {
-    try {
-      if (s.replay == nullptr) {
-        s.replay = std::make_unique<zmq::socket_t>(s.context,
-                                                   zmq::socket_type::dealer);
-        SetCommon(*s.replay, options_);
-        s.replay->connect(options_.replay_endpoint);
-      }
-      // vLLM's and SGLang's replay protocol (docs/kv-events-wire.md): ("",
-      // start sequence); one answer per buffered batch from there, then
-      // sequence -1. One that starts later than asked lost the rest.
-      const std::string start = EncodeSequence(from);
-      s.replay->send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
-      s.replay->send(zmq::buffer(start), zmq::send_flags::none);
-      const absl::Time deadline = absl::Now() + options_.replay_timeout;
-      while (absl::Now() < deadline) {
-        zmq::pollitem_t item{s.replay->handle(), 0, ZMQ_POLLIN, 0};
-        zmq::poll(&item, 1, std::chrono::milliseconds(20));
-        if ((item.revents & ZMQ_POLLIN) == 0) continue;
-        std::vector<zmq::message_t> msgs;
-        if (!zmq::recv_multipart(*s.replay, std::back_inserter(msgs))) break;
-        // A DEALER sees ["", seq, payload] (SGLang, older vLLM) or ["",
-        // topic, seq, payload] (vLLM since #45177): the last two frames.
-        std::vector<std::string> f = Frames(msgs);
-        if (f.size() < 2 || f.size() > 4) continue;
-        f.erase(f.begin(), f.end() - 2);
-        absl::StatusOr<int64_t> seq = DecodeSequence(f[0]);
-        if (!seq.ok()) continue;
-        if (*seq == -1) break;
-        if (*seq >= from && *seq <= to) got.emplace(*seq, std::move(f[1]));
-      }
-    } catch (const zmq::error_t&) {
-      got.clear();  // the gap stays: recorded below as missing
-    }
-  }
-  ledger_->CountReplayed(static_cast<int64_t>(got.size()));
+  std::map<int64_t, std::string> got =
+      Replay(from, to).value_or(std::map<int64_t, std::string>{});
   int64_t next = from;
   bool missing = false;
   for (auto& [seq, payload] : got) {
@@ -290,6 +326,54 @@ void Subscriber::Recover(int64_t from, int64_t to) {
   } else if (!missing) {
     ledger_->RecordGap(from, to, true, NowUs());
   }
+}
+
+bool Subscriber::CatchUp() {
+  Sockets& s = *sockets_;
+  if (!s.have_seq) {
+    // Nothing received yet: where the stream stands is the last message
+    // the replay socket holds. What came before is not any window's.
+    std::optional<std::map<int64_t, std::string>> all =
+        Replay(0, std::numeric_limits<int64_t>::max());
+    if (!all.has_value()) return false;
+    if (!all->empty()) {
+      s.have_seq = true;
+      s.expected = all->rbegin()->first + 1;
+      for (const auto& [seq, payload] : *all) {
+        s.replayed[seq] = std::hash<std::string>()(payload);
+      }
+    }
+    return true;
+  }
+  const int64_t from = s.expected;
+  std::optional<std::map<int64_t, std::string>> got =
+      Replay(from, std::numeric_limits<int64_t>::max());
+  if (!got.has_value()) return false;
+  if (got->empty()) return true;  // nothing sent that we lack
+  int64_t next = from;
+  for (auto& [seq, payload] : *got) {
+    if (seq > next) ledger_->RecordGap(next, seq - 1, false, NowUs());
+    // The same message may still arrive on the SUB socket: not a restart.
+    s.replayed[seq] = std::hash<std::string>()(payload);
+    Ingest(seq, payload);
+    next = seq + 1;
+  }
+  s.expected = next;
+  return true;
+}
+
+bool Subscriber::Sync() {
+  absl::MutexLock lock(&sync_mu_);
+  const int64_t ticket = ++sync_asked_;
+  auto done = [this, ticket]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_) {
+    return sync_done_ >= ticket;
+  };
+  if (!sync_mu_.AwaitWithTimeout(
+          absl::Condition(&done),
+          2 * options_.replay_timeout + absl::Milliseconds(200))) {
+    return false;
+  }
+  return sync_ok_;
 }
 
 }  // namespace kvcanary::auditor::kv_events

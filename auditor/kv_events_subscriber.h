@@ -9,7 +9,9 @@
 #define KVCANARY_AUDITOR_KV_EVENTS_SUBSCRIBER_H_
 
 #include <atomic>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "auditor/kv_events_ledger.h"
 
@@ -60,6 +63,13 @@ class Subscriber {
   // Waits until no message has arrived for `quiet` (at most `max`): lets
   // the events of a request just answered arrive before a window closes.
   void WaitQuiet(absl::Duration quiet, absl::Duration max) const;
+  // Brings the ledger up to what the publisher has sent: asks the replay
+  // socket for everything after the last message received and ingests it,
+  // so a message dropped at a window's end lands in that window, not in
+  // the next (where its gap would only be found with the next message).
+  // false without a replay socket, or when it did not answer in time (a
+  // loss then shows as a gap in the next window, which makes it not whole).
+  bool Sync();
   const SubscriberOptions& options() const { return options_; }
 
  private:
@@ -70,6 +80,12 @@ class Subscriber {
   // Asks the replay socket for messages [from, to] and ingests what comes;
   // records the gap as recovered or not.
   void Recover(int64_t from, int64_t to);
+  // Messages [from, to] the replay socket resends; nullopt if it could not
+  // be asked or did not finish its answer in time.
+  std::optional<std::map<int64_t, std::string>> Replay(int64_t from,
+                                                       int64_t to);
+  // Sync()'s work, on the loop's thread.
+  bool CatchUp();
   void Ingest(int64_t seq, const std::string& payload);
 
   const SubscriberOptions options_;
@@ -78,6 +94,10 @@ class Subscriber {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> last_message_us_{0};
+  absl::Mutex sync_mu_;
+  int64_t sync_asked_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  int64_t sync_done_ ABSL_GUARDED_BY(sync_mu_) = 0;
+  bool sync_ok_ ABSL_GUARDED_BY(sync_mu_) = false;
 };
 
 }  // namespace kvcanary::auditor::kv_events

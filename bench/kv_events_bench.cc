@@ -102,7 +102,7 @@ bool WaitEvents(const auditor::kv_events::Ledger& ledger, int64_t events) {
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (ledger.stats().events < events) {
     if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
+    absl::SleepFor(absl::Milliseconds(20));  // its own CPU stays negligible
   }
   return true;
 }

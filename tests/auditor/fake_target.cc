@@ -313,14 +313,15 @@ bool FakeTarget::Guard(const http::Request& req, http::Response& res) const {
   return false;
 }
 
-int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
-                                     const std::string& salt) {
-  const size_t block = options_.cache_block_tokens;
-  const size_t full_blocks = tokens.size() / block;
+namespace {
+
+// The chained block keys of `tokens` from `salt` ("" for the shared cache).
+std::vector<size_t> BlockKeys(const std::vector<std::string>& tokens,
+                              size_t block, const std::string& salt) {
   std::vector<size_t> keys;  // chained: each block's key covers the prefix
   size_t key = salt.empty() ? 0x9e3779b97f4a7c15ULL
                             : std::hash<std::string>()("salt|" + salt);
-  for (size_t b = 0; b < full_blocks; ++b) {
+  for (size_t b = 0; b < tokens.size() / block; ++b) {
     std::string s = absl::StrCat(key, "|");
     for (size_t i = b * block; i < (b + 1) * block; ++i) {
       absl::StrAppend(&s, tokens[i], "\x1f");
@@ -328,16 +329,44 @@ int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
     key = std::hash<std::string>()(s);
     keys.push_back(key);
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t hits = 0;
-  while (hits < keys.size() && cached_blocks_.contains(keys[hits])) ++hits;
-  // As vLLM: the last token must be computed, so a fully cached prompt
-  // recomputes its last block.
-  if (hits > 0 && hits * block == tokens.size()) --hits;
-  cached_blocks_.insert(keys.begin(), keys.end());
-  const int cached = static_cast<int>(hits * block);
-  cached_tokens_served_ += cached;
-  return cached;
+  return keys;
+}
+
+}  // namespace
+
+int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
+                                     const std::string& salt) {
+  const size_t block = options_.cache_block_tokens;
+  const std::vector<size_t> keys = BlockKeys(tokens, block, salt);
+  size_t hits = 0, seen = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    while (hits < keys.size() && cached_blocks_.contains(keys[hits])) ++hits;
+    seen = hits;
+    // As vLLM: the last token must be computed, so a fully cached prompt
+    // recomputes its last block.
+    if (hits > 0 && hits * block == tokens.size()) --hits;
+    cached_blocks_.insert(keys.begin(), keys.end());
+    cached_tokens_served_ += static_cast<int>(hits * block);
+  }
+  if (options_.on_blocks_stored) {
+    const std::vector<size_t> event_keys =
+        options_.events_ignore_salt ? BlockKeys(tokens, block, "") : keys;
+    std::vector<FakeTargetOptions::StoredBlock> stored;
+    for (size_t b = options_.events_report_hits ? 0 : seen; b < keys.size();
+         ++b) {
+      FakeTargetOptions::StoredBlock s;
+      s.hash = event_keys[b];
+      if (b > 0) s.parent = event_keys[b - 1];
+      for (size_t i = b * block; i < (b + 1) * block; ++i) {
+        s.token_ids.push_back(static_cast<int64_t>(
+            std::hash<std::string>()(tokens[i]) >> 2));  // the token's id
+      }
+      stored.push_back(std::move(s));
+    }
+    if (!stored.empty()) options_.on_blocks_stored(stored);
+  }
+  return static_cast<int>(hits * block);
 }
 
 void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,

@@ -23,9 +23,12 @@
 #define KVCANARY_TESTS_AUDITOR_FAKE_TARGET_H_
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,6 +103,21 @@ struct FakeTargetOptions {
   // (usage.prompt_tokens_details.cached_tokens and timings.cache_n); TGI and
   // Ollama never do. Off by default, as on the real servers.
   bool report_cached_tokens = false;
+  // The cache's KV events, as vLLM publishes them (tests/auditor/
+  // fake_kv_publisher.h puts them on a stream): called, outside the fake's
+  // lock, with the blocks a request stored, chained in order.
+  struct StoredBlock {
+    uint64_t hash = 0;
+    std::optional<uint64_t> parent;
+    std::vector<int64_t> token_ids;  // cache_block_tokens of them
+  };
+  std::function<void(const std::vector<StoredBlock>&)> on_blocks_stored;
+  // Events for every block of the prompt, hits included (vLLM's
+  // kv_cache_report_mode "full"), not only the newly stored ones.
+  bool events_report_hits = false;
+  // Event hashes computed without the salt while the cache itself stays
+  // salted per key (SGLang before sglang#30827).
+  bool events_ignore_salt = false;
   // llama.cpp /slots shows each slot's last prompt and output (builds before
   // LLAMA_SERVER_SLOTS_DEBUG gated it); otherwise only counts.
   bool slots_expose_prompts = false;

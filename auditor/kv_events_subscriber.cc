@@ -195,7 +195,8 @@ void Subscriber::Loop() {
     zmq::pollitem_t item{sockets_->sub.handle(), 0, ZMQ_POLLIN, 0};
     zmq::poll(&item, 1, std::chrono::milliseconds(pending ? 0 : 20));
     // Drain what is queued before polling again.
-    for (int i = 0; i < 1024 && !stop_.load(); ++i) {
+    int drained = 0;
+    for (; drained < 1024 && !stop_.load(); ++drained) {
       std::vector<zmq::message_t> msgs;
       if (!zmq::recv_multipart(sockets_->sub, std::back_inserter(msgs),
                                zmq::recv_flags::dontwait)) {
@@ -203,6 +204,11 @@ void Subscriber::Loop() {
       }
       last_message_us_ = NowUs();
       OnMessage(Frames(msgs));
+    }
+    // A steady stream is read in bursts: a wake-up (of this thread and of
+    // ZeroMQ's) per few milliseconds rather than per message.
+    if (drained > 0 && drained < 1024 && !pending) {
+      absl::SleepFor(absl::Milliseconds(5));
     }
     int64_t ticket = 0;
     {

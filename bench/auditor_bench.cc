@@ -33,6 +33,8 @@ ABSL_FLAG(std::string, shared_dir, "../shared",
 ABSL_FLAG(double, scan_mb, 4, "MB of completions to generate and scan");
 ABSL_FLAG(int, generate_threads, 1,
           "threads generating the completions (engine thread included)");
+ABSL_FLAG(bool, kv_events_only, false,
+          "measure only the KV event subscriber (no corpus, no evidence)");
 ABSL_FLAG(int, kv_events_flood, 400000,
           "events a publisher floods the KV event subscriber with");
 ABSL_FLAG(double, kv_events_rate, 10000,
@@ -319,6 +321,13 @@ void Ledger() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   kvcanary::bench::PrintMachine();
+  if (absl::GetFlag(FLAGS_kv_events_only)) {
+    std::printf("| figure | value |\n|---|---|\n");
+    return kvcanary::bench::KvEventsBench(absl::GetFlag(FLAGS_kv_events_flood),
+                                          absl::GetFlag(FLAGS_kv_events_rate), 5)
+               ? 0
+               : 1;
+  }
   kvcanary::bench::StoryCorpusOptions corpus_options;
   corpus_options.shared_dir = absl::GetFlag(FLAGS_shared_dir);
   corpus_options.bytes =

@@ -15,6 +15,7 @@ namespace {
 using testing::DecodeKvEventBatch;
 using testing::EventMessage;
 using testing::EventSubscriber;
+using testing::Handshake;
 using testing::kKvEventsUser;
 using testing::Replay;
 
@@ -107,6 +108,9 @@ TEST(KvEventPublisherTest, NoPasswordOrAWrongOneGetsNothing) {
                         std::string(64, 'f'));
   EventSubscriber other_user(context, pub.endpoint(), "admin", Token());
   EventSubscriber anonymous(context, pub.endpoint(), "", "");
+  EXPECT_EQ(wrong.WaitHandshake(), Handshake::kFailedAuth);
+  EXPECT_EQ(other_user.WaitHandshake(), Handshake::kFailedAuth);
+  EXPECT_EQ(anonymous.WaitHandshake(), Handshake::kFailedProtocol);
   ASSERT_TRUE(FirstReceived(pub, good).has_value());
   for (uint8_t i = 0; i < 5; ++i) pub.Publish(Batch(i));
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(good.Receive(2000).has_value());

@@ -1,16 +1,20 @@
 // The test side of the KV cache event stream (docs/nodes.md, "KV cache
-// events"): a SUB and a replay REQ over real ZeroMQ with PLAIN credentials,
+// events"): a SUB and a replay DEALER over real ZeroMQ with PLAIN
+// credentials,
 // and the payload decoded with msgpack-cxx directly, not with the engine's
 // encoder, so the tests hold the encoder to vLLM's shapes.
 #ifndef KVCANARY_TESTS_ENGINE_KV_EVENTS_CLIENT_H_
 #define KVCANARY_TESTS_ENGINE_KV_EVENTS_CLIENT_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <msgpack.hpp>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -167,15 +171,57 @@ inline void SetCredentials(zmq::socket_t& s, const std::string& user,
   s.set(zmq::sockopt::plain_password, password);
 }
 
-// A SUB on `endpoint` subscribed to every topic.
+// How a client socket's handshake with the publisher went.
+enum class Handshake { kSucceeded, kFailedAuth, kFailedProtocol, kNone };
+
+// A SUB on `endpoint` subscribed to every topic, its handshakes watched by
+// a socket monitor.
 class EventSubscriber {
  public:
   EventSubscriber(zmq::context_t& context, const std::string& endpoint,
                   const std::string& user, const std::string& password)
-      : socket_(context, zmq::socket_type::sub) {
+      : socket_(context, zmq::socket_type::sub),
+        monitor_(context, zmq::socket_type::pair) {
+    static std::atomic<int> counter{0};
+    const std::string monitor_endpoint =
+        "inproc://kv-events-monitor-" + std::to_string(counter++);
+    if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) != 0) {
+      ADD_FAILURE() << "zmq_socket_monitor failed";
+    }
+    monitor_.set(zmq::sockopt::linger, 0);
+    monitor_.connect(monitor_endpoint);
     SetCredentials(socket_, user, password);
     socket_.set(zmq::sockopt::subscribe, "");
     socket_.connect(endpoint);
+  }
+  ~EventSubscriber() {
+    zmq_socket_monitor(socket_.handle(), nullptr, 0);
+    monitor_.close();
+  }
+  // The next handshake outcome within `timeout_ms`; after a success, waits
+  // a little more for the subscription to reach the publisher.
+  Handshake WaitHandshake(int timeout_ms = 10000) {
+    zmq::pollitem_t item{monitor_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) <= 0) {
+      return Handshake::kNone;
+    }
+    std::vector<zmq::message_t> frames;
+    if (!zmq::recv_multipart(monitor_, std::back_inserter(frames)) ||
+        frames.empty() || frames[0].size() < 2) {
+      return Handshake::kNone;
+    }
+    uint16_t event;
+    std::memcpy(&event, frames[0].data(), sizeof(event));
+    if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      return Handshake::kSucceeded;
+    }
+    return event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+               ? Handshake::kFailedAuth
+               : Handshake::kFailedProtocol;
   }
   // The next message, or nullopt after `timeout_ms`.
   std::optional<EventMessage> Receive(int timeout_ms) {
@@ -192,9 +238,16 @@ class EventSubscriber {
     return EventMessage{frames[0].to_string(), SeqOf(frames[1]),
                         frames[2].to_string()};
   }
+  // Every message until none comes for `quiet_ms`.
+  std::vector<EventMessage> Drain(int quiet_ms = 500) {
+    std::vector<EventMessage> out;
+    while (auto m = Receive(quiet_ms)) out.push_back(std::move(*m));
+    return out;
+  }
 
  private:
   zmq::socket_t socket_;
+  zmq::socket_t monitor_;
 };
 
 // Asks the replay socket for the batches from `start` with a DEALER and

@@ -52,10 +52,12 @@ KvEventPublisher::KvEventPublisher(KvEventPublisherOptions options)
 KvEventPublisher::~KvEventPublisher() { Stop(); }
 
 absl::StatusOr<std::string> KvEventPublisher::Bind(zmq::socket_t& socket,
+                                                   zmq::socket_type type,
                                                    const std::string& endpoint,
                                                    int hwm) {
   ASSIGN_OR_RETURN(const TcpEndpoint parsed, ParseTcpEndpoint(endpoint));
   try {
+    socket = zmq::socket_t(context_, type);
     socket.set(zmq::sockopt::linger, 0);
     socket.set(zmq::sockopt::sndhwm, hwm);
     socket.set(zmq::sockopt::maxmsgsize, kMaxInboundBytes);
@@ -78,13 +80,12 @@ absl::Status KvEventPublisher::Start() {
   }
   // The handler first: no handshake may come before it can be asked.
   ASSIGN_OR_RETURN(zap_, ZapAuthenticator::Start(&context_, options_.password));
-  pub_ = zmq::socket_t(context_, zmq::socket_type::pub);
-  ASSIGN_OR_RETURN(bound_endpoint_,
-                   Bind(pub_, options_.endpoint, options_.hwm));
+  ASSIGN_OR_RETURN(bound_endpoint_, Bind(pub_, zmq::socket_type::pub,
+                                         options_.endpoint, options_.hwm));
   if (!options_.replay_endpoint.empty()) {
-    replay_ = zmq::socket_t(context_, zmq::socket_type::router);
     // Room for a whole replay: a ROUTER drops what is past its mark.
-    ASSIGN_OR_RETURN(bound_replay_, Bind(replay_, options_.replay_endpoint,
+    ASSIGN_OR_RETURN(bound_replay_, Bind(replay_, zmq::socket_type::router,
+                                         options_.replay_endpoint,
                                          options_.buffer_batches + 2));
   }
   thread_ = std::thread([this] { Run(); });

@@ -93,8 +93,9 @@ class KvEventPublisher final : public KvEventSink {
     int64_t seq;
     std::string payload;
   };
-  // Creates and binds `socket` at `endpoint`; returns the bound endpoint.
-  absl::StatusOr<std::string> Bind(zmq::socket_t& socket,
+  // Makes `socket` a PLAIN server of `type` bound at `endpoint`; returns
+  // the bound endpoint.
+  absl::StatusOr<std::string> Bind(zmq::socket_t& socket, zmq::socket_type type,
                                    const std::string& endpoint, int hwm);
   void Run();
   void Send(const KvEventBatch& batch);

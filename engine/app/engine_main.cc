@@ -176,6 +176,19 @@ ABSL_FLAG(std::string, fault, "none",
 ABSL_FLAG(std::string, test_transfer_damage, "none",
           "Tests only, prefill role: damage the first KV page frame sent: "
           "none, flip-byte or truncate.");
+ABSL_FLAG(std::string, kv_events, "",
+          "Prefill role and up: publish the prefix cache's KV block events "
+          "as vLLM does (docs/nodes.md, \"KV cache events\") on a ZMQ PUB "
+          "socket bound at tcp://HOST:PORT (0: any free port; the ready line "
+          "names it); subscribers log in with ZMQ PLAIN, user kvcanary, the "
+          "trace token as password. Needs the prefix cache; empty: off.");
+ABSL_FLAG(std::string, kv_events_replay, "",
+          "With --kv-events: the replay socket (ZMQ ROUTER), tcp://HOST:PORT; "
+          "empty: --kv-events' host, any free port; off: none.");
+ABSL_FLAG(std::string, kv_events_topic, "",
+          "With --kv-events: the topic frame of every message.");
+ABSL_FLAG(int, kv_events_buffer, 10000,
+          "With --kv-events: event batches kept for replay (1 to 1000000).");
 ABSL_FLAG(std::string, out, "", "File to write the checkpoint to.");
 ABSL_FLAG(std::string, from, "",
           "write-model: convert this model file (llama2.c or GGUF) instead "
@@ -216,6 +229,12 @@ std::vector<std::string> AccessLogFlagNames() {
   return {"access_log", "access_log_max_bytes", "access_log_keep"};
 }
 
+// The KV cache event stream's flags: serve --role=prefill and up.
+std::vector<std::string> KvEventsFlagNames() {
+  return {"kv_events", "kv_events_replay", "kv_events_topic",
+          "kv_events_buffer"};
+}
+
 // `up`'s own flags, then the nodes' and the access log's.
 std::vector<std::string> UpFlagNames() {
   std::vector<std::string> up = {"host",
@@ -230,8 +249,10 @@ std::vector<std::string> UpFlagNames() {
                                  "tls_ca"};
   const std::vector<std::string> node = NodeFlagNames();
   const std::vector<std::string> access_log = AccessLogFlagNames();
+  const std::vector<std::string> kv_events = KvEventsFlagNames();
   up.insert(up.end(), node.begin(), node.end());
   up.insert(up.end(), access_log.begin(), access_log.end());
+  up.insert(up.end(), kv_events.begin(), kv_events.end());
   return up;
 }
 
@@ -259,8 +280,10 @@ std::vector<std::string> ServeFlagNames() {
                                     "up_status_file"};
   const std::vector<std::string> access_log = AccessLogFlagNames();
   const std::vector<std::string> node = NodeFlagNames();
+  const std::vector<std::string> kv_events = KvEventsFlagNames();
   serve.insert(serve.end(), access_log.begin(), access_log.end());
   serve.insert(serve.end(), node.begin(), node.end());
+  serve.insert(serve.end(), kv_events.begin(), kv_events.end());
   return serve;
 }
 
@@ -427,6 +450,17 @@ absl::Status CheckModelFlags(const std::string& model,
   return absl::OkStatus();
 }
 
+// The KV event stream's flags into `o`, checked before any process starts.
+// REQUIRES: o->engine is read.
+absl::Status KvEventsFlags(ServeOptions* o) {
+  o->kv_events = absl::GetFlag(FLAGS_kv_events);
+  o->kv_events_replay = absl::GetFlag(FLAGS_kv_events_replay);
+  o->kv_events_topic = absl::GetFlag(FLAGS_kv_events_topic);
+  o->kv_events_buffer = absl::GetFlag(FLAGS_kv_events_buffer);
+  if (o->kv_events.empty()) return absl::OkStatus();
+  return KvEventsOptionsFor(*o).status();
+}
+
 absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   ServeOptions o;
   o.role = absl::GetFlag(FLAGS_role);
@@ -504,6 +538,7 @@ absl::StatusOr<ServeOptions> ServeFlags(int default_port) {
   if (o.port < 0 || o.port > 65535)
     return absl::InvalidArgumentError("--port out of range");
   RETURN_IF_ERROR(CheckModelFlags(o.model_path, o.tokenizer_path));
+  RETURN_IF_ERROR(KvEventsFlags(&o));
   return o;
 }
 

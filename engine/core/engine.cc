@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/check.h"
 
 namespace kvcanary::engine {
@@ -49,7 +50,11 @@ Engine::Engine(const Model* model, const EngineOptions& options)
                  prefix_cache_.get()),
       runner_(model, &pool_, &threads_,
               ModelRunnerOptions{options.watermark, options.trace,
-                                 options.faults.has(Fault::kNoScrubReuse)}) {}
+                                 options.faults.has(Fault::kNoScrubReuse)}) {
+  if (prefix_cache_ != nullptr && options.kv_events != nullptr) {
+    prefix_cache_->EnableEvents();
+  }
+}
 
 absl::StatusOr<RequestId> Engine::Submit(TenantId tenant,
                                          std::vector<int> prompt,
@@ -115,7 +120,19 @@ StepEvents Engine::Step() {
   StepEvents events;
   Batch batch = scheduler_.Schedule();
   for (Sequence* seq : batch.reserved) events.reserved.push_back(seq->id);
-  if (batch.entries.empty()) return events;
+  if (!batch.entries.empty()) RunBatch(batch, &events);
+  PublishKvEvents();
+  return events;
+}
+
+void Engine::PublishKvEvents() {
+  if (options_.kv_events == nullptr || prefix_cache_ == nullptr) return;
+  std::vector<KvCacheEvent> events = prefix_cache_->TakeEvents();
+  if (events.empty()) return;
+  options_.kv_events->Publish(KvEventBatch{absl::Now(), std::move(events)});
+}
+
+void Engine::RunBatch(const Batch& batch, StepEvents* events) {
   std::vector<size_t> violations_before;
   if (options_.trace != nullptr) {
     for (const BatchEntry& e : batch.entries)
@@ -133,17 +150,16 @@ StepEvents Engine::Step() {
   }
   for (Sequence* seq :
        scheduler_.Postprocess(batch, out, model_->config.vocab_size)) {
-    events.finished.push_back(seq->id);
+    events->finished.push_back(seq->id);
   }
   for (const BatchEntry& e : batch.entries) {
     if (e.seq->role == SequenceRole::kPrefillOnly &&
         e.seq->state.phase() == RequestPhase::kTransferring) {
-      events.prefilled.push_back(e.seq->id);
+      events->prefilled.push_back(e.seq->id);
     } else {
-      events.progressed.push_back(e.seq->id);
+      events->progressed.push_back(e.seq->id);
     }
   }
-  return events;
 }
 
 absl::Status Engine::CheckTransferFits(const Sequence& seq,

@@ -38,6 +38,9 @@ struct EngineOptions {
   PrefixCacheMode prefix_cache = PrefixCacheMode::kTenant;
   TraceBus* trace =
       nullptr;  // trace events; may be null. Must outlive the engine.
+  // The prefix cache's block events (kv_cache_event.h), one batch per step
+  // that had any; may be null. Must outlive the engine.
+  KvEventSink* kv_events = nullptr;
   SchedulerOptions scheduler;  // seq_len is taken from the model
 };
 
@@ -101,7 +104,7 @@ class Engine {
   // reason it failed. Frees its pages. No-op if already finished.
   void FinishTransfer(RequestId id, absl::Status status);
 
-  // One scheduling step.
+  // One scheduling step; its prefix cache events then go to the sink.
   StepEvents Step();
   bool has_work() const { return scheduler_.has_work(); }
   int num_waiting() const { return scheduler_.num_waiting(); }
@@ -125,6 +128,10 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
  private:
+  // Runs a scheduled batch through the model and postprocesses it.
+  void RunBatch(const Batch& batch, StepEvents* events);
+  // Hands the prefix cache's events since the last step to the sink.
+  void PublishKvEvents();
   // Traces a transferred page's install (layer 0 only): its page_write, and
   // a page_share if the frame's stamp says the bytes are a shared prefix.
   // REQUIRES: options_.trace.

@@ -127,7 +127,27 @@ std::vector<PageRef> PrefixCache::Acquire(const std::vector<Key>& keys,
   return pages;
 }
 
-bool PrefixCache::Publish(const Key& key, PageRef page, TenantId tenant) {
+int PrefixCache::PublishRun(const std::vector<Key>& keys, int first,
+                            const std::vector<PageRef>& pages,
+                            const std::vector<int>& tokens, TenantId tenant) {
+  const int n = static_cast<int>(keys.size());
+  const int pt = pool_->page_tokens();
+  CHECK_LE(n, static_cast<int>(pages.size()));
+  CHECK_LE(n * pt, static_cast<int>(tokens.size()));
+  int end = first;
+  while (end < n && Insert(keys[end], pages[end], tenant)) ++end;
+  if (record_events_ && end > first) {
+    KvCacheEvent e;
+    e.type = KvCacheEvent::Type::kStored;
+    e.block_hashes.assign(keys.begin() + first, keys.begin() + end);
+    if (first > 0) e.parent = keys[first - 1];
+    e.token_ids.assign(tokens.begin() + first * pt, tokens.begin() + end * pt);
+    events_.push_back(std::move(e));
+  }
+  return end - first;
+}
+
+bool PrefixCache::Insert(const Key& key, PageRef page, TenantId tenant) {
   if (entries_.contains(key)) return false;
   CHECK(!key_of_page_.contains(page.page.value()))
       << "page " << page.page << " is cached twice";
@@ -140,16 +160,7 @@ bool PrefixCache::Publish(const Key& key, PageRef page, TenantId tenant) {
   entries_.emplace(key, e);
   key_of_page_.emplace(page.page.value(), key);
   ++published_pages_;
-  // The writer stays the request that computed the page; the flag says any
-  // request of its tenant may read it in this allocation.
-  RequestId writer;
-  for (int l = 0; l < pool_->n_layers(); ++l) {
-    PageStamp* stamp = KvPageLayout::stamp(
-        pool_->layout().page(pool_->layer_base(l), page.page));
-    CHECK(stamp->writer.tenant == tenant);
-    writer = stamp->writer.request;
-    stamp->set_shared(true);
-  }
+  const RequestId writer = MarkShared(page, tenant);
   if (trace_ != nullptr) {
     TraceEvent ev;
     ev.type = TraceEventType::kPageShare;
@@ -160,6 +171,26 @@ bool PrefixCache::Publish(const Key& key, PageRef page, TenantId tenant) {
     trace_->Emit(ev);
   }
   return true;
+}
+
+RequestId PrefixCache::MarkShared(PageRef page, TenantId tenant) {
+  // The writer stays the request that computed the page; the flag says any
+  // request of its tenant may read it in this allocation.
+  RequestId writer;
+  for (int l = 0; l < pool_->n_layers(); ++l) {
+    PageStamp* stamp = KvPageLayout::stamp(
+        pool_->layout().page(pool_->layer_base(l), page.page));
+    CHECK(stamp->writer.tenant == tenant);
+    writer = stamp->writer.request;
+    stamp->set_shared(true);
+  }
+  return writer;
+}
+
+std::vector<KvCacheEvent> PrefixCache::TakeEvents() {
+  std::vector<KvCacheEvent> out;
+  out.swap(events_);
+  return out;
 }
 
 void PrefixCache::Unref(PageRef page) {
@@ -178,6 +209,8 @@ int PrefixCache::num_unused() const {
 }
 
 bool PrefixCache::MakeRoom(int pages) {
+  KvCacheEvent removed;
+  removed.type = KvCacheEvent::Type::kRemoved;
   while (!pool_->CanAllocate(pages)) {
     const Key* victim = nullptr;
     uint64_t oldest = ~0ull;
@@ -187,15 +220,17 @@ bool PrefixCache::MakeRoom(int pages) {
         victim = &key;
       }
     }
-    if (victim == nullptr) return false;
+    if (victim == nullptr) break;
     const Key key = *victim;
     const PageRef page = entries_.at(key).page;
     entries_.erase(key);
     key_of_page_.erase(page.page.value());
     pool_->Free({page});
     ++evicted_pages_;
+    if (record_events_) removed.block_hashes.push_back(key);
   }
-  return true;
+  if (!removed.block_hashes.empty()) events_.push_back(std::move(removed));
+  return pool_->CanAllocate(pages);
 }
 
 }  // namespace kvcanary::engine

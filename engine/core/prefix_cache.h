@@ -20,6 +20,13 @@
 // tokens with a constant seed and no salt (vLLM GHSA-rm76-4mrf-v9r8): any
 // tenant with the same prefix, or with a colliding one, gets the pages.
 //
+// With events on (EnableEvents), every change is also recorded as a
+// KvCacheEvent (kv_cache_event.h) for the engine to hand on once per step:
+// a run of pages one request published is one kStored event, the pages one
+// MakeRoom() evicted one kRemoved event; hits record nothing (vLLM's
+// default). The fault's 32-bit keys are recorded as they are stored: the
+// hash's 4 bytes (little-endian) then 28 zero bytes.
+//
 // A page in the cache belongs to the cache: published from the request that
 // computed it, which its stamp keeps naming as the writer, and flagged
 // shared (kStampShared), so every request of that tenant may read it in
@@ -40,6 +47,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
+#include "engine/core/kv_cache_event.h"
 #include "engine/core/page_pool.h"
 #include "engine/core/trace_bus.h"
 
@@ -59,7 +67,7 @@ absl::StatusOr<PrefixCacheMode> ParsePrefixCacheMode(absl::string_view name);
 
 class PrefixCache {
  public:
-  using Key = std::array<uint8_t, 32>;
+  using Key = BlockHash;
 
   // `weak_keys`: the prefix-hash-collision fault. REQUIRES: mode is not kOff.
   PrefixCache(PagePool* pool, PrefixCacheMode mode, bool weak_keys,
@@ -78,16 +86,27 @@ class PrefixCache {
   // Unref.
   std::vector<PageRef> Acquire(const std::vector<Key>& keys, TenantId tenant,
                                RequestId request);
-  // Hands a page a request computed to the cache under `key`, flagging its
-  // stamp as the tenant's shared prefix (page_share in the trace); the request
-  // keeps using it (Unref when done). false (nothing changes) if the key is
-  // already cached.
-  bool Publish(const Key& key, PageRef page, TenantId tenant);
+  // Hands the pages a request of `tenant` computed to the cache, from page
+  // `first` on, while their keys are new: pages[i] under keys[i], flagging
+  // each stamp as the tenant's shared prefix (page_share in the trace); the
+  // request keeps using them (Unref when done). Returns how many were
+  // published; with events on, they are one kStored event whose parent is
+  // keys[first - 1] and whose token ids are the pages' in `tokens`.
+  // REQUIRES: keys.size() <= pages.size(); `tokens` covers keys.size()
+  // pages.
+  int PublishRun(const std::vector<Key>& keys, int first,
+                 const std::vector<PageRef>& pages,
+                 const std::vector<int>& tokens, TenantId tenant);
   // A request stopped using a cached page.
   void Unref(PageRef page);
   // Frees unused cached pages, least recently used first, until the pool
   // has `pages` free or nothing unused is left. Returns whether it has.
   bool MakeRoom(int pages);
+
+  // Records events from now on (the engine does, when it has a sink).
+  void EnableEvents() { record_events_ = true; }
+  // The events recorded since the last call, oldest first.
+  std::vector<KvCacheEvent> TakeEvents();
 
   int size() const { return static_cast<int>(entries_.size()); }
   int num_unused() const;
@@ -107,6 +126,10 @@ class PrefixCache {
   };
   // The chain's start: SHA-256(secret || tenant id), tenant 0 in global mode.
   Key Salt(TenantId tenant) const;
+  // Caches one page under `key`; false (nothing changes) if it is cached.
+  bool Insert(const Key& key, PageRef page, TenantId tenant);
+  // page_share for a page `tenant` published; returns its stamp's writer.
+  RequestId MarkShared(PageRef page, TenantId tenant);
 
   PagePool* pool_;
   const PrefixCacheMode mode_;
@@ -115,6 +138,8 @@ class PrefixCache {
   std::array<uint8_t, 32> secret_;
   absl::flat_hash_map<Key, Entry, KeyHash> entries_;
   absl::flat_hash_map<uint32_t, Key> key_of_page_;  // page id -> key
+  bool record_events_ = false;
+  std::vector<KvCacheEvent> events_;  // since the last TakeEvents()
   uint64_t tick_ = 0;
   uint64_t hit_pages_ = 0;
   uint64_t published_pages_ = 0;

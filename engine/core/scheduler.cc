@@ -163,11 +163,8 @@ void Scheduler::Publish(Sequence* seq) {
     return;
   }
   const auto keys = cache_->Keys(seq->tenant, seq->prompt, full);
-  while (seq->shared_pages < full &&
-         cache_->Publish(keys[seq->shared_pages],
-                         seq->block_table[seq->shared_pages], seq->tenant)) {
-    ++seq->shared_pages;
-  }
+  seq->shared_pages += cache_->PublishRun(
+      keys, seq->shared_pages, seq->block_table, seq->prompt, seq->tenant);
 }
 
 void Scheduler::Advance(Sequence* seq, float* logits, int vocab_size) {

@@ -74,6 +74,30 @@ NodeMetrics::NodeMetrics(const std::string& role)
                      .Register(*registry_);
 }
 
+void NodeMetrics::AddKvEventsMetrics() {
+  absl::MutexLock lock(&kv_events_mu_);
+  if (kv_events_dropped_ != nullptr) return;
+  kv_events_dropped_ =
+      &prometheus::BuildCounter()
+           .Name("kvcanary_engine_kv_events_dropped_total")
+           .Help(
+               "KV cache events dropped because the publisher's queue was "
+               "full")
+           .Labels({{"role", role_}})
+           .Register(*registry_)
+           .Add({});
+}
+
+void NodeMetrics::SetKvEventsDropped(uint64_t total) {
+  absl::MutexLock lock(&kv_events_mu_);
+  if (kv_events_dropped_ == nullptr || total <= kv_events_dropped_seen_) {
+    return;
+  }
+  kv_events_dropped_->Increment(
+      static_cast<double>(total - kv_events_dropped_seen_));
+  kv_events_dropped_seen_ = total;
+}
+
 void NodeMetrics::CountKvRefused(const char* reason) {
   kv_refused_->Add({{"reason", reason}}).Increment();
 }

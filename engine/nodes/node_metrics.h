@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/core/engine_loop.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -32,6 +33,11 @@ class NodeMetrics {
   // A KV connection refused before it could touch a reservation, by
   // reason: "connection cap", "authentication", "no matching reservation".
   void CountKvRefused(const char* reason);
+  // Registers kvcanary_engine_kv_events_dropped_total: a node that
+  // publishes KV cache events does, at start.
+  void AddKvEventsMetrics();
+  // Brings that counter up to `total` events dropped so far.
+  void SetKvEventsDropped(uint64_t total);
   // Refreshes gauges from an engine loop, then serializes everything.
   std::string Serialize(const EngineLoop* loop);
 
@@ -53,6 +59,10 @@ class NodeMetrics {
   prometheus::Family<prometheus::Counter>* violations_;
   uint64_t tokens_seen_ = 0;
   prometheus::Family<prometheus::Counter>* kv_refused_;
+  absl::Mutex kv_events_mu_;
+  prometheus::Counter* kv_events_dropped_ ABSL_GUARDED_BY(kv_events_mu_) =
+      nullptr;
+  uint64_t kv_events_dropped_seen_ ABSL_GUARDED_BY(kv_events_mu_) = 0;
   std::string role_;
 };
 

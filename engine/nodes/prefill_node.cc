@@ -11,6 +11,20 @@
 namespace kvcanary::engine {
 namespace {
 constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
+
+std::unique_ptr<KvEventPublisher> MakeKvEvents(const PrefillNodeOptions& o) {
+  if (o.kv_events.endpoint.empty()) return nullptr;
+  KvEventPublisherOptions k = o.kv_events;
+  k.password = o.creds.trace;
+  k.block_size = o.engine.page_tokens;
+  return std::make_unique<KvEventPublisher>(std::move(k));
+}
+
+EngineOptions WithKvEvents(EngineOptions options, KvEventSink* sink) {
+  options.kv_events = sink;
+  return options;
+}
+
 }  // namespace
 
 PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
@@ -18,7 +32,10 @@ PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
       options_(options),
       trace_(TraceNode::kPrefill, options.trace.reader_capacity,
              options.trace.read_sample_every),
-      loop_(model, WithTrace(options.engine, &trace_), options.max_waiting),
+      kv_events_(MakeKvEvents(options)),
+      loop_(model,
+            WithKvEvents(WithTrace(options.engine, &trace_), kv_events_.get()),
+            options.max_waiting),
       metrics_("prefill") {
   if (options_.max_prompt_tokens <= 0) {
     options_.max_prompt_tokens = model->config.seq_len / 2;
@@ -54,6 +71,7 @@ absl::Status PrefillNode::Start() {
         "the prefill node needs the internal secret (--internal_secret_file)");
   }
   for (const KvPeer& p : options_.kv_peers) AddKvPeer(p);
+  RETURN_IF_ERROR(StartKvEvents());
   ASSIGN_OR_RETURN(trace_file_,
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
   server_ = MakeHttpServer(options_.http_threads, options_.creds.tls);
@@ -67,7 +85,13 @@ absl::Status PrefillNode::Start() {
       metrics_port_,
       ServeMetrics(
           server_.get(), options_.host, options_.metrics_port,
-          [this] { return metrics_.Serialize(&loop_); }, &metrics_server_));
+          [this] {
+            if (kv_events_ != nullptr) {
+              metrics_.SetKvEventsDropped(kv_events_->dropped_events());
+            }
+            return metrics_.Serialize(&loop_);
+          },
+          &metrics_server_));
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
   if (!port.ok()) return port.status();
   http_port_ = *port;
@@ -78,6 +102,31 @@ void PrefillNode::Stop() {
   if (server_ != nullptr) server_->Stop();
   if (metrics_server_ != nullptr) metrics_server_->Stop();
   trace_file_.reset();  // writes out what is queued
+  if (kv_events_ != nullptr) kv_events_->Stop();
+}
+
+absl::Status PrefillNode::StartKvEvents() {
+  if (kv_events_ == nullptr) return absl::OkStatus();
+  if (options_.engine.prefix_cache == PrefixCacheMode::kOff) {
+    return absl::FailedPreconditionError(
+        "--kv-events publishes the prefix cache's block events: it needs "
+        "--prefix-cache=tenant or global");
+  }
+  if (!options_.creds.trace.set()) {
+    return absl::FailedPreconditionError(
+        "--kv-events needs --trace-token-file: subscribers authenticate with "
+        "the trace token");
+  }
+  metrics_.AddKvEventsMetrics();
+  return kv_events_->Start();
+}
+
+std::string PrefillNode::kv_events_endpoint() const {
+  return kv_events_ != nullptr ? kv_events_->endpoint() : "";
+}
+
+std::string PrefillNode::kv_events_replay_endpoint() const {
+  return kv_events_ != nullptr ? kv_events_->replay_endpoint() : "";
 }
 
 absl::StatusOr<PrefillNode::TransferTarget> PrefillNode::ParseTransferTarget(

@@ -9,6 +9,10 @@
 //   GET  /internal/v1/limits     the node's settings (engine/node_settings.h)
 //   GET  /health, GET /metrics
 //
+// With options.kv_events set, its prefix cache's block events also go out
+// on a ZMQ PUB socket as vLLM's do (engine/kv_events/kv_event_publisher.h;
+// docs/nodes.md, "KV cache events"), the trace token their password.
+//
 // Thread-safe; owns its threads.
 #ifndef KVCANARY_ENGINE_NODES_PREFILL_NODE_H_
 #define KVCANARY_ENGINE_NODES_PREFILL_NODE_H_
@@ -23,6 +27,7 @@
 #include "engine/core/engine_loop.h"
 #include "engine/core/faults.h"
 #include "engine/core/trace_bus.h"
+#include "engine/kv_events/kv_event_publisher.h"
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/node_metrics.h"
 #include "engine/transfer/kv_sender.h"
@@ -50,6 +55,10 @@ struct PrefillNodeOptions {
   FaultSet faults;
   NodeTraceOptions trace;
   EngineOptions engine;
+  // The KV cache event stream; endpoint "": none. Its password and block
+  // size are the node's (creds.trace, engine.page_tokens). Needs the
+  // prefix cache and the trace token.
+  KvEventPublisherOptions kv_events;
 };
 
 class PrefillNode {
@@ -61,6 +70,9 @@ class PrefillNode {
   void Stop();
   int http_port() const { return http_port_; }
   int metrics_port() const { return metrics_port_; }  // -1: on http_port
+  // The KV event sockets as bound, tcp://HOST:PORT; "" when there are none.
+  std::string kv_events_endpoint() const;
+  std::string kv_events_replay_endpoint() const;
   // Adds (or replaces, by name) a KV peer: for a process that starts the
   // decode node after this one and learns its KV port then.
   void AddKvPeer(const KvPeer& peer);
@@ -103,11 +115,15 @@ class PrefillNode {
   absl::Status SendKv(const KvPeer& peer, const kv::Metadata& meta,
                       const std::vector<PageRef>& block_table, int first_token,
                       uint64_t* bytes_sent);
+  // Starts the KV event stream, if configured: kFailedPrecondition without
+  // the prefix cache or the trace token.
+  absl::Status StartKvEvents();
 
   const Model* model_;
   PrefillNodeOptions options_;
   TraceBus trace_;  // before loop_: the engine emits into it
   std::unique_ptr<TraceFileWriter> trace_file_;
+  std::unique_ptr<KvEventPublisher> kv_events_;  // before loop_: its sink
   EngineLoop loop_;
   NodeMetrics metrics_;
   std::unique_ptr<http::Server> metrics_server_;

@@ -107,13 +107,63 @@ std::string MetricsField(int port) {
   return port < 0 ? "" : absl::StrCat(" metrics=", port);
 }
 
+// " kv_events=... [kv_events_replay=...]" for a prefill node's ready line.
+std::string KvEventsFields(const PrefillNode& node) {
+  std::string out;
+  if (node.kv_events_endpoint().empty()) return out;
+  absl::StrAppend(&out, " kv_events=", node.kv_events_endpoint());
+  if (!node.kv_events_replay_endpoint().empty()) {
+    absl::StrAppend(&out,
+                    " kv_events_replay=", node.kv_events_replay_endpoint());
+  }
+  return out;
+}
+
+// The kv_events flags as `up` hands them to the prefill node.
+std::vector<std::string> KvEventsArgs(const ServeOptions& o) {
+  if (o.kv_events.empty()) return {};
+  return {"--kv_events=" + o.kv_events,
+          "--kv_events_replay=" + o.kv_events_replay,
+          "--kv_events_topic=" + o.kv_events_topic,
+          absl::StrCat("--kv_events_buffer=", o.kv_events_buffer)};
+}
+
 }  // namespace
+
+absl::StatusOr<KvEventPublisherOptions> KvEventsOptionsFor(
+    const ServeOptions& o) {
+  if (o.engine.prefix_cache == PrefixCacheMode::kOff) {
+    return absl::InvalidArgumentError(
+        "--kv-events publishes the prefix cache's block events: it needs "
+        "--prefix-cache=tenant or global");
+  }
+  if (o.kv_events_buffer < 1 || o.kv_events_buffer > 1000000) {
+    return absl::InvalidArgumentError(
+        "--kv-events-buffer must be in [1, 1000000]");
+  }
+  KvEventPublisherOptions k;
+  ASSIGN_OR_RETURN(const TcpEndpoint pub, ParseTcpEndpoint(o.kv_events));
+  k.endpoint = o.kv_events;
+  if (o.kv_events_replay.empty()) {
+    k.replay_endpoint = absl::StrCat("tcp://", pub.host, ":0");
+  } else if (o.kv_events_replay != "off") {
+    RETURN_IF_ERROR(ParseTcpEndpoint(o.kv_events_replay).status());
+    k.replay_endpoint = o.kv_events_replay;
+  }
+  k.topic = o.kv_events_topic;
+  k.buffer_batches = o.kv_events_buffer;
+  return k;
+}
 
 absl::Status RunServe(const ServeOptions& o) {
   sigset_t stop = BlockStopSignals();
   ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(o));
   const Model& model = loaded.model;
   ASSIGN_OR_RETURN(NodeCredentials creds, LoadCredentials(o));
+  if (!o.kv_events.empty() && o.role != "prefill") {
+    return absl::InvalidArgumentError(
+        "--kv-events is for the prefill role (its prefix cache)");
+  }
   if (o.role == "prefill") {
     PrefillNodeOptions p;
     SetNodeOptions(o, creds, &p);
@@ -122,12 +172,15 @@ absl::Status RunServe(const ServeOptions& o) {
       p.kv_peers.push_back(peer);
     }
     p.damage = o.damage;
+    if (!o.kv_events.empty()) {
+      ASSIGN_OR_RETURN(p.kv_events, KvEventsOptionsFor(o));
+    }
     PrefillNode node(&model, p);
     RETURN_IF_ERROR(node.Start());
     return ServeUntilSignal(
         node,
         absl::StrCat("ready role=prefill http=", node.http_port(),
-                     MetricsField(node.metrics_port())),
+                     MetricsField(node.metrics_port()), KvEventsFields(node)),
         stop);
   }
   if (o.role == "decode") {
@@ -349,6 +402,7 @@ absl::Status RunUp(const ServeOptions& o,
   std::vector<std::string> prefill_args = node;
   prefill_args.push_back(
       absl::StrCat("--decode_kv=decode-0=", o.host, ":", kv_port));
+  for (std::string& a : KvEventsArgs(o)) prefill_args.push_back(std::move(a));
   ASSIGN_OR_RETURN(const int prefill, children.Spawn("prefill", prefill_args));
   ASSIGN_OR_RETURN(const ReadyLine prefill_ready,
                    children.WaitReady(prefill, absl::Seconds(60)));
@@ -375,6 +429,12 @@ absl::Status RunUp(const ServeOptions& o,
   PrintReady("prefill " + prefill_url);
   PrintReady(absl::StrCat("decode ", decode_url, " kv=", decode_ready.kv_port));
   PrintReady("trace-token-file " + secrets.trace_file());
+  if (!prefill_ready.kv_events.empty()) {
+    PrintReady(absl::StrCat("kv-events ", prefill_ready.kv_events, " replay=",
+                            prefill_ready.kv_events_replay.empty()
+                                ? "off"
+                                : prefill_ready.kv_events_replay));
+  }
   // Serve until asked to stop, restarting whichever child dies.
   children.Run(stop);
   children.StopAll();

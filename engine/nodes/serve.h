@@ -52,20 +52,34 @@ struct ServeOptions {
   int max_in_flight = 256;                              // router
   AccessLogOptions access_log;                          // router
   std::string up_status_file;  // router: the status file of the `up` above
+  // prefill and up: the KV cache event stream (docs/nodes.md, "KV cache
+  // events"), tcp://HOST:PORT; "": none.
+  std::string kv_events;
+  std::string kv_events_replay;  // "": kv_events' host, any port; "off"
+  std::string kv_events_topic;
+  int kv_events_buffer = 10000;  // batches kept for replay
 };
 
-// Starts the role, prints "ready role=R http=PORT [kv=PORT]" on stdout, and
+// The publisher options the kv_events flags ask for (the password and
+// block size are the node's). kInvalidArgument for a bad endpoint or
+// buffer, or without a prefix cache. REQUIRES: !options.kv_events.empty().
+absl::StatusOr<KvEventPublisherOptions> KvEventsOptionsFor(
+    const ServeOptions& options);
+
+// Starts the role, prints "ready role=R http=PORT [metrics=PORT] [kv=PORT]
+// [kv_events=tcp://H:P [kv_events_replay=tcp://H:P]]" on stdout, and
 // serves until SIGINT or SIGTERM; then stops cleanly.
 absl::Status RunServe(const ServeOptions& options);
 
 // Starts prefill, decode, then router as child processes of this binary
 // (`serve --role=...`, with `node_args` passed to the two nodes, and
 // options.faults and options.access_log to the router), prints
-// "router http://...", "prefill http://...", "decode http://..." once all
-// are ready, restarts any that dies on the same ports (engine/supervisor.h:
-// the others keep serving; one line per exit and restart on stdout; the
-// state in a status file the router serves), and stops them all on
-// SIGINT/SIGTERM. Fails only if the first start of a role fails.
+// "router http://...", "prefill http://...", "decode http://... kv=PORT",
+// "trace-token-file PATH" and, with kv_events, "kv-events tcp://H:P
+// replay=tcp://H:P|off" once all are ready, restarts any that dies on the same
+// ports (engine/supervisor.h: the others keep serving; one line per exit and
+// restart on stdout; the state in a status file the router serves), and stops
+// them all on SIGINT/SIGTERM. Fails only if the first start of a role fails.
 // `kvcanary-engine up <args>` started from this binary as a child process,
 // with the URLs it printed.
 struct UpProcess {

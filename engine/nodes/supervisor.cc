@@ -43,6 +43,10 @@ std::optional<ReadyLine> ParseReadyLine(absl::string_view line) {
   for (absl::string_view field : absl::StrSplit(line, ' ')) {
     std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(field, absl::MaxSplits('=', 1));
+    if (kv.first == "kv_events") r.kv_events = std::string(kv.second);
+    if (kv.first == "kv_events_replay") {
+      r.kv_events_replay = std::string(kv.second);
+    }
     int value = 0;
     if (!absl::SimpleAtoi(kv.second, &value)) continue;
     if (kv.first == "http") r.http_port = value;
@@ -67,7 +71,10 @@ std::vector<std::string> PinPorts(const std::vector<std::string>& args,
   std::vector<std::string> out;
   bool inherited_kv = false;
   for (const std::string& a : args) {
-    if (absl::StartsWith(a, "--port=") || absl::StartsWith(a, "--kv_port=")) {
+    if (absl::StartsWith(a, "--port=") || absl::StartsWith(a, "--kv_port=") ||
+        (!ready.kv_events.empty() && absl::StartsWith(a, "--kv_events=")) ||
+        (!ready.kv_events_replay.empty() &&
+         absl::StartsWith(a, "--kv_events_replay="))) {
       continue;
     }
     inherited_kv = inherited_kv || absl::StartsWith(a, "--kv_listen_fd=");
@@ -76,6 +83,12 @@ std::vector<std::string> PinPorts(const std::vector<std::string>& args,
   out.push_back(absl::StrCat("--port=", ready.http_port));
   if (ready.kv_port > 0 && !inherited_kv)
     out.push_back(absl::StrCat("--kv_port=", ready.kv_port));
+  if (!ready.kv_events.empty()) {
+    out.push_back("--kv_events=" + ready.kv_events);
+  }
+  if (!ready.kv_events_replay.empty()) {
+    out.push_back("--kv_events_replay=" + ready.kv_events_replay);
+  }
   return out;
 }
 

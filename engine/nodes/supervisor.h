@@ -43,10 +43,13 @@ struct RestartBackoff {
   absl::Duration Next(absl::Duration previous, absl::Duration uptime) const;
 };
 
-// A node's "ready role=R http=PORT [kv=PORT]" line.
+// A node's "ready role=R http=PORT [kv=PORT] [kv_events=tcp://H:P
+// [kv_events_replay=tcp://H:P]]" line.
 struct ReadyLine {
   int http_port = 0;
-  int kv_port = 0;  // decode
+  int kv_port = 0;               // decode
+  std::string kv_events;         // prefill: the KV event PUB socket
+  std::string kv_events_replay;  // prefill: its replay socket
 };
 std::optional<ReadyLine> ParseReadyLine(absl::string_view line);
 
@@ -54,7 +57,9 @@ std::optional<ReadyLine> ParseReadyLine(absl::string_view line);
 std::string DescribeExit(int wait_status);
 
 // `args` without any --port= or --kv_port=, then the ports of `ready` (no
-// --kv_port where `args` pass an inherited KV listener, --kv_listen_fd=).
+// --kv_port where `args` pass an inherited KV listener, --kv_listen_fd=);
+// likewise --kv_events= and --kv_events_replay= become the endpoints
+// `ready` names, where it names them.
 std::vector<std::string> PinPorts(const std::vector<std::string>& args,
                                   const ReadyLine& ready);
 

@@ -1,7 +1,7 @@
 // The engine's folders are layers (engine/CMakeLists.txt,
 // docs/architecture.md): model/ and transfer/ include nothing else of the
-// engine, core/ only those two, nodes/ any of them, and nothing in the
-// library includes app/ (main and the demos).
+// engine, core/ only those two, kv_events/ those three, nodes/ any of them,
+// and nothing in the library includes app/ (main and the demos).
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,8 +23,9 @@ const std::map<std::string, std::set<std::string>>& Allowed() {
       {"model", {}},
       {"transfer", {}},
       {"core", {"model", "transfer"}},
-      {"nodes", {"model", "transfer", "core"}},
-      {"app", {"model", "transfer", "core", "nodes"}},
+      {"kv_events", {"model", "transfer", "core"}},
+      {"nodes", {"model", "transfer", "core", "kv_events"}},
+      {"app", {"model", "transfer", "core", "kv_events", "nodes"}},
   };
   return *allowed;
 }

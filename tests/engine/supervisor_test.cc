@@ -61,16 +61,55 @@ TEST(DescribeExitTest, SignalOrCode) {
   EXPECT_EQ(DescribeExit(status), "code 3");
 }
 
+ReadyLine Ports(int http, int kv) {
+  ReadyLine r;
+  r.http_port = http;
+  r.kv_port = kv;
+  return r;
+}
+
 TEST(PinPortsTest, ReplacesPortFlagsWithTheBoundPorts) {
-  EXPECT_EQ(PinPorts({"--port=0", "--threads=2", "--kv_port=0"}, {4001, 4002}),
-            (std::vector<std::string>{"--threads=2", "--port=4001",
-                                      "--kv_port=4002"}));
-  EXPECT_EQ(PinPorts({"--tenants=t.json"}, {8000, 0}),
+  EXPECT_EQ(
+      PinPorts({"--port=0", "--threads=2", "--kv_port=0"}, Ports(4001, 4002)),
+      (std::vector<std::string>{"--threads=2", "--port=4001",
+                                "--kv_port=4002"}));
+  EXPECT_EQ(PinPorts({"--tenants=t.json"}, Ports(8000, 0)),
             (std::vector<std::string>{"--tenants=t.json", "--port=8000"}));
 }
 
+TEST(ReadyLineTest, APrefillNodeNamesItsKvEventSockets) {
+  auto prefill = ParseReadyLine(
+      "ready role=prefill http=4000 kv_events=tcp://127.0.0.1:4100 "
+      "kv_events_replay=tcp://127.0.0.1:4101");
+  ASSERT_TRUE(prefill.has_value());
+  EXPECT_EQ(prefill->http_port, 4000);
+  EXPECT_EQ(prefill->kv_events, "tcp://127.0.0.1:4100");
+  EXPECT_EQ(prefill->kv_events_replay, "tcp://127.0.0.1:4101");
+  EXPECT_EQ(ParseReadyLine("ready role=prefill http=4000")->kv_events, "");
+}
+
+TEST(PinPortsTest, KvEventSocketsKeepTheirBoundPorts) {
+  ReadyLine ready = Ports(4000, 0);
+  ready.kv_events = "tcp://127.0.0.1:4100";
+  ready.kv_events_replay = "tcp://127.0.0.1:4101";
+  EXPECT_EQ(
+      PinPorts({"--port=0", "--kv_events=tcp://127.0.0.1:0",
+                "--kv_events_replay=", "--kv_events_topic=t"},
+               ready),
+      (std::vector<std::string>{"--kv_events_topic=t", "--port=4000",
+                                "--kv_events=tcp://127.0.0.1:4100",
+                                "--kv_events_replay=tcp://127.0.0.1:4101"}));
+  // Without a replay socket its flag ("off") stays as it was.
+  ready.kv_events_replay.clear();
+  EXPECT_EQ(
+      PinPorts({"--kv_events=tcp://127.0.0.1:0", "--kv_events_replay=off"},
+               ready),
+      (std::vector<std::string>{"--kv_events_replay=off", "--port=4000",
+                                "--kv_events=tcp://127.0.0.1:4100"}));
+}
+
 TEST(PinPortsTest, AnInheritedKvListenerIsNotPinnedToAPort) {
-  EXPECT_EQ(PinPorts({"--port=0", "--kv_listen_fd=5"}, {4001, 4002}),
+  EXPECT_EQ(PinPorts({"--port=0", "--kv_listen_fd=5"}, Ports(4001, 4002)),
             (std::vector<std::string>{"--kv_listen_fd=5", "--port=4001"}));
 }
 

@@ -189,6 +189,10 @@ ABSL_FLAG(std::string, kv_events_topic, "",
           "With --kv-events: the topic frame of every message.");
 ABSL_FLAG(int, kv_events_buffer, 10000,
           "With --kv-events: event batches kept for replay (1 to 1000000).");
+ABSL_FLAG(int, test_kv_events_lose_every, 0,
+          "Tests only: every Nth event batch takes its sequence number but "
+          "is neither sent nor kept for replay (a PUB past its high-water "
+          "mark whose buffer moved on); 0: none.");
 ABSL_FLAG(std::string, out, "", "File to write the checkpoint to.");
 ABSL_FLAG(std::string, from, "",
           "write-model: convert this model file (llama2.c or GGUF) instead "
@@ -232,7 +236,7 @@ std::vector<std::string> AccessLogFlagNames() {
 // The KV cache event stream's flags: serve --role=prefill and up.
 std::vector<std::string> KvEventsFlagNames() {
   return {"kv_events", "kv_events_replay", "kv_events_topic",
-          "kv_events_buffer"};
+          "kv_events_buffer", "test_kv_events_lose_every"};
 }
 
 // `up`'s own flags, then the nodes' and the access log's.
@@ -457,6 +461,7 @@ absl::Status KvEventsFlags(ServeOptions* o) {
   o->kv_events_replay = absl::GetFlag(FLAGS_kv_events_replay);
   o->kv_events_topic = absl::GetFlag(FLAGS_kv_events_topic);
   o->kv_events_buffer = absl::GetFlag(FLAGS_kv_events_buffer);
+  o->test_kv_events_lose_every = absl::GetFlag(FLAGS_test_kv_events_lose_every);
   if (o->kv_events.empty()) return absl::OkStatus();
   return KvEventsOptionsFor(*o).status();
 }

@@ -148,6 +148,10 @@ void KvEventPublisher::Run() {
 
 void KvEventPublisher::Send(const KvEventBatch& batch) {
   const int64_t seq = next_seq_++;
+  if (options_.test_lose_every > 0 &&
+      (seq + 1) % options_.test_lose_every == 0) {
+    return;
+  }
   std::string payload = EncodeKvEventBatch(batch, options_.block_size);
   // A PUB never blocks: past the high-water mark a slow subscriber misses
   // the message (and can ask for it again by its seq).

@@ -61,6 +61,9 @@ struct KvEventPublisherOptions {
   int max_queue_batches = 100000;  // engine -> publisher thread
   int block_size = 16;             // tokens per page
   SharedSecret password;           // PLAIN password of user "kvcanary"
+  // Tests only: every Nth batch takes its sequence number but is neither
+  // sent nor kept for replay (a loss no subscriber can recover); 0: none.
+  int test_lose_every = 0;
 };
 
 class KvEventPublisher final : public KvEventSink {

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -125,7 +126,9 @@ std::vector<std::string> KvEventsArgs(const ServeOptions& o) {
   return {"--kv_events=" + o.kv_events,
           "--kv_events_replay=" + o.kv_events_replay,
           "--kv_events_topic=" + o.kv_events_topic,
-          absl::StrCat("--kv_events_buffer=", o.kv_events_buffer)};
+          absl::StrCat("--kv_events_buffer=", o.kv_events_buffer),
+          absl::StrCat("--test_kv_events_lose_every=",
+                       o.test_kv_events_lose_every)};
 }
 
 }  // namespace
@@ -152,6 +155,7 @@ absl::StatusOr<KvEventPublisherOptions> KvEventsOptionsFor(
   }
   k.topic = o.kv_events_topic;
   k.buffer_batches = o.kv_events_buffer;
+  k.test_lose_every = std::max(0, o.test_kv_events_lose_every);
   return k;
 }
 

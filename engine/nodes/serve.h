@@ -57,7 +57,8 @@ struct ServeOptions {
   std::string kv_events;
   std::string kv_events_replay;  // "": kv_events' host, any port; "off"
   std::string kv_events_topic;
-  int kv_events_buffer = 10000;  // batches kept for replay
+  int kv_events_buffer = 10000;       // batches kept for replay
+  int test_kv_events_lose_every = 0;  // tests only: lose every Nth batch
 };
 
 // The publisher options the kv_events flags ask for (the password and

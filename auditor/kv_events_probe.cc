@@ -298,8 +298,11 @@ struct Sent {
 };
 
 Sent SendOne(TargetSession& session, const AuditTenant& t,
-             const std::string& prompt) {
-  const Completion c = session.SendAlone(t, prompt, 1, /*stream=*/true);
+             const std::string& prompt, bool report_full) {
+  // vLLM's per-request switch to report every block, hits included.
+  const json extra =
+      report_full ? json{{"kv_cache_report_mode", "full"}} : json(nullptr);
+  const Completion c = session.SendAlone(t, prompt, 1, /*stream=*/true, extra);
   return {c.usable, c.status, c.cached_tokens, c.ttft_ms};
 }
 
@@ -334,17 +337,17 @@ absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     const std::string control = fresh_prefix(options.prefix_units);
     settle();
     const Mark m0 = ledger.Now();
-    const Sent a = SendOne(session, writer, prefix);
+    const Sent a = SendOne(session, writer, prefix, options.report_full);
     RETURN_IF_ERROR(session.down());
     RETURN_IF_ERROR(KeyCheck(a, writer));
     settle();
     const Mark m1 = ledger.Now();
-    const Sent b = SendOne(session, reader, prefix);
+    const Sent b = SendOne(session, reader, prefix, options.report_full);
     RETURN_IF_ERROR(session.down());
     RETURN_IF_ERROR(KeyCheck(b, reader));
     settle();
     const Mark m2 = ledger.Now();
-    const Sent c = SendOne(session, reader, control);
+    const Sent c = SendOne(session, reader, control, options.report_full);
     RETURN_IF_ERROR(session.down());
     RETURN_IF_ERROR(KeyCheck(c, reader));
     settle();
@@ -371,6 +374,11 @@ absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     out.pairs.push_back(std::move(r));
   }
   out.stream = ledger.stats();
+  if (options.report_full) {
+    out.notes.push_back(
+        "the probes asked for every block to be reported, hits included "
+        "(kv_cache_report_mode \"full\")");
+  }
   if (out.stream.gaps > out.stream.gaps_recovered) {
     out.notes.push_back(absl::StrCat(
         out.stream.missing_messages,
@@ -457,6 +465,7 @@ absl::StatusOr<KvEventsOutcome> KvEventsCheck::Run(TargetSession& session,
   KvEventsProbeOptions po;
   po.pairs = options_.pairs;
   po.prefix_units = std::max(8, prefix_units);
+  po.report_full = options_.report_full;
   absl::StatusOr<KvEventsOutcome> out = RunKvEventsProbes(
       session, writer, reader, subscriber_, ledger_, po,
       [this](int units) { return FreshPrefix(units); }, log);

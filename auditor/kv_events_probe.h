@@ -79,6 +79,7 @@ PairResult DecidePair(const PairObservation& o);
 struct KvEventsProbeOptions {
   int pairs = 3;
   int prefix_units = 48;  // random letters in P: several blocks on any engine
+  bool report_full = false;  // requests carry kv_cache_report_mode "full"
   absl::Duration settle_quiet = absl::Milliseconds(150);
   absl::Duration settle_max = absl::Seconds(3);
 };

@@ -93,6 +93,8 @@ absl::StatusOr<SubscriberOptions> ParseKvEventsFlag(absl::string_view flag) {
       if (auto s = CheckEndpoint("replay", part); !s.ok()) return s;
     } else if (absl::ConsumePrefix(&part, "topic=")) {
       o.topic = std::string(part);
+    } else if (part == "report=full") {
+      o.report_full = true;
     } else if (absl::ConsumePrefix(&part, "pairs=")) {
       if (!absl::SimpleAtoi(part, &o.pairs) || o.pairs < 1 || o.pairs > 1000) {
         return absl::InvalidArgumentError(
@@ -101,7 +103,8 @@ absl::StatusOr<SubscriberOptions> ParseKvEventsFlag(absl::string_view flag) {
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--kv-events: unknown part '", part,
-          "' (tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,pairs=N])"));
+          "' (tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,pairs=N]"
+          "[,report=full])"));
     }
   }
   if (auto s = CheckEndpoint("endpoint", o.endpoint); !s.ok()) return s;

@@ -36,10 +36,15 @@ struct SubscriberOptions {
   absl::Duration connect_timeout = absl::Seconds(5);
   absl::Duration replay_timeout = absl::Seconds(1);
   int pairs = 3;  // the kv_events detector's probe pairs on this stream
+  // The probes ask the engine to report every block of their prompts, hits
+  // included (vLLM's per-request kv_cache_report_mode "full", vllm#45261):
+  // a hit then shows as B's blocks under A's hashes, not as silence.
+  bool report_full = false;
 };
 
-// "tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,pairs=N]" (the
-// --kv-events flag). kInvalidArgument naming what is wrong.
+// "tcp://HOST:PORT[,replay=tcp://HOST:PORT][,topic=T][,pairs=N]
+// [,report=full]" (the --kv-events flag). kInvalidArgument naming what is
+// wrong.
 absl::StatusOr<SubscriberOptions> ParseKvEventsFlag(absl::string_view flag);
 // The same, with the PLAIN password read from `password_file` (the nodes'
 // trace token file; "": none); an empty `flag` gives empty options.

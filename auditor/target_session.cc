@@ -42,7 +42,7 @@ absl::Status TargetSession::Discover() {
 }
 
 std::string TargetSession::Body(const std::string& prompt, int max_tokens,
-                                bool stream) const {
+                                bool stream, const json& extra) const {
   json j = {{"model", model_},
             {"prompt", prompt},
             {"max_tokens", max_tokens},
@@ -52,16 +52,17 @@ std::string TargetSession::Body(const std::string& prompt, int max_tokens,
     // Usage in a stream's last chunk (vLLM and others send it only then).
     j["stream_options"] = {{"include_usage", true}};
   }
+  if (extra.is_object()) j.update(extra);
   return j.dump();
 }
 
 ProbeRequest TargetSession::Request(uint64_t id, const AuditTenant& tenant,
                                     const std::string& prompt, int max_tokens,
-                                    bool stream) const {
+                                    bool stream, const json& extra) const {
   ProbeRequest r;
   r.id = id;
   r.url = o_.target + "/v1/completions";
-  r.body = Body(prompt, max_tokens, stream);
+  r.body = Body(prompt, max_tokens, stream, extra);
   r.headers = Headers(tenant);
   r.timeout = o_.request_timeout;
   return r;
@@ -82,7 +83,7 @@ void TargetSession::NoteTransport(const Completion& c) {
 
 Completion TargetSession::SendAlone(const AuditTenant& t,
                                     const std::string& prompt, int max_tokens,
-                                    bool stream) {
+                                    bool stream, const json& extra) {
   Completion result;
   if (!down_.ok()) {
     result.error = down_;
@@ -94,7 +95,7 @@ Completion TargetSession::SendAlone(const AuditTenant& t,
       [&]() -> std::optional<ProbeRequest> {
         if (sent) return std::nullopt;
         sent = true;
-        return Request(0, t, prompt, max_tokens, stream);
+        return Request(0, t, prompt, max_tokens, stream, extra);
       },
       [&](ProbeResponse r) { result = ParseCompletion(r, stream); },
       [&] { return sent; });

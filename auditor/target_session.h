@@ -50,16 +50,19 @@ class TargetSession {
     return {"Authorization: Bearer " + t.api_key};
   }
   // A greedy /v1/completions body; streamed ones ask for usage.
-  std::string Body(const std::string& prompt, int max_tokens,
-                   bool stream) const;
+  // `extra`: more top-level fields of the request body (an object; null:
+  // none), e.g. vLLM's kv_cache_report_mode.
+  std::string Body(const std::string& prompt, int max_tokens, bool stream,
+                   const nlohmann::json& extra = nullptr) const;
   // A probe of `tenant` for MultiClient.
   ProbeRequest Request(uint64_t id, const AuditTenant& tenant,
-                       const std::string& prompt, int max_tokens,
-                       bool stream) const;
+                       const std::string& prompt, int max_tokens, bool stream,
+                       const nlohmann::json& extra = nullptr) const;
 
   // One request, alone; an error completion (no request sent) once down.
   Completion SendAlone(const AuditTenant& t, const std::string& prompt,
-                       int max_tokens, bool stream);
+                       int max_tokens, bool stream,
+                       const nlohmann::json& extra = nullptr);
   // Counts requests in a row without an HTTP answer (call for each answer
   // of requests sent elsewhere, e.g. through a MultiClient).
   void NoteTransport(const Completion& c);

@@ -83,6 +83,7 @@ struct Request {
   int max_tokens = kDefaultMaxTokens;
   bool stream = false;
   bool include_usage = false;
+  bool report_all_blocks = false;  // vLLM's kv_cache_report_mode "full"
 };
 
 // Returns the problem ("" if none) and fills *r. Chat messages are joined
@@ -140,6 +141,7 @@ std::string ParseRequest(const std::string& body, bool chat, Flavor f,
     r->include_usage = iu != so->end() && iu->is_boolean() ? iu->get<bool>()
                                                            : f == Flavor::kVllm;
   }
+  r->report_all_blocks = j.value("kv_cache_report_mode", "") == "full";
   return "";
 }
 
@@ -335,7 +337,8 @@ std::vector<size_t> BlockKeys(const std::vector<std::string>& tokens,
 }  // namespace
 
 int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
-                                     const std::string& salt) {
+                                     const std::string& salt,
+                                     bool report_all_blocks) {
   const size_t block = options_.cache_block_tokens;
   const std::vector<size_t> keys = BlockKeys(tokens, block, salt);
   size_t hits = 0, seen = 0;
@@ -353,8 +356,8 @@ int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
     const std::vector<size_t> event_keys =
         options_.events_ignore_salt ? BlockKeys(tokens, block, "") : keys;
     std::vector<FakeTargetOptions::StoredBlock> stored;
-    for (size_t b = options_.events_report_hits ? 0 : seen; b < keys.size();
-         ++b) {
+    const bool all = options_.events_report_hits || report_all_blocks;
+    for (size_t b = all ? 0 : seen; b < keys.size(); ++b) {
       FakeTargetOptions::StoredBlock s;
       s.hash = event_keys[b];
       if (b > 0) s.parent = event_keys[b - 1];
@@ -411,7 +414,7 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
         options_.per_key_prompt_cache
             ? absl::StrCat("-", req.get_header_value("Authorization"))
             : "";
-    a.cached_tokens = CacheLookupAndInsert(tokens, salt);
+    a.cached_tokens = CacheLookupAndInsert(tokens, salt, r.report_all_blocks);
   }
   a.pieces = OutputPieces(r.prompt, plan, r.max_tokens, options_.echo);
   a.text = absl::StrJoin(a.pieces, "");

@@ -112,8 +112,10 @@ struct FakeTargetOptions {
     std::vector<int64_t> token_ids;  // cache_block_tokens of them
   };
   std::function<void(const std::vector<StoredBlock>&)> on_blocks_stored;
-  // Events for every block of the prompt, hits included (vLLM's
-  // kv_cache_report_mode "full"), not only the newly stored ones.
+  // Events for every block of the prompt, hits included, not only the
+  // newly stored ones: for every request (an engine that always reports
+  // hits); a request's "kv_cache_report_mode": "full" asks the same for it
+  // alone, as vLLM's does (vllm#45261).
   bool events_report_hits = false;
   // Event hashes computed without the salt while the cache itself stays
   // salted per key (SGLang before sglang#30827).
@@ -167,7 +169,7 @@ class FakeTarget {
   // of block keys starting from `salt` ("" for the shared cache); returns
   // how many were served from it.
   int CacheLookupAndInsert(const std::vector<std::string>& tokens,
-                           const std::string& salt);
+                           const std::string& salt, bool report_all_blocks);
 
   const FakeTargetOptions options_;
   std::unique_ptr<http::Server> server_;

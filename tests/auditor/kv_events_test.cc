@@ -134,6 +134,10 @@ TEST(KvEventsFlagTest, ParsesEndpointReplayAndTopic) {
   EXPECT_EQ(o->endpoint, "tcp://h:1");
   EXPECT_EQ(o->replay_endpoint, "tcp://h:2");
   EXPECT_EQ(o->topic, "kv");
+  EXPECT_FALSE(o->report_full);
+  EXPECT_TRUE(ParseKvEventsFlag("tcp://h:1,report=full")->report_full);
+  EXPECT_EQ(ParseKvEventsFlag("tcp://h:1,pairs=7")->pairs, 7);
+  EXPECT_FALSE(ParseKvEventsFlag("tcp://h:1,pairs=0").ok());
   EXPECT_FALSE(ParseKvEventsFlag("h:1").ok());
   EXPECT_FALSE(ParseKvEventsFlag("tcp://h:1,bogus=1").ok());
 }

@@ -163,6 +163,32 @@ TEST_F(KvEventsFakeTest, HitsReportedAsStoresAreSharedWithCachedTokens) {
             "same_hash");
 }
 
+TEST_F(KvEventsFakeTest, ReportFullAsksTheEngineToReportHitsPerRequest) {
+  // The fake reports hits only for requests that ask (vLLM's per-request
+  // kv_cache_report_mode): with report=full, B's hits come back as stores
+  // under A's hashes, and its cached tokens agree.
+  FakeTargetOptions fo;
+  fo.shared_prompt_cache = true;
+  fo.report_cached_tokens = true;
+  Start(fo);
+  const std::string flag = publisher_->flag() + ",report=full";
+  CacheAuditOptions o;
+  o.target.target = target_->url();
+  o.target.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}};
+  o.db_path = ::testing::TempDir() + "/kvcanary-kv-events-" +
+              std::to_string(getpid()) + "-report-full.db";
+  o.progress = false;
+  o.seed = 1;
+  o.kv_events = *kv_events::ParseKvEventsFlag(flag);
+  ASSERT_TRUE(o.kv_events.report_full);
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCacheAudit(o, &metrics);
+  EXPECT_EQ(KvFindings(r), 3) << Explain(r);
+  EXPECT_EQ(r.details["kv_events"]["pairs"][0]["block_checks"][0]["outcome"],
+            "same_hash");
+  EXPECT_EQ(r.details["kv_events"]["notes"].size(), 1u);
+}
+
 TEST_F(KvEventsFakeTest, HashesThatIgnoreTheSaltAreNotCalledSharing) {
   // The cache is isolated per key; only the events' hashes are unsalted.
   FakeTargetOptions fo;

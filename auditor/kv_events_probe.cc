@@ -251,16 +251,10 @@ json PairResult::ToJson() const {
           {"block_checks", blocks_json}};
 }
 
-int KvEventsOutcome::shared() const {
-  return static_cast<int>(std::count_if(
-      pairs.begin(), pairs.end(),
-      [](const PairResult& p) { return p.verdict == PairVerdict::kShared; }));
-}
-
-int KvEventsOutcome::isolated() const {
-  return static_cast<int>(std::count_if(
-      pairs.begin(), pairs.end(),
-      [](const PairResult& p) { return p.verdict == PairVerdict::kIsolated; }));
+int KvEventsOutcome::Count(PairVerdict v) const {
+  return static_cast<int>(
+      std::count_if(pairs.begin(), pairs.end(),
+                    [v](const PairResult& p) { return p.verdict == v; }));
 }
 
 int KvEventsOutcome::block_pairs_checked() const {

@@ -91,8 +91,9 @@ struct KvEventsOutcome {
   std::vector<PairResult> pairs;
   LedgerStats stream;
   std::vector<std::string> notes;
-  int shared() const;
-  int isolated() const;
+  int Count(PairVerdict v) const;
+  int shared() const { return Count(PairVerdict::kShared); }
+  int isolated() const { return Count(PairVerdict::kIsolated); }
   int block_pairs_checked() const;
   nlohmann::json ToJson() const;
 };

@@ -19,7 +19,6 @@ namespace kvcanary::auditor {
 namespace {
 
 using testing::EncodeBatch;
-using testing::FakeEvent;
 using testing::FakeKvPublisher;
 using testing::FakeTarget;
 using testing::FakeTargetOptions;
@@ -36,15 +35,7 @@ struct Engine {
     o.per_key_prompt_cache = !shared;
     o.on_blocks_stored =
         [this](const std::vector<FakeTargetOptions::StoredBlock>& blocks) {
-          FakeEvent e;
-          e.block_size = 8;
-          e.parent = blocks.front().parent;
-          for (const auto& b : blocks) {
-            e.hashes.push_back(b.hash);
-            e.token_ids.insert(e.token_ids.end(), b.token_ids.begin(),
-                               b.token_ids.end());
-          }
-          publisher.Publish(EncodeBatch({e}));
+          publisher.Publish(EncodeBatch({testing::StoredEvent(blocks, 8)}));
         };
     target = std::make_unique<FakeTarget>(o);
   }

@@ -31,6 +31,21 @@ struct FakeEvent {
   int64_t block_size = 4;
 };
 
+// One BlockStored event of chained blocks (anything with hash, parent and
+// token_ids: the fake target's FakeTargetOptions::StoredBlock).
+template <typename Blocks>
+FakeEvent StoredEvent(const Blocks& blocks, int64_t block_size) {
+  FakeEvent e;
+  e.block_size = block_size;
+  e.parent = blocks.front().parent;
+  for (const auto& b : blocks) {
+    e.hashes.push_back(b.hash);
+    e.token_ids.insert(e.token_ids.end(), b.token_ids.begin(),
+                       b.token_ids.end());
+  }
+  return e;
+}
+
 // msgpack of a batch [ts, events, 0]; events as maps keyed by "type"
 // (`map_shape`) or as tagged positional arrays (older vLLM).
 inline std::string EncodeBatch(const std::vector<FakeEvent>& events,

@@ -51,14 +51,7 @@ class KvEventsFakeTest : public ::testing::Test {
     fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}};
     fo.on_blocks_stored =
         [this](const std::vector<FakeTargetOptions::StoredBlock>& blocks) {
-          FakeEvent e;
-          e.block_size = kBlock;
-          e.parent = blocks.front().parent;
-          for (const auto& b : blocks) {
-            e.hashes.push_back(b.hash);
-            e.token_ids.insert(e.token_ids.end(), b.token_ids.begin(),
-                               b.token_ids.end());
-          }
+          const FakeEvent e = testing::StoredEvent(blocks, kBlock);
           const int n = ++script_.published;
           if (script_.restart_at > 0 && n == script_.restart_at) {
             publisher_->Restart();

@@ -300,12 +300,30 @@ absl::StatusOr<Batch> DecodeBatch(absl::string_view payload) {
     return Bad(absl::StrCat(payload.size() - offset, " bytes after the batch"));
   }
   const Obj& o = handle.get();
-  if (o.type != msgpack::type::ARRAY || o.via.array.size < 2) {
+  // The batch's fields: positional (every engine seen), or a map keyed by
+  // field name (one vLLM revision declares the batch without array_like).
+  const Obj* fields[3] = {nullptr, nullptr, nullptr};
+  if (o.type == msgpack::type::ARRAY && o.via.array.size >= 2) {
+    for (uint32_t i = 0; i < 3 && i < o.via.array.size; ++i) {
+      fields[i] = &o.via.array.ptr[i];
+    }
+  } else if (o.type == msgpack::type::MAP) {
+    for (uint32_t i = 0; i < o.via.map.size; ++i) {
+      const std::string key = Str(o.via.map.ptr[i].key);
+      const int at = key == "ts"       ? 0
+                     : key == "events" ? 1
+                     : (key == "data_parallel_rank" || key == "attn_dp_rank")
+                         ? 2
+                         : -1;
+      if (at >= 0) fields[at] = &o.via.map.ptr[i].val;
+    }
+  }
+  if (fields[0] == nullptr || fields[1] == nullptr) {
     return Bad(absl::StrCat("a batch must be [ts, events, dp_rank?], not a ",
                             TypeName(o)));
   }
   Batch b;
-  const Obj& ts = o.via.array.ptr[0];
+  const Obj& ts = *fields[0];
   if (ts.type == msgpack::type::FLOAT64 || ts.type == msgpack::type::FLOAT32) {
     b.ts = ts.via.f64;
   } else if (ts.type == msgpack::type::POSITIVE_INTEGER ||
@@ -315,10 +333,10 @@ absl::StatusOr<Batch> DecodeBatch(absl::string_view payload) {
   } else {
     return WrongType("ts", ts);
   }
-  RETURN_IF_ERROR(DecodeEvents(o.via.array.ptr[1], b));
-  if (o.via.array.size >= 3) {
+  RETURN_IF_ERROR(DecodeEvents(*fields[1], b));
+  if (fields[2] != nullptr) {
     ASSIGN_OR_RETURN(b.data_parallel_rank,
-                     OptionalInt(o.via.array.ptr[2], "data_parallel_rank"));
+                     OptionalInt(*fields[2], "data_parallel_rank"));
   }
   return b;
 }

@@ -73,6 +73,32 @@ TEST(KvEventsWireTest, DecodesTaggedPositionalArraysTheSame) {
   }
 }
 
+TEST(KvEventsWireTest, AMapShapedBatchDecodesLikeAPositionalOne) {
+  // One vLLM revision declares the batch without array_like: {ts, events,
+  // data_parallel_rank} as a map.
+  const std::string positional = EncodeBatch({Stored({1, 2}, 9, 100)});
+  absl::StatusOr<Batch> a = DecodeBatch(positional);
+  ASSERT_TRUE(a.ok()) << a.status();
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(&buf);
+  pk.pack_map(3);
+  pk.pack(std::string("ts"));
+  pk.pack_double(1.7e9);
+  pk.pack(std::string("events"));
+  // The events array of the positional encoding, copied as it is.
+  msgpack::object_handle h =
+      msgpack::unpack(positional.data(), positional.size());
+  pk.pack(h.get().via.array.ptr[1]);
+  pk.pack(std::string("data_parallel_rank"));
+  pk.pack(2);
+  absl::StatusOr<Batch> m = DecodeBatch(std::string(buf.data(), buf.size()));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->data_parallel_rank, 2);
+  ASSERT_EQ(m->events.size(), 1u);
+  EXPECT_EQ(m->events[0].block_hashes, a->events[0].block_hashes);
+  EXPECT_EQ(m->events[0].token_ids, a->events[0].token_ids);
+}
+
 TEST(KvEventsWireTest, BytesAndIntegerHashesNeverCompareEqual) {
   absl::StatusOr<Batch> ints = DecodeBatch(EncodeBatch({Stored({5}, {}, 0)}));
   absl::StatusOr<Batch> bytes =

@@ -68,8 +68,8 @@ absl::Status AwaitHandshake(zmq::socket_t& monitor, absl::Duration timeout,
       return absl::PermissionDeniedError(absl::StrCat(
           "kv events ", endpoint,
           ": the publisher refused the handshake (credentials: a stream that "
-          "requires them needs --kv-events-token-file; one that does not "
-          "must get none)"));
+          "requires them needs the right --trace-token-file; one that does "
+          "not must get none)"));
     }
   }
   return absl::UnavailableError(absl::StrCat("kv events ", endpoint,

@@ -32,7 +32,9 @@ struct AuditRun {
   }
 };
 
-AuditRun RunAudit(const std::string& label, std::vector<std::string> flags) {
+// `password_file`: the auditor's --trace-token-file ("": the cluster's).
+AuditRun RunAudit(const std::string& label, std::vector<std::string> flags,
+                  const std::string& password_file = "") {
   flags.push_back("--max-prompt-tokens=500");
   flags.push_back("--watermark=detect");  // a shared page is served, flagged
   flags.push_back("--kv-events=tcp://127.0.0.1:0");
@@ -52,7 +54,9 @@ AuditRun RunAudit(const std::string& label, std::vector<std::string> flags) {
                      "--tenants=" + WriteTenantsFile(),
                      "--db=" + TempPath("kv-events-audit.db"),
                      "--json=" + json_path, "--kv-events=" + stream,
-                     "--trace-token-file=" + cluster.trace_token_file()});
+                     "--trace-token-file=" + (password_file.empty()
+                                                  ? cluster.trace_token_file()
+                                                  : password_file)});
   std::ifstream in(json_path);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -116,6 +120,16 @@ TEST(KvEventsEngineTest, BatchesLostForGoodMakeTheAuditInconclusive) {
   EXPECT_EQ((*d)["state"], "inconclusive") << d->dump(2);
   EXPECT_GT(r.kv()["stream"]["missing_messages"].get<int>(), 0);
   EXPECT_EQ(r.kv()["isolated_pairs"], 0) << r.kv().dump(2);
+}
+
+TEST(KvEventsEngineTest, AWrongPasswordIsAnErrorNotAVerdict) {
+  const std::string wrong = TempPath("wrong.token");
+  std::ofstream(wrong) << "not-the-trace-token\n";
+  const AuditRun r =
+      RunAudit("wrong password", {"--prefix-cache=tenant"}, wrong);
+  EXPECT_EQ(r.cli.exit_code, 2) << r.cli.out;
+  EXPECT_NE(r.cli.out.find("refused the handshake"), std::string::npos)
+      << r.cli.out;
 }
 
 }  // namespace

@@ -324,7 +324,8 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_kv_events_only)) {
     std::printf("| figure | value |\n|---|---|\n");
     return kvcanary::bench::KvEventsBench(absl::GetFlag(FLAGS_kv_events_flood),
-                                          absl::GetFlag(FLAGS_kv_events_rate), 5)
+                                          absl::GetFlag(FLAGS_kv_events_rate),
+                                          5)
                ? 0
                : 1;
   }
@@ -343,8 +344,7 @@ int main(int argc, char** argv) {
   Evidence();
   Ledger();
   if (!kvcanary::bench::KvEventsBench(absl::GetFlag(FLAGS_kv_events_flood),
-                                      absl::GetFlag(FLAGS_kv_events_rate),
-                                      5)) {
+                                      absl::GetFlag(FLAGS_kv_events_rate), 5)) {
     return 1;
   }
   return 0;

@@ -65,8 +65,7 @@ std::vector<std::string> Payloads(int n) {
   auto send = [&](const std::string& p) {
     std::vector<zmq::const_buffer> f = {
         zmq::buffer(std::string()),
-        zmq::buffer(auditor::kv_events::EncodeSequence(seq++)),
-        zmq::buffer(p)};
+        zmq::buffer(auditor::kv_events::EncodeSequence(seq++)), zmq::buffer(p)};
     zmq::send_multipart(pub, f);
   };
   FILE* cmds = fdopen(in, "r");
@@ -151,9 +150,9 @@ bool KvEventsBench(int flood_events, double paced_rate, double paced_seconds) {
     std::fprintf(cmds, "P %f %f\n", paced_rate, paced_seconds);
     std::fflush(cmds);
     const int64_t expect =
-        before + static_cast<int64_t>(paced_rate / kEventsPerBatch *
-                                      paced_seconds) *
-                     kEventsPerBatch;
+        before +
+        static_cast<int64_t>(paced_rate / kEventsPerBatch * paced_seconds) *
+            kEventsPerBatch;
     ok = WaitEvents(ledger, expect);
     const double wall =
         std::chrono::duration<double>(Clock::now() - t0).count();

@@ -326,25 +326,26 @@ absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     subscriber.WaitQuiet(options.settle_quiet, options.settle_max);
     subscriber.Sync();
   };
+  // One request, then its window closed: an error once the target is down
+  // or refuses the tenant's key.
+  auto send = [&](const AuditTenant& t,
+                  const std::string& prompt) -> absl::StatusOr<Sent> {
+    const Sent s = SendOne(session, t, prompt, options.report_full);
+    RETURN_IF_ERROR(session.down());
+    RETURN_IF_ERROR(KeyCheck(s, t));
+    settle();
+    return s;
+  };
   for (int i = 0; i < options.pairs; ++i) {
     const std::string prefix = fresh_prefix(options.prefix_units);
     const std::string control = fresh_prefix(options.prefix_units);
     settle();
     const Mark m0 = ledger.Now();
-    const Sent a = SendOne(session, writer, prefix, options.report_full);
-    RETURN_IF_ERROR(session.down());
-    RETURN_IF_ERROR(KeyCheck(a, writer));
-    settle();
+    ASSIGN_OR_RETURN(const Sent a, send(writer, prefix));
     const Mark m1 = ledger.Now();
-    const Sent b = SendOne(session, reader, prefix, options.report_full);
-    RETURN_IF_ERROR(session.down());
-    RETURN_IF_ERROR(KeyCheck(b, reader));
-    settle();
+    ASSIGN_OR_RETURN(const Sent b, send(reader, prefix));
     const Mark m2 = ledger.Now();
-    const Sent c = SendOne(session, reader, control, options.report_full);
-    RETURN_IF_ERROR(session.down());
-    RETURN_IF_ERROR(KeyCheck(c, reader));
-    settle();
+    ASSIGN_OR_RETURN(const Sent c, send(reader, control));
     const Mark m3 = ledger.Now();
     PairObservation o;
     o.plant = ledger.Between(m0, m1);

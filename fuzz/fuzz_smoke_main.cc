@@ -13,20 +13,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "common/crc32c.h"
 #include "engine/transfer/kv_transfer_format.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#include "fuzz/smoke_driver.h"
 
 namespace kvcanary::engine::kv {
 namespace {
@@ -201,79 +195,28 @@ std::string Mutate(const std::vector<std::string>& seeds,
   return s;
 }
 
-// The error message with numbers dropped: groups failures by their check.
-std::string Category(const absl::Status& status) {
-  const absl::string_view m = status.message();
-  std::string out;
-  for (size_t i = 0; i < m.size() && out.size() < 64; ++i) {
-    if (m.substr(i, 2) == "0x") {
-      i += 2;
-      while (i < m.size() && absl::ascii_isxdigit(m[i])) ++i;
-      out += '#';
-      --i;
-    } else if (absl::ascii_isdigit(m[i])) {
-      while (i + 1 < m.size() && absl::ascii_isdigit(m[i + 1])) ++i;
-      out += '#';
-    } else {
-      out += m[i];
-    }
-  }
-  return out;
-}
-
-void Run(const std::string& input) {
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()),
-                         input.size());
-}
-
 }  // namespace
 }  // namespace kvcanary::engine::kv
 
 int main(int argc, char** argv) {
   using namespace kvcanary::engine::kv;  // NOLINT: driver
-  int64_t iterations = 20000;
-  std::vector<std::string> files;
-  std::string corpus_dir;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    int64_t n = 0;
-    if (absl::StartsWith(arg, "--write_corpus=")) {
-      corpus_dir = arg.substr(sizeof("--write_corpus=") - 1);
-    } else if (absl::SimpleAtoi(arg, &n) && n >= 0) {
-      iterations = n;
-    } else {
-      files.push_back(arg);
-    }
-  }
+  namespace fuzz = kvcanary::fuzz;
+  const fuzz::SmokeArgs args = fuzz::ParseSmokeArgs(argc, argv);
   const std::vector<std::string> seeds = SeedFrames();
-  for (size_t i = 0; i < seeds.size() && !corpus_dir.empty(); ++i) {
-    std::ofstream(corpus_dir + "/seed_" + std::to_string(i), std::ios::binary)
-        << seeds[i];
-  }
-  for (const std::string& path : files) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      std::fprintf(stderr, "cannot read %s\n", path.c_str());
-      return 2;
-    }
-    Run(std::string(std::istreambuf_iterator<char>(f), {}));
-  }
-  for (const std::string& seed : seeds) Run(seed);
+  if (!fuzz::RunFilesAndSeeds(args, seeds, "")) return 2;
 
   std::mt19937_64 rng(0x6b76746600000001ULL);  // fixed: reproducible runs
   std::map<std::string, int> verdicts;
-  for (int64_t i = 0; i < iterations; ++i) {
+  for (int64_t i = 0; i < args.iterations; ++i) {
     const std::string input = Mutate(seeds, rng);
-    Run(input);
+    fuzz::RunInput(input);
     absl::StatusOr<Frame> one = DecodeOneFrame(input);
     ++verdicts[one.ok() ? std::string("ok: ") + FrameTypeName(TypeOf(*one))
-                        : Category(one.status())];
+                        : fuzz::Category(one.status(), 64, false)];
   }
   std::printf(
       "kv frame fuzz smoke: %lld mutated inputs, %zu seeds, %zu files\n",
-      static_cast<long long>(iterations), seeds.size(), files.size());
-  for (const auto& [verdict, count] : verdicts) {
-    std::printf("  %6d  %s\n", count, verdict.c_str());
-  }
+      static_cast<long long>(args.iterations), seeds.size(), args.files.size());
+  fuzz::PrintVerdicts(verdicts);
   return 0;
 }

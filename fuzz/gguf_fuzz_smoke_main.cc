@@ -17,23 +17,17 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/wire.h"
 #include "engine/model/gguf.h"
 #include "engine/model/gguf_model.h"
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#include "fuzz/smoke_driver.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -197,78 +191,25 @@ std::string Mutate(const std::vector<std::string>& seeds,
   return s;
 }
 
-// The error message with numbers dropped: groups failures by their check.
-std::string Category(const absl::Status& status) {
-  const absl::string_view m = status.message();
-  std::string out;
-  for (size_t i = 0; i < m.size() && out.size() < 72; ++i) {
-    if (m.substr(i, 2) == "0x") {
-      i += 2;
-      while (i < m.size() && absl::ascii_isxdigit(m[i])) ++i;
-      out += '#';
-      --i;
-    } else if (absl::ascii_isdigit(m[i])) {
-      while (i + 1 < m.size() && absl::ascii_isdigit(m[i + 1])) ++i;
-      out += '#';
-    } else if (m[i] == '\'') {  // names vary: 'blk.0.attn_q.weight'
-      const size_t end = m.find('\'', i + 1);
-      out += "'*'";
-      i = end == absl::string_view::npos ? m.size() : end;
-    } else {
-      out += m[i];
-    }
-  }
-  return out;
-}
-
-void Run(const std::string& input) {
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(input.data()),
-                         input.size());
-}
-
 }  // namespace
 }  // namespace kvcanary::engine
 
 int main(int argc, char** argv) {
   using namespace kvcanary::engine;  // NOLINT: driver
-  int64_t iterations = 20000;
-  std::vector<std::string> files;
-  std::string corpus_dir;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    int64_t n = 0;
-    if (absl::StartsWith(arg, "--write_corpus=")) {
-      corpus_dir = arg.substr(sizeof("--write_corpus=") - 1);
-    } else if (absl::SimpleAtoi(arg, &n) && n >= 0) {
-      iterations = n;
-    } else {
-      files.push_back(arg);
-    }
-  }
+  namespace fuzz = kvcanary::fuzz;
+  const fuzz::SmokeArgs args = fuzz::ParseSmokeArgs(argc, argv);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<std::string> seeds = Seeds();
-  for (size_t i = 0; i < seeds.size() && !corpus_dir.empty(); ++i) {
-    std::ofstream(corpus_dir + "/seed_" + std::to_string(i) + ".gguf",
-                  std::ios::binary)
-        << seeds[i];
-  }
-  for (const std::string& path : files) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      std::fprintf(stderr, "cannot read %s\n", path.c_str());
-      return 2;
-    }
-    Run(std::string(std::istreambuf_iterator<char>(f), {}));
-  }
-  for (const std::string& seed : seeds) Run(seed);
+  if (!fuzz::RunFilesAndSeeds(args, seeds, ".gguf")) return 2;
 
   std::mt19937_64 rng(0x6767756600000001ULL);  // fixed: reproducible runs
   std::map<std::string, int> verdicts;
-  for (int64_t i = 0; i < iterations; ++i) {
+  for (int64_t i = 0; i < args.iterations; ++i) {
     const std::string input = Mutate(seeds, rng);
-    Run(input);
+    fuzz::RunInput(input);
     absl::StatusOr<GgufModel> m = DecodeGgufModel(input, "fuzz", {});
-    ++verdicts[m.ok() ? std::string("ok") : Category(m.status())];
+    ++verdicts[m.ok() ? std::string("ok")
+                      : fuzz::Category(m.status(), 72, true)];
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -276,9 +217,8 @@ int main(int argc, char** argv) {
   std::printf(
       "gguf fuzz smoke: %lld mutated inputs, %zu seeds, %zu files, "
       "%.1f s\n",
-      static_cast<long long>(iterations), seeds.size(), files.size(), seconds);
-  for (const auto& [verdict, count] : verdicts) {
-    std::printf("  %6d  %s\n", count, verdict.c_str());
-  }
+      static_cast<long long>(args.iterations), seeds.size(), args.files.size(),
+      seconds);
+  fuzz::PrintVerdicts(verdicts);
   return 0;
 }

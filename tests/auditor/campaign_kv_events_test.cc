@@ -8,9 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "auditor/campaign.h"
+#include "auditor/result_text.h"
 #include "gtest/gtest.h"
 #include "tests/auditor/fake_kv_publisher.h"
 #include "tests/auditor/fake_target.h"
@@ -65,15 +64,8 @@ const DetectorCoverage* KvDetector(const CampaignResult& r) {
   return nullptr;
 }
 
-std::string Explain(const CampaignResult& r) {
-  std::string out = absl::StrCat(VerdictName(r.verdict), ": ",
-                                 absl::StrJoin(r.reasons, "; "), "\n");
-  for (const DetectorCoverage& d : r.detectors) {
-    absl::StrAppend(&out, d.name, " ", DetectorStateName(d.state), " ",
-                    d.reason, "\n");
-  }
-  return out;
-}
+// What the auditor would print, for failure messages.
+std::string Explain(const CampaignResult& r) { return ResultText(r, 20); }
 
 TEST(CampaignKvEventsTest, ASaltedCacheIsCleanWithTheKvEventsDetectorActive) {
   Engine e(/*shared=*/false);

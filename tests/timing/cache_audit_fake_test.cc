@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "auditor/cache_audit.h"
+#include "auditor/result_text.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fake_target.h"
@@ -52,14 +52,9 @@ CacheAuditOptions Options(const FakeTarget& t, const std::string& name) {
   return o;
 }
 
+// What the auditor would print, for failure messages.
 std::string Explain(const CampaignResult& r) {
-  std::string out = absl::StrCat(VerdictName(r.verdict), ": ",
-                                 absl::StrJoin(r.reasons, "; "), "\n");
-  for (const DetectorCoverage& d : r.detectors) {
-    absl::StrAppend(&out, d.name, " ", DetectorStateName(d.state), " ",
-                    d.reason, "\n");
-  }
-  return out + r.details.dump(2);
+  return ResultText(r, 20) + r.details.dump(2);
 }
 
 // The result document validates against docs/campaign-result.schema.json.

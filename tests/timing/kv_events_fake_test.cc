@@ -12,9 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "auditor/cache_audit.h"
+#include "auditor/result_text.h"
 #include "gtest/gtest.h"
 #include "tests/auditor/fake_kv_publisher.h"
 #include "tests/auditor/fake_target.h"
@@ -89,14 +88,9 @@ const DetectorCoverage& KvDetector(const CampaignResult& r) {
   return none;
 }
 
+// What the auditor would print, for failure messages.
 std::string Explain(const CampaignResult& r) {
-  std::string out = absl::StrCat(VerdictName(r.verdict), ": ",
-                                 absl::StrJoin(r.reasons, "; "), "\n");
-  for (const DetectorCoverage& d : r.detectors) {
-    absl::StrAppend(&out, d.name, " ", DetectorStateName(d.state), " ",
-                    d.reason, "\n");
-  }
-  return out + r.details.dump(2);
+  return ResultText(r, 20) + r.details.dump(2);
 }
 
 int KvFindings(const CampaignResult& r) {

@@ -37,8 +37,14 @@ std::vector<std::string> Frames(std::vector<zmq::message_t>& msgs) {
   return out;
 }
 
+// ZeroMQ drops a connection that sends a message over this instead of
+// buffering it (what it carried shows here as a gap): the decoder's own
+// bound on a batch.
+constexpr int64_t kMaxMessageBytes = int64_t{64} << 20;
+
 void SetCommon(zmq::socket_t& s, const SubscriberOptions& o) {
   s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
   if (!o.password.empty()) {
     s.set(zmq::sockopt::plain_username, o.username);
     s.set(zmq::sockopt::plain_password, o.password);

@@ -5,11 +5,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -99,6 +101,13 @@ int PollTimeoutMs(absl::Time deadline) {
 // kDeadlineExceeded at `deadline`.
 absl::Status WaitFor(int fd, short events, absl::Time deadline,
                      absl::string_view what) {
+  const absl::Time poll_until =
+      std::min(deadline, absl::Now() + kPollBeforeSleep);
+  while (absl::Now() < poll_until) {
+    pollfd p{fd, events, 0};
+    if (::poll(&p, 1, 0) > 0) return absl::OkStatus();
+    sched_yield();
+  }
   while (true) {
     pollfd p{fd, events, 0};
     const int rc = ::poll(&p, 1, PollTimeoutMs(deadline));

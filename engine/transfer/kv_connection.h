@@ -33,6 +33,15 @@
 
 namespace kvcanary::engine::kv {
 
+// How long a KV socket waits for its peer by polling before it sleeps. A
+// transfer waits about five times for the other side (accept, the Hello,
+// the Auth and Metadata, the page stream catching up, the Ack), and each
+// wake-up of a sleeping thread cost tens of microseconds here: with the
+// poll, transfers of 160 pages went from about 2200 to 3300 MB/s on
+// loopback (kvcanary-bench-serving, measured side by side). Costs at most
+// this much CPU per wait, and yields the core to any thread that is ready.
+inline constexpr absl::Duration kPollBeforeSleep = absl::Microseconds(50);
+
 // One TCP connection carrying frames, blocking with per-call timeouts.
 //
 // Thread-safety: one sender thread (Send) and one receiver thread (Receive)

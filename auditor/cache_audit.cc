@@ -360,6 +360,7 @@ absl::Status CacheAudit::KvEvents() {
   // A prefix of most of the sized one: several blocks on any engine.
   ASSIGN_OR_RETURN(kv_out_, check.Run(session_, tenant(0), tenant(1),
                                       out_.sizing.units, log_.get()));
+  metrics_->CountKvEvents(kv_out_->stream);
   for (Finding& f : kv_events::KvEventsFindings(*kv_out_)) {
     RETURN_IF_ERROR(AddFinding(std::move(f)));
   }

@@ -624,6 +624,7 @@ absl::Status Campaign::KvEventPairs() {
       std::clamp(static_cast<int>(cal_.limit.prompt_tokens / 4), 16, 256);
   ASSIGN_OR_RETURN(kv_out_, kv_->Run(session_, o_.tenants[0], o_.tenants[1],
                                      units, log_.get()));
+  metrics_->CountKvEvents(kv_out_->stream);
   for (Finding& f : kv_events::KvEventsFindings(*kv_out_)) {
     RETURN_IF_ERROR(AddFinding(std::move(f), /*flush=*/false));
   }

@@ -97,6 +97,25 @@ AuditorMetrics::AuditorMetrics()
           .Register(*registry_);
   trace_consumed_ = &trace.Add({{"state", "consumed"}});
   trace_dropped_ = &trace.Add({{"state", "dropped"}});
+  auto& kv_messages =
+      prometheus::BuildCounter()
+          .Name("kvcanary_auditor_kv_events_messages_total")
+          .Help(
+              "KV-cache event stream messages (--kv-events): ingested "
+              "(replayed ones included), replayed, missing for good, "
+              "undecodable")
+          .Register(*registry_);
+  kv_ingested_ = &kv_messages.Add({{"outcome", "ingested"}});
+  kv_replayed_ = &kv_messages.Add({{"outcome", "replayed"}});
+  kv_missing_ = &kv_messages.Add({{"outcome", "missing"}});
+  kv_undecodable_ = &kv_messages.Add({{"outcome", "undecodable"}});
+  kv_restarts_ = &prometheus::BuildCounter()
+                      .Name("kvcanary_auditor_kv_events_restarts_total")
+                      .Help(
+                          "Restarts of the KV-cache event stream's publisher "
+                          "(its sequence numbers went back)")
+                      .Register(*registry_)
+                      .Add({});
   last_success_ =
       &prometheus::BuildGauge()
            .Name("kvcanary_auditor_last_success_timestamp_seconds")
@@ -145,6 +164,15 @@ void AuditorMetrics::CountTraceEvents(double consumed, double dropped) {
   std::lock_guard<std::mutex> lock(mu_);
   trace_consumed_->Increment(consumed);
   trace_dropped_->Increment(dropped);
+}
+
+void AuditorMetrics::CountKvEvents(const kv_events::LedgerStats& stream) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_ingested_->Increment(static_cast<double>(stream.messages));
+  kv_replayed_->Increment(static_cast<double>(stream.replayed_messages));
+  kv_missing_->Increment(static_cast<double>(stream.missing_messages));
+  kv_undecodable_->Increment(static_cast<double>(stream.undecodable));
+  kv_restarts_->Increment(static_cast<double>(stream.restarts));
 }
 
 void AuditorMetrics::CampaignEnded(

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "auditor/coverage.h"
+#include "auditor/kv_events_ledger.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -34,6 +35,10 @@ class AuditorMetrics {
   // control did not run has no sample, rather than an old one.
   void SetPositiveControls(const std::map<std::string, bool>& passed);
   void CountTraceEvents(double consumed, double dropped);
+  // A campaign's KV-cache event stream (--kv-events): messages ingested
+  // (replayed ones included), fetched again through the replay socket,
+  // missing for good, undecodable; publisher restarts.
+  void CountKvEvents(const kv_events::LedgerStats& stream);
   // The detectors of the command that is running (default: probe's,
   // kDetectorNames): the ones a campaign that ends in error marks
   // inconclusive.
@@ -59,6 +64,11 @@ class AuditorMetrics {
   prometheus::Family<prometheus::Counter>* campaigns_;
   prometheus::Counter* trace_consumed_;
   prometheus::Counter* trace_dropped_;
+  prometheus::Counter* kv_ingested_;
+  prometheus::Counter* kv_replayed_;
+  prometheus::Counter* kv_missing_;
+  prometheus::Counter* kv_undecodable_;
+  prometheus::Counter* kv_restarts_;
   prometheus::Gauge* last_success_;
   prometheus::Gauge* duration_;
   std::vector<std::string> command_detectors_;  // guarded by mu_

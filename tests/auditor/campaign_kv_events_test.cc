@@ -5,6 +5,7 @@
 // where it is shared.
 #include <unistd.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -24,7 +25,9 @@ using testing::FakeTargetOptions;
 using testing::Flavor;
 
 struct Engine {
-  explicit Engine(bool shared) {
+  // lose_every: every so many batches is lost for good (neither sent nor
+  // kept for replay); 0: none.
+  explicit Engine(bool shared, int lose_every = 0) {
     FakeTargetOptions o;
     o.flavor = Flavor::kVllm;
     o.limit_tokens = 400;
@@ -33,16 +36,21 @@ struct Engine {
     o.shared_prompt_cache = shared;
     o.per_key_prompt_cache = !shared;
     o.on_blocks_stored =
-        [this](const std::vector<FakeTargetOptions::StoredBlock>& blocks) {
-          publisher.Publish(EncodeBatch({testing::StoredEvent(blocks, 8)}));
+        [this, lose_every](
+            const std::vector<FakeTargetOptions::StoredBlock>& blocks) {
+          const bool lose = lose_every > 0 && ++batches % lose_every == 0;
+          publisher.Publish(EncodeBatch({testing::StoredEvent(blocks, 8)}),
+                            /*drop=*/lose, /*forget=*/lose);
         };
     target = std::make_unique<FakeTarget>(o);
   }
   FakeKvPublisher publisher;
+  std::atomic<int> batches{0};  // the fake server may call from any thread
   std::unique_ptr<FakeTarget> target;
 };
 
-CampaignResult Campaign(const Engine& e, const std::string& name) {
+CampaignResult Campaign(const Engine& e, const std::string& name,
+                        AuditorMetrics* metrics) {
   CampaignOptions o;
   o.target = e.target->url();
   o.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}, {"initech", "sk-i"}};
@@ -53,8 +61,20 @@ CampaignResult Campaign(const Engine& e, const std::string& name) {
   o.progress = false;
   o.floors = {{"", 12}};
   o.kv_events = *kv_events::ParseKvEventsFlag(e.publisher.flag());
-  AuditorMetrics metrics;
-  return RunCampaign(o, &metrics);
+  return RunCampaign(o, metrics);
+}
+
+// The sample of `name{outcome="..."}` (or of `name` unlabelled) in the
+// metrics text; -1 if absent.
+double Sample(const std::string& metrics, const std::string& series) {
+  const size_t at = metrics.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(metrics.substr(at + series.size() + 2));
+}
+
+std::string Messages(const char* outcome) {
+  return std::string("kvcanary_auditor_kv_events_messages_total{outcome=\"") +
+         outcome + "\"}";
 }
 
 const DetectorCoverage* KvDetector(const CampaignResult& r) {
@@ -69,17 +89,45 @@ std::string Explain(const CampaignResult& r) { return ResultText(r, 20); }
 
 TEST(CampaignKvEventsTest, ASaltedCacheIsCleanWithTheKvEventsDetectorActive) {
   Engine e(/*shared=*/false);
-  const CampaignResult r = Campaign(e, "salted");
+  AuditorMetrics metrics;
+  const CampaignResult r = Campaign(e, "salted", &metrics);
   const DetectorCoverage* d = KvDetector(r);
   ASSERT_NE(d, nullptr) << Explain(r);
   EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
   EXPECT_EQ(r.ToJson()["kv_events"]["isolated_pairs"], 3);
   EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  // The sidecar's metrics count the stream it followed.
+  const std::string m = metrics.Serialize();
+  EXPECT_EQ(Sample(m, Messages("ingested")),
+            r.ToJson()["kv_events"]["stream"]["messages"].get<double>())
+      << m;
+  EXPECT_GT(Sample(m, Messages("ingested")), 0) << m;
+  EXPECT_EQ(Sample(m, Messages("missing")), 0) << m;
+  EXPECT_EQ(Sample(m, "kvcanary_auditor_kv_events_restarts_total"), 0) << m;
+}
+
+// Batches lost for good: the detector cannot vouch for the pairs whose
+// window they fell in, and the metrics say how many went missing, for an
+// alert (dashboards/alerts.yml) to act on.
+TEST(CampaignKvEventsTest, ALossyStreamIsInconclusiveAndCountedMissing) {
+  Engine e(/*shared=*/false, /*lose_every=*/2);
+  AuditorMetrics metrics;
+  const CampaignResult r = Campaign(e, "lossy", &metrics);
+  const DetectorCoverage* d = KvDetector(r);
+  ASSERT_NE(d, nullptr) << Explain(r);
+  EXPECT_EQ(d->state, DetectorState::kInconclusive) << Explain(r);
+  EXPECT_EQ(r.verdict, Verdict::kInconclusive) << Explain(r);
+  const std::string m = metrics.Serialize();
+  EXPECT_GT(Sample(m, Messages("missing")), 0) << m;
+  EXPECT_EQ(Sample(m, Messages("missing")),
+            r.ToJson()["kv_events"]["stream"]["missing_messages"].get<double>())
+      << m;
 }
 
 TEST(CampaignKvEventsTest, ASharedCacheIsAKvEventsFindingAmidTheLoad) {
   Engine e(/*shared=*/true);
-  const CampaignResult r = Campaign(e, "shared");
+  AuditorMetrics metrics;
+  const CampaignResult r = Campaign(e, "shared", &metrics);
   int kv = 0;
   for (const Finding& f : r.findings) {
     kv += f.detector == "kv_events" && f.kind == "cross_tenant_kv_block_hit";

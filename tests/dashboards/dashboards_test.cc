@@ -56,6 +56,8 @@ TEST(DashboardsTest, GrafanaDashboardQueriesOnlyExportedMetrics) {
       "kvcanary_auditor_last_success_timestamp_seconds",
       "kvcanary_auditor_campaign_duration_seconds",
       "kvcanary_auditor_trace_events_total",
+      "kvcanary_auditor_kv_events_messages_total",
+      "kvcanary_auditor_kv_events_restarts_total",
       "kvcanary_auditor_last_verdict",
       "kvcanary_auditor_detector_state",
       "kvcanary_auditor_detector_coverage",

@@ -35,6 +35,7 @@
 #include "engine/model/model.h"
 #include "engine/model/model_loader.h"
 #include "kernels/paged_attention.h"
+#include "kernels/weight_matrix.h"
 
 ABSL_FLAG(int, threads, 1, "kernel threads, including the engine thread");
 ABSL_FLAG(std::string, models, "260k,15m",
@@ -248,6 +249,81 @@ double CheckSecondsPerToken(const Setup& s, int seqs) {
   return checking_s / (static_cast<double>(seqs) * s.decode_positions);
 }
 
+// Seconds of paged attention per decoded token, on one thread: every
+// layer's attention (the stamp check, q·k, softmax, the weighted sum of V)
+// for `seqs` sequences in turn, layer by layer as a decode step runs them,
+// while their contexts grow to decode_positions, on a pool sized like
+// that decode's (their pages as cold as it leaves them). What batching
+// cannot share: each sequence reads its own pages.
+double AttentionSecondsPerToken(const Setup& s, int seqs) {
+  const ModelConfig& c = s.model.config;
+  DecodePool d(s, seqs);
+  std::vector<float> q(c.dim), out(c.dim);
+  for (int i = 0; i < c.dim; ++i) q[i] = 0.01f * static_cast<float>(i % 17);
+  kernels::PagedAttentionArgs a;
+  a.q = q.data();
+  a.out = out.data();
+  a.n_heads = c.n_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.head_dim();
+  a.layout = d.pool->layout();
+  a.num_block_pages = static_cast<int>(d.tables[0].size());
+  a.mode = WatermarkMode::kEnforce;
+  a.reader_tenant = TenantId(1);
+  std::vector<WatermarkViolation> violations;
+  a.violations = &violations;
+  const auto t0 = Clock::now();
+  for (int n = 1; n <= s.decode_positions; ++n) {
+    a.first_pos = n - 1;
+    for (int l = 0; l < c.n_layers; ++l) {
+      a.layer_base = d.pool->layer_base(l);
+      a.layer = static_cast<uint32_t>(l);
+      for (int qi = 0; qi < seqs; ++qi) {
+        a.block_table = d.tables[qi].data();
+        a.reader_request = RequestId(qi + 1);
+        if (!kernels::PagedAttention(a)) {
+          std::fprintf(stderr, "attention refused in the breakdown\n");
+          std::exit(1);
+        }
+      }
+    }
+  }
+  return Seconds(t0, Clock::now()) /
+         (static_cast<double>(seqs) * s.decode_positions);
+}
+
+// Seconds of matmuls per token, on one thread: every layer's seven and the
+// classifier, for `rows` rows at once (a decode step of that many
+// sequences). What batching shares: each weight is read once per step.
+double MatmulSecondsPerToken(const Setup& s, int rows) {
+  const ModelConfig& c = s.model.config;
+  const ModelWeights& w = s.model.weights;
+  const int dim = c.dim, kv = c.kv_dim(), hidden = c.hidden_dim;
+  std::vector<kernels::WeightMatrix> m;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const size_t ld = static_cast<size_t>(l) * dim;
+    const size_t lh = static_cast<size_t>(l) * hidden * dim;
+    m.emplace_back(w.wq.data() + ld * dim, dim, dim);
+    m.emplace_back(w.wk.data() + ld * kv, dim, kv);
+    m.emplace_back(w.wv.data() + ld * kv, dim, kv);
+    m.emplace_back(w.wo.data() + ld * dim, dim, dim);
+    m.emplace_back(w.w1.data() + lh, dim, hidden);
+    m.emplace_back(w.w2.data() + lh, hidden, dim);
+    m.emplace_back(w.w3.data() + lh, dim, hidden);
+  }
+  m.emplace_back(w.classifier(), dim, c.vocab_size);
+  const int width = std::max({dim, hidden, c.vocab_size});
+  std::vector<float> x(static_cast<size_t>(rows) * width, 0.01f);
+  std::vector<float> y(x.size());
+  const int steps = std::max(1, 2048 / rows);
+  const auto t0 = Clock::now();
+  for (int step = 0; step < steps; ++step) {
+    for (const kernels::WeightMatrix& wm : m)
+      kernels::Matmul(wm, x.data(), y.data(), rows, nullptr);
+  }
+  return Seconds(t0, Clock::now()) / (static_cast<double>(rows) * steps);
+}
+
 // Scrubbing on free, timed directly: what freeing one request's pages
 // (a context of decode_positions tokens, every layer) costs with `scrub`
 // over the same free with none, in seconds per request. Free and
@@ -296,7 +372,7 @@ std::string LoadAverage() {
 
 void Row(const std::string& figure, const std::string& value,
          const std::string& target = "") {
-  std::printf("| %-38s | %14s | %-24s |\n", figure.c_str(), value.c_str(),
+  std::printf("| %-42s | %14s | %-24s |\n", figure.c_str(), value.c_str(),
               target.c_str());
 }
 
@@ -315,6 +391,37 @@ std::string Target(const Setup& s, int seqs, double ratio) {
     return absl::StrFormat(">= %.0fx (for --threads 2)", want);
   return absl::StrFormat(">= %.0fx: %s", want,
                          ratio >= want ? "met" : "NOT met");
+}
+
+// Where a token's time goes, per thread: attention and matmuls timed alone
+// at 1 and at `seqs` sequences, against what the batched rate allows. The
+// budget is the thread-time per token that `seqs` sequences may take to
+// reach the target multiple of the single-stream rate; attention and
+// matmuls at `seqs` sequences alone are a floor under it for these kernels
+// (everything else a step does only adds).
+void Breakdown(const Setup& s, int seqs, double single, double batched) {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  const auto us = [](double seconds) {
+    return absl::StrFormat("%.2f us", seconds * 1e6);
+  };
+  const double a1 = AttentionSecondsPerToken(s, 1);
+  const double an = AttentionSecondsPerToken(s, seqs);
+  const double m1 = MatmulSecondsPerToken(s, 1);
+  const double mn = MatmulSecondsPerToken(s, seqs);
+  Row("attention per token, 1 seq (1 thread)", us(a1));
+  Row(absl::StrFormat("attention per token, %d seqs (1 thread)", seqs), us(an));
+  Row("matmuls per token, 1 row (1 thread)", us(m1));
+  Row(absl::StrFormat("matmuls per token, %d rows (1 thread)", seqs), us(mn));
+  Row("decode per token, 1 seq (wall)", us(1 / single));
+  Row(absl::StrFormat("decode per token-thread, %d seqs", seqs),
+      us(threads / batched));
+  const std::string target = Target(s, seqs, batched / single);
+  if (target.empty()) return;
+  const double want = s.name == "stories260K" ? 3.0 : 4.0;
+  const double budget = threads / (want * single);
+  Row(absl::StrFormat("budget per token-thread for %.0fx", want), us(budget));
+  Row(absl::StrFormat("attention + matmuls alone, %d seqs", seqs), us(an + mn),
+      an + mn > budget ? "over the budget" : "within it");
 }
 
 // Batched decode of `seqs` sequences against single-stream decode measured
@@ -347,6 +454,7 @@ void MeasureBatch(const Setup& s, int seqs) {
   }
   Row(absl::StrFormat("scrub zero / none (%d seqs)", seqs),
       Ratio(b_zero / b_none));
+  Breakdown(s, seqs, single, b_enf);
 }
 
 void Measure(const Setup& s) {
@@ -355,7 +463,7 @@ void Measure(const Setup& s) {
       s.name.c_str(), s.model.source.c_str(), absl::GetFlag(FLAGS_threads),
       s.decode_positions, s.prefill_tokens);
   Row("figure", "value", "target (issue 13)");
-  std::printf("|%s|%s|%s|\n", std::string(40, '-').c_str(),
+  std::printf("|%s|%s|%s|\n", std::string(44, '-').c_str(),
               std::string(16, '-').c_str(), std::string(26, '-').c_str());
   Row("prefill",
       Rate(Best([&] { return Prefill(s, WatermarkMode::kEnforce); })));

@@ -90,6 +90,23 @@ AuditorMetrics::AuditorMetrics()
     last_verdict_->Add({{"verdict", VerdictName(v)}});
     campaigns_->Add({{"result", VerdictName(v)}});
   }
+  RegisterStreamCounters();
+  last_success_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_auditor_last_success_timestamp_seconds")
+           .Help("Unix time the last campaign that ran to a verdict ended")
+           .Register(*registry_)
+           .Add({});
+  duration_ = &prometheus::BuildGauge()
+                   .Name("kvcanary_auditor_campaign_duration_seconds")
+                   .Help("How long the last campaign took")
+                   .Register(*registry_)
+                   .Add({});
+}
+
+// The engine streams the auditor follows: trace events and the KV-cache
+// event stream.
+void AuditorMetrics::RegisterStreamCounters() {
   auto& trace =
       prometheus::BuildCounter()
           .Name("kvcanary_auditor_trace_events_total")
@@ -116,17 +133,6 @@ AuditorMetrics::AuditorMetrics()
                           "(its sequence numbers went back)")
                       .Register(*registry_)
                       .Add({});
-  last_success_ =
-      &prometheus::BuildGauge()
-           .Name("kvcanary_auditor_last_success_timestamp_seconds")
-           .Help("Unix time the last campaign that ran to a verdict ended")
-           .Register(*registry_)
-           .Add({});
-  duration_ = &prometheus::BuildGauge()
-                   .Name("kvcanary_auditor_campaign_duration_seconds")
-                   .Help("How long the last campaign took")
-                   .Register(*registry_)
-                   .Add({});
 }
 
 void AuditorMetrics::CountProbe(const std::string& kind,

@@ -53,6 +53,8 @@ class AuditorMetrics {
   std::string Serialize() const;
 
  private:
+  void RegisterStreamCounters();
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* probes_;
   prometheus::Family<prometheus::Counter>* findings_;

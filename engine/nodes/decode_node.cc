@@ -286,11 +286,14 @@ void DecodeNode::HandleGenerate(const http::Request& req, http::Response& res) {
   if (!transfer.ok()) {
     // If the request was finished already (a late write or the install's
     // stamp check refused it), its own reason is the one to give, and its
-    // violations are counted.
+    // violations are counted. A receiver that only saw its stream cut short
+    // by a prefill node that went away says less than the prefill node's
+    // absence does (the router names the role that is down from it).
     while (auto event = channel->Wait(absl::ZeroDuration())) {
       if (event->kind == RequestEvent::Kind::kFinished && !event->status.ok()) {
         metrics_.CountViolations(event->violations);
-        transfer = event->status;
+        if (!prefill_gone || !event->violations.empty())
+          transfer = event->status;
       }
     }
     loop_.Abort(request.id, transfer);

@@ -85,28 +85,29 @@ absl::StatusOr<BlockHash> Hash(const Obj& o, absl::string_view field) {
   }
 }
 
-absl::StatusOr<std::vector<BlockHash>> Hashes(const Obj& o,
-                                              absl::string_view field) {
+// An array of `field`, each element read by `element` (Hash or Int).
+template <typename T>
+absl::StatusOr<std::vector<T>> ArrayOf(
+    const Obj& o, absl::string_view field,
+    absl::StatusOr<T> (*element)(const Obj&, absl::string_view)) {
   if (o.type != msgpack::type::ARRAY) return WrongType(field, o);
-  std::vector<BlockHash> out;
+  std::vector<T> out;
   out.reserve(o.via.array.size);
   for (uint32_t i = 0; i < o.via.array.size; ++i) {
-    ASSIGN_OR_RETURN(BlockHash h, Hash(o.via.array.ptr[i], field));
-    out.push_back(std::move(h));
+    ASSIGN_OR_RETURN(T v, element(o.via.array.ptr[i], field));
+    out.push_back(std::move(v));
   }
   return out;
 }
 
+absl::StatusOr<std::vector<BlockHash>> Hashes(const Obj& o,
+                                              absl::string_view field) {
+  return ArrayOf<BlockHash>(o, field, &Hash);
+}
+
 absl::StatusOr<std::vector<int64_t>> Ints(const Obj& o,
                                           absl::string_view field) {
-  if (o.type != msgpack::type::ARRAY) return WrongType(field, o);
-  std::vector<int64_t> out;
-  out.reserve(o.via.array.size);
-  for (uint32_t i = 0; i < o.via.array.size; ++i) {
-    ASSIGN_OR_RETURN(const int64_t v, Int(o.via.array.ptr[i], field));
-    out.push_back(v);
-  }
-  return out;
+  return ArrayOf<int64_t>(o, field, &Int);
 }
 
 std::string Str(const Obj& o) {

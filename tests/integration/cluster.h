@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -312,6 +313,17 @@ inline HttpResult Get(const std::string& base, const std::string& path,
   r.body = res->body;
   r.json = nlohmann::json::parse(r.body, nullptr, false);
   return r;
+}
+
+// `up`'s children by role, from the router's GET /health.
+inline std::map<std::string, int64_t> RolePids(const std::string& router) {
+  std::map<std::string, int64_t> pids;
+  HttpResult h = Get(router, "/health");
+  if (!h.json.is_object() || !h.json.contains("supervisor")) return pids;
+  for (const auto& r : h.json["supervisor"]["roles"]) {
+    pids[r["role"].get<std::string>()] = r["pid"].get<int64_t>();
+  }
+  return pids;
 }
 
 // The value of a metric line `name{labels...} value` whose text contains

@@ -7,7 +7,6 @@
 // seq 0. Payloads are decoded with msgpack-cxx (tests/engine/).
 #include <signal.h>
 
-#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -174,17 +173,6 @@ TEST(KvEventsTest, ASubscriberWithoutTheTraceTokenGetsNothing) {
   dealer.send(zmq::buffer(start), zmq::send_flags::dontwait);
   zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
   EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(500)), 0);
-}
-
-// `up`'s children by role, from the router's GET /health.
-std::map<std::string, int64_t> RolePids(const std::string& router) {
-  std::map<std::string, int64_t> pids;
-  HttpResult h = Get(router, "/health");
-  if (!h.json.is_object() || !h.json.contains("supervisor")) return pids;
-  for (const auto& r : h.json["supervisor"]["roles"]) {
-    pids[r["role"].get<std::string>()] = r["pid"].get<int64_t>();
-  }
-  return pids;
 }
 
 TEST(KvEventsTest, ARestartedPrefillNodePublishesOnTheSamePortsFromSeqZero) {

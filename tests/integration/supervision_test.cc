@@ -56,17 +56,6 @@ std::string TextOf(const HttpResult& r) {
   return r.json["choices"][0]["text"].get<std::string>();
 }
 
-// `up`'s children by role, from the router's GET /health.
-std::map<std::string, int64_t> RolePids(const std::string& router) {
-  std::map<std::string, int64_t> pids;
-  HttpResult h = Get(router, "/health");
-  if (!h.json.is_object() || !h.json.contains("supervisor")) return pids;
-  for (const auto& r : h.json["supervisor"]["roles"]) {
-    pids[r["role"].get<std::string>()] = r["pid"].get<int64_t>();
-  }
-  return pids;
-}
-
 // A few clients posting the asks in a loop until Stop().
 class Load {
  public:

@@ -189,13 +189,31 @@ void RopeFromTable(float* q, float* k, int dim, int kv_dim, int head_dim,
   }
 }
 
+namespace {
+
+// silu(x) * gate per lane: sigmoid from e = exp(-|x|), which never
+// overflows: 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0.
+F32x8 SiluTimes(F32x8 x, F32x8 gate) {
+  const F32x8 e = ExpNonPositive(NegAbs(x));
+  const F32x8 one = F32x8::Broadcast(1.0f);
+  const F32x8 denom = one + e;
+  return x * IfNegative(x, e / denom, one / denom) * gate;
+}
+
+}  // namespace
+
 void SwiGlu(float* hb, const float* hb2, int size) {
-  for (int i = 0; i < size; ++i) {
-    float val = hb[i];
-    val *= (1.0f / (1.0f + expf(-val)));
-    val *= hb2[i];
-    hb[i] = val;
+  int i = 0;
+  for (; i + 8 <= size; i += 8) {
+    SiluTimes(F32x8::Load(hb + i), F32x8::Load(hb2 + i)).Store(hb + i);
   }
+  if (i == size) return;
+  // The tail through the same lanes, so that an element's value never
+  // depends on where the call's size puts it (batch invariance).
+  float x[8] = {}, gate[8] = {};
+  for (int j = i; j < size; ++j) x[j - i] = hb[j], gate[j - i] = hb2[j];
+  SiluTimes(F32x8::Load(x), F32x8::Load(gate)).Store(x);
+  for (int j = i; j < size; ++j) hb[j] = x[j - i];
 }
 
 void AddInPlace(float* y, const float* x, int size) {

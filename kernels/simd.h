@@ -40,6 +40,14 @@ inline F32x8 MulAdd(F32x8 a, F32x8 b, F32x8 c) {
   return {_mm256_fmadd_ps(a.v, b.v, c.v)};
 }
 inline F32x8 Floor(F32x8 a) { return {_mm256_floor_ps(a.v)}; }
+// -|a|: a with its sign bit set.
+inline F32x8 NegAbs(F32x8 a) {
+  return {_mm256_or_ps(a.v, _mm256_set1_ps(-0.0f))};
+}
+// Per lane: if_neg where x's sign bit is set (-0 included), else otherwise.
+inline F32x8 IfNegative(F32x8 x, F32x8 if_neg, F32x8 otherwise) {
+  return {_mm256_blendv_ps(otherwise.v, if_neg.v, x.v)};
+}
 // 2^n for integral n in [-126, 127].
 inline F32x8 Pow2(F32x8 n) {
   __m256i e = _mm256_add_epi32(_mm256_cvtps_epi32(n.v), _mm256_set1_epi32(127));
@@ -94,6 +102,17 @@ inline F32x8 MulAdd(F32x8 a, F32x8 b, F32x8 c) {
 inline F32x8 Floor(F32x8 a) {
   F32x8 r;
   for (int i = 0; i < 8; ++i) r.v[i] = __builtin_floorf(a.v[i]);
+  return r;
+}
+inline F32x8 NegAbs(F32x8 a) {
+  F32x8 r;
+  for (int i = 0; i < 8; ++i) r.v[i] = -__builtin_fabsf(a.v[i]);
+  return r;
+}
+inline F32x8 IfNegative(F32x8 x, F32x8 if_neg, F32x8 otherwise) {
+  F32x8 r;
+  for (int i = 0; i < 8; ++i)
+    r.v[i] = __builtin_signbit(x.v[i]) ? if_neg.v[i] : otherwise.v[i];
   return r;
 }
 inline F32x8 Pow2(F32x8 n) {

@@ -143,6 +143,34 @@ TEST(SwiGluTest, MatchesReference) {
   ExpectNear(hb, ref, 1e-5f);
 }
 
+TEST(SwiGluTest, AnElementsValueDoesNotDependOnTheCallsSize) {
+  // A row of 172 (stories260K's hidden size) alone, and as the second of
+  // three rows: the tail of 4 goes through the same lanes as the rest.
+  const auto row = RandomVector(172, 14, 6.0f);
+  const auto gate = RandomVector(172, 15);
+  std::vector<float> alone = row;
+  SwiGlu(alone.data(), gate.data(), 172);
+  std::vector<float> rows = RandomVector(3 * 172, 16, 6.0f);
+  std::vector<float> gates = RandomVector(3 * 172, 17);
+  std::copy(row.begin(), row.end(), rows.begin() + 172);
+  std::copy(gate.begin(), gate.end(), gates.begin() + 172);
+  SwiGlu(rows.data(), gates.data(), 3 * 172);
+  EXPECT_EQ(std::vector<float>(rows.begin() + 172, rows.begin() + 344), alone);
+}
+
+TEST(SwiGluTest, ExtremeInputsStayFinite) {
+  std::vector<float> x = {-200.0f, -88.0f, -0.0f, 0.0f, 88.0f, 200.0f, 1e30f};
+  const std::vector<float> gate(x.size(), 2.0f);
+  SwiGlu(x.data(), gate.data(), static_cast<int>(x.size()));
+  EXPECT_EQ(x[0], 0.0f);  // silu(-200) underflows to (-)0
+  EXPECT_NEAR(x[1], 0.0f, 1e-30f);
+  EXPECT_EQ(x[2], 0.0f);
+  EXPECT_EQ(x[3], 0.0f);
+  EXPECT_FLOAT_EQ(x[4], 176.0f);  // silu(x) = x for large x
+  EXPECT_FLOAT_EQ(x[5], 400.0f);
+  EXPECT_FLOAT_EQ(x[6], 2e30f);
+}
+
 TEST(ArgmaxTest, FirstIndexWinsTies) {
   const std::vector<float> x = {1.0f, 3.0f, 2.0f, 3.0f};
   EXPECT_EQ(Argmax(x.data(), 4), 1);

@@ -99,15 +99,23 @@ int PollTimeoutMs(absl::Time deadline) {
 
 // OK once `fd` has one of `events` (or an error/hangup to report), else
 // kDeadlineExceeded at `deadline`.
-absl::Status WaitFor(int fd, short events, absl::Time deadline,
-                     absl::string_view what) {
+// Whether any of `fds` became ready within kPollBeforeSleep (or the
+// deadline, if sooner), asking without sleeping and yielding the core
+// between asks.
+bool ReadyBeforeSleep(pollfd* fds, nfds_t count, absl::Time deadline) {
   const absl::Time poll_until =
       std::min(deadline, absl::Now() + kPollBeforeSleep);
   while (absl::Now() < poll_until) {
-    pollfd p{fd, events, 0};
-    if (::poll(&p, 1, 0) > 0) return absl::OkStatus();
+    if (::poll(fds, count, 0) > 0) return true;
     sched_yield();
   }
+  return false;
+}
+
+absl::Status WaitFor(int fd, short events, absl::Time deadline,
+                     absl::string_view what) {
+  pollfd first{fd, events, 0};
+  if (ReadyBeforeSleep(&first, 1, deadline)) return absl::OkStatus();
   while (true) {
     pollfd p{fd, events, 0};
     const int rc = ::poll(&p, 1, PollTimeoutMs(deadline));
@@ -632,7 +640,9 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(
     if (closed_.load())
       return absl::CancelledError("kv accept: listener closed");
     pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    const int rc = ::poll(p, 2, PollTimeoutMs(deadline));
+    const int rc = ReadyBeforeSleep(p, 2, deadline)
+                       ? 1
+                       : ::poll(p, 2, PollTimeoutMs(deadline));
     if (rc < 0 && errno != EINTR) {
       return SocketErrorToStatus(errno, "kv accept: poll");
     }

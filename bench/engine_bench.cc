@@ -432,6 +432,10 @@ void Breakdown(const Setup& s, int seqs, const OneSeqCosts& one, double single,
   Row(absl::StrFormat("budget per token-thread for %.0fx", want), us(budget));
   Row(absl::StrFormat("attention + matmuls alone, %d seqs", seqs), us(an + mn),
       an + mn > budget ? "over the budget" : "within it");
+  // The most batching could give with these kernels: every thread doing
+  // nothing but its sequences' attention.
+  Row(absl::StrFormat("%d seqs / 1 seq if only attention cost", seqs),
+      absl::StrFormat("%.2fx", threads / (an * single)));
 }
 
 // Batched decode of `seqs` sequences against single-stream decode measured

@@ -1,6 +1,7 @@
 #include "auditor/kv_events_probe.h"
 
 #include <algorithm>
+#include <array>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -16,6 +17,9 @@ using json = nlohmann::json;
 
 // B's first token this much faster than its control's: a hit, by timing.
 constexpr double kHitTimingRatio = 0.5;
+// Letters' worth of prompt that the witness's nonce ("Ticket NNNNNNNNNN.")
+// takes at most on common tokenizers.
+constexpr int kWitnessNonceUnits = 12;
 // Block checks kept per pair in evidence and reports.
 constexpr size_t kBlocksShown = 8;
 
@@ -128,6 +132,32 @@ const char* PairVerdictName(PairVerdict v) {
 
 namespace {
 
+// Whether B's probe stored a block of its witness suffix: a block of tokens
+// none of A's blocks hold, whose parent is one of A's blocks (B was served
+// them) or a block B stored with the tokens of one of A's (B's own copy).
+// A stranger's request never chains to P, which only A and B sent.
+bool WitnessStored(const std::vector<const BlockEntry*>& plant,
+                   const Span& probe) {
+  absl::flat_hash_set<uint64_t> a_digests;
+  absl::flat_hash_set<BlockHash> heads;
+  for (const BlockEntry* a : plant) {
+    a_digests.insert(a->token_digest);
+    heads.insert(a->hash);
+  }
+  for (const BlockEntry& e : probe.entries) {
+    if (e.type == EventType::kBlockStored && a_digests.contains(e.token_digest))
+      heads.insert(e.hash);
+  }
+  for (const BlockEntry& e : probe.entries) {
+    if (e.type == EventType::kBlockStored &&
+        !a_digests.contains(e.token_digest) && e.parent.has_value() &&
+        heads.contains(*e.parent)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Why the pair cannot be judged ("" when it can); A's blocks in `plant`.
 std::string CannotJudge(const PairObservation& o,
                         std::vector<const BlockEntry*>* plant) {
@@ -162,11 +192,38 @@ std::string CannotJudge(const PairObservation& o,
              "judged against them";
     }
   }
+  bool control_stored = false;
   for (const BlockEntry& e : o.control.entries) {
-    if (e.type == EventType::kBlockStored) return "";
+    control_stored = control_stored || e.type == EventType::kBlockStored;
   }
-  return "B's control prefix stored no block: silence after B's request "
-         "cannot be told from a hit";
+  if (!control_stored) {
+    return "B's control prefix stored no block: silence after B's request "
+           "cannot be told from a hit";
+  }
+  return "";
+}
+
+// B stored none of A's blocks, and the stream showed no block of B's
+// witness either: shared only where the target's own count of B's cached
+// tokens covers A's blocks; else the result says why it cannot judge.
+PairResult UnwitnessedSilence(PairResult r,
+                              const std::vector<const BlockEntry*>& plant) {
+  const int64_t block_size = plant.front()->block_size;
+  const int64_t covered = r.not_stored * block_size;
+  if (block_size > 0 && r.probe_cached_tokens >= covered) {
+    r.verdict = PairVerdict::kShared;
+    r.reason = absl::StrCat(
+        "B's request stored nothing the stream shows, not even its own "
+        "suffix, but the target reported ",
+        r.probe_cached_tokens, " cached tokens for it: at least the ", covered,
+        " tokens of A's ", r.not_stored, " blocks");
+    return r;
+  }
+  return Inconclusive(
+      std::move(r),
+      "B's request stored no block of its own suffix (the witness, chained "
+      "to P): it may have been served by a replica whose stream is not "
+      "followed, so silence about A's blocks cannot be told from a hit");
 }
 
 }  // namespace
@@ -179,12 +236,16 @@ PairResult DecidePair(const PairObservation& o) {
     return Inconclusive(std::move(r), std::move(why));
   }
   CheckBlocks(plant, o.after, r);
+  r.witness_stored = WitnessStored(plant, o.probe);
   if (r.not_stored > 0 && r.isolated == 0) {
     if (o.probe_cached_tokens == 0) {
       return Inconclusive(std::move(r),
                           "B stored none of A's blocks, but the target "
                           "reported 0 cached tokens for B's request");
     }
+    // (An engine may also decline to cache what a flagged request
+    // computed, as ours does after a watermark violation.)
+    if (!r.witness_stored) return UnwitnessedSilence(std::move(r), plant);
     r.verdict = PairVerdict::kShared;
     r.reason = absl::StrCat(
         "B's request stored none of ", r.not_stored,
@@ -240,6 +301,7 @@ json PairResult::ToJson() const {
           {"not_stored", not_stored},
           {"same_hash", same_hash},
           {"hit_signal", hit_signal},
+          {"witness_stored", witness_stored},
           {"epoch", epoch},
           {"first_seq", first_seq},
           {"last_seq", last_seq},
@@ -307,6 +369,25 @@ absl::Status KeyCheck(const Sent& s, const AuditTenant& t) {
                    s.status, ") during the kv_events probes"));
 }
 
+// A pair's spans between the marks taken before A's request, B's, the
+// control's and after it, with what the three requests returned.
+PairObservation Observed(const Ledger& ledger, const std::array<Mark, 4>& m,
+                         const Sent& plant, const Sent& probe,
+                         const Sent& control) {
+  PairObservation o;
+  o.plant = ledger.Between(m[0], m[1]);
+  o.probe = ledger.Between(m[1], m[2]);
+  o.after = ledger.Between(m[1], m[3]);
+  o.control = ledger.Between(m[2], m[3]);
+  o.plant_ok = plant.ok;
+  o.probe_ok = probe.ok;
+  o.control_ok = control.ok;
+  o.probe_cached_tokens = probe.cached_tokens;
+  o.probe_ttft_ms = probe.ttft_ms;
+  o.control_ttft_ms = control.ttft_ms;
+  return o;
+}
+
 }  // namespace
 
 absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
@@ -336,28 +417,28 @@ absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     settle();
     return s;
   };
+  // P is about half the letters; the witness has the rest, less room for
+  // its own cache-busting nonce.
+  const int p_units = std::max(4, options.prefix_units / 2);
+  const int w_units =
+      std::max(4, options.prefix_units - p_units - kWitnessNonceUnits);
   for (int i = 0; i < options.pairs; ++i) {
-    const std::string prefix = fresh_prefix(options.prefix_units);
-    const std::string control = fresh_prefix(options.prefix_units);
+    // B's probe is P and a witness suffix, within the letters a prompt may
+    // hold; its control has the same shape, so that their first-token
+    // times compare. (Joined by a space: P's last token stays A's.)
+    const std::string prefix = fresh_prefix(p_units);
+    const std::string probe = absl::StrCat(prefix, " ", fresh_prefix(w_units));
+    const std::string control =
+        absl::StrCat(fresh_prefix(p_units), " ", fresh_prefix(w_units));
     settle();
     const Mark m0 = ledger.Now();
     ASSIGN_OR_RETURN(const Sent a, send(writer, prefix));
     const Mark m1 = ledger.Now();
-    ASSIGN_OR_RETURN(const Sent b, send(reader, prefix));
+    ASSIGN_OR_RETURN(const Sent b, send(reader, probe));
     const Mark m2 = ledger.Now();
     ASSIGN_OR_RETURN(const Sent c, send(reader, control));
     const Mark m3 = ledger.Now();
-    PairObservation o;
-    o.plant = ledger.Between(m0, m1);
-    o.after = ledger.Between(m1, m3);
-    o.control = ledger.Between(m2, m3);
-    o.plant_ok = a.ok;
-    o.probe_ok = b.ok;
-    o.control_ok = c.ok;
-    o.probe_cached_tokens = b.cached_tokens;
-    o.probe_ttft_ms = b.ttft_ms;
-    o.control_ttft_ms = c.ttft_ms;
-    PairResult r = DecidePair(o);
+    PairResult r = DecidePair(Observed(ledger, {m0, m1, m2, m3}, a, b, c));
     r.index = i;
     if (log != nullptr) {
       json row = r.ToJson();

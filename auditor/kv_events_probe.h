@@ -42,8 +42,13 @@ enum class PairVerdict { kShared, kIsolated, kSameHash, kInconclusive };
 const char* PairVerdictName(PairVerdict v);
 
 // What one pair's requests and windows showed.
+// B's probe is P followed by a fresh suffix of its own, the witness: the
+// blocks it stores (chained to P's last block, A's or B's own) show that
+// B's request was served where the stream can see. Without them, silence
+// about A's blocks could be a request served by another replica.
 struct PairObservation {
   Span plant;    // from A's request to B's
+  Span probe;    // from B's request to the control's
   Span after;    // from B's request to the end (control included)
   Span control;  // from the control's request to the end
   bool plant_ok = false, probe_ok = false, control_ok = false;  // HTTP 200s
@@ -64,7 +69,8 @@ struct PairResult {
   std::string reason;  // why, in a sentence
   std::vector<BlockCheck> blocks;
   int isolated = 0, not_stored = 0, same_hash = 0;
-  bool hit_signal = false;  // B's cached tokens or timing says it hit
+  bool hit_signal = false;      // B's cached tokens or timing says it hit
+  bool witness_stored = false;  // B's suffix stored: the stream saw B
   int epoch = 0;
   int64_t first_seq = -1, last_seq = -1;  // the window's sequence numbers
   int64_t probe_id = -1;                  // B's request
@@ -78,7 +84,9 @@ PairResult DecidePair(const PairObservation& o);
 
 struct KvEventsProbeOptions {
   int pairs = 3;
-  int prefix_units = 48;  // random letters in P: several blocks on any engine
+  // Random letters in B's probe, P and its witness together (P about
+  // half): several blocks each on any engine.
+  int prefix_units = 48;
   bool report_full = false;  // requests carry kv_cache_report_mode "full"
   absl::Duration settle_quiet = absl::Milliseconds(150);
   absl::Duration settle_max = absl::Seconds(3);
@@ -123,8 +131,9 @@ class KvEventsCheck {
   // Connects (kUnavailable / kPermissionDenied: the stream cannot be
   // followed, and the command cannot run what it was asked to).
   absl::Status Start();
-  // The pairs (options' pairs) between tenants `writer` and `reader`, each
-  // prefix `prefix_units` letters; stops following the stream after.
+  // The pairs (options' pairs) between tenants `writer` and `reader`, B's
+  // probe `prefix_units` letters (P and its witness); stops following the
+  // stream after.
   absl::StatusOr<KvEventsOutcome> Run(TargetSession& session,
                                       const AuditTenant& writer,
                                       const AuditTenant& reader,

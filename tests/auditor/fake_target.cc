@@ -342,17 +342,22 @@ int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
   const size_t block = options_.cache_block_tokens;
   const std::vector<size_t> keys = BlockKeys(tokens, block, salt);
   size_t hits = 0, seen = 0;
+  int replica = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    while (hits < keys.size() && cached_blocks_.contains(keys[hits])) ++hits;
+    replica = cache_requests_++ % std::max(1, options_.cache_replicas);
+    // Each replica's cache apart: its keys mixed with its index.
+    const size_t mix = static_cast<size_t>(replica) * 0x9e3779b97f4a7c15ULL;
+    while (hits < keys.size() && cached_blocks_.contains(keys[hits] ^ mix))
+      ++hits;
     seen = hits;
     // As vLLM: the last token must be computed, so a fully cached prompt
     // recomputes its last block.
     if (hits > 0 && hits * block == tokens.size()) --hits;
-    cached_blocks_.insert(keys.begin(), keys.end());
+    for (size_t k : keys) cached_blocks_.insert(k ^ mix);
     cached_tokens_served_ += static_cast<int>(hits * block);
   }
-  if (options_.on_blocks_stored) {
+  if (options_.on_blocks_stored && replica == 0) {
     const std::vector<size_t> event_keys =
         options_.events_ignore_salt ? BlockKeys(tokens, block, "") : keys;
     std::vector<FakeTargetOptions::StoredBlock> stored;

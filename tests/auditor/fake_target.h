@@ -97,6 +97,10 @@ struct FakeTargetOptions {
   // REQUIRES: not together with shared_prompt_cache.
   bool per_key_prompt_cache = false;
   int cache_block_tokens = 16;
+  // Replicas behind a round-robin balancer, each request to the next, each
+  // with its own prompt cache; only replica 0's cache calls
+  // on_blocks_stored (the one stream an auditor follows).
+  int cache_replicas = 1;
   // Report cache hits where the flavor can: vLLM
   // --enable-prompt-tokens-details (always, 0 included), SGLang
   // --enable-cache-report (only when > 0). llama.cpp always reports
@@ -180,6 +184,7 @@ class FakeTarget {
   mutable std::mutex mu_;
   absl::flat_hash_set<size_t> cached_blocks_ ABSL_GUARDED_BY(mu_);
   int cached_tokens_served_ ABSL_GUARDED_BY(mu_) = 0;
+  int cache_requests_ ABSL_GUARDED_BY(mu_) = 0;   // for cache_replicas
   std::string last_prompt_ ABSL_GUARDED_BY(mu_);  // for llama.cpp /slots
   std::string last_output_ ABSL_GUARDED_BY(mu_);
   int last_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;

@@ -317,6 +317,7 @@ class PairBuilder {
     PairObservation o;
     const Mark end = ledger_.Now();
     o.plant = ledger_.Between(m0_, m1_);
+    o.probe = ledger_.Between(m1_, m2_);
     o.after = ledger_.Between(m1_, end);
     o.control = ledger_.Between(m2_, end);
     o.plant_ok = o.probe_ok = o.control_ok = true;
@@ -342,7 +343,8 @@ class PairBuilder {
 TEST(KvEventsDecidePairTest, BStoringTheSameTokensUnderOtherHashesIsIsolated) {
   PairBuilder p;
   p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Probe({Stored({11, 12, 13}, {}, 100)});
+  // B's copies of A's three blocks, then its witness block (tokens 112-115).
+  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
   p.Control({Stored({21}, {}, 900)});
   const PairResult r = DecidePair(p.Observe());
   EXPECT_EQ(r.verdict, PairVerdict::kIsolated) << r.reason;
@@ -352,7 +354,8 @@ TEST(KvEventsDecidePairTest, BStoringTheSameTokensUnderOtherHashesIsIsolated) {
 TEST(KvEventsDecidePairTest, BStoringNothingForTheSameTokensIsShared) {
   PairBuilder p;
   p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Probe({});
+  // Only B's witness block, chained to A's last: B was served A's three.
+  p.Probe({Stored({31}, 3, 500)});
   p.Control({Stored({21}, {}, 900)});
   const PairResult r = DecidePair(p.Observe());
   EXPECT_EQ(r.verdict, PairVerdict::kShared) << r.reason;
@@ -364,10 +367,53 @@ TEST(KvEventsDecidePairTest, BStoringNothingForTheSameTokensIsShared) {
 TEST(KvEventsDecidePairTest, NoStoreButZeroCachedTokensReportedIsInconclusive) {
   PairBuilder p;
   p.Plant({Stored({1, 2}, {}, 100)});
+  p.Probe({Stored({31}, 2, 500)});
+  p.Control({Stored({21}, {}, 900)});
+  const PairResult r = DecidePair(p.Observe(/*cached=*/0));
+  EXPECT_EQ(r.verdict, PairVerdict::kInconclusive);
+  EXPECT_NE(r.reason.find("0 cached tokens"), std::string::npos) << r.reason;
+}
+
+TEST(KvEventsDecidePairTest,
+     BsRequestTheStreamDidNotSeeIsInconclusiveNotShared) {
+  // Two replicas, one stream followed: B's probe went to the other one
+  // (nothing stored, not even its witness), its control to this one.
+  PairBuilder p;
+  p.Plant({Stored({1, 2, 3}, {}, 100)});
   p.Probe({});
   p.Control({Stored({21}, {}, 900)});
-  EXPECT_EQ(DecidePair(p.Observe(/*cached=*/0)).verdict,
+  const PairResult r = DecidePair(p.Observe(/*cached=*/-1, 2, 10));
+  EXPECT_EQ(r.verdict, PairVerdict::kInconclusive) << r.reason;
+  EXPECT_NE(r.reason.find("replica"), std::string::npos) << r.reason;
+}
+
+TEST(KvEventsDecidePairTest, SilenceWithCachedTokensCoveringAsBlocksIsShared) {
+  // An engine that caches nothing a flagged request computed (ours, after
+  // a watermark violation): no witness, but B's reported cached tokens
+  // cover A's three blocks of 4 tokens. Fewer would not.
+  PairBuilder p;
+  p.Plant({Stored({1, 2, 3}, {}, 100)});
+  p.Probe({});
+  p.Control({Stored({21}, {}, 900)});
+  const PairResult r = DecidePair(p.Observe(/*cached=*/12));
+  EXPECT_EQ(r.verdict, PairVerdict::kShared) << r.reason;
+  EXPECT_FALSE(r.witness_stored);
+  PairBuilder q;
+  q.Plant({Stored({1, 2, 3}, {}, 100)});
+  q.Probe({});
+  q.Control({Stored({21}, {}, 900)});
+  EXPECT_EQ(DecidePair(q.Observe(/*cached=*/8)).verdict,
             PairVerdict::kInconclusive);
+}
+
+TEST(KvEventsDecidePairTest, AStrangersBlockIsNotTakenForBsWitness) {
+  // Another client's request stored a block while B's was served
+  // elsewhere: its parent is none of P's blocks, so it is not B's witness.
+  PairBuilder p;
+  p.Plant({Stored({1, 2, 3}, {}, 100)});
+  p.Probe({Stored({41, 42}, 99, 700)});
+  p.Control({Stored({21}, {}, 900)});
+  EXPECT_EQ(DecidePair(p.Observe()).verdict, PairVerdict::kInconclusive);
 }
 
 TEST(KvEventsDecidePairTest, SameHashesWithAHitSignalAreShared) {
@@ -375,7 +421,7 @@ TEST(KvEventsDecidePairTest, SameHashesWithAHitSignalAreShared) {
   // and B's usage says they were cached.
   PairBuilder p;
   p.Plant({Stored({1, 2}, {}, 100)});
-  p.Probe({Stored({1, 2}, {}, 100)});
+  p.Probe({Stored({1, 2, 31}, {}, 100)});
   p.Control({Stored({21}, {}, 900)});
   EXPECT_EQ(DecidePair(p.Observe(/*cached=*/8)).verdict, PairVerdict::kShared);
 }
@@ -385,14 +431,14 @@ TEST(KvEventsDecidePairTest, SameHashesWithoutAHitSignalAreNotCalledSharing) {
   // no cached tokens, no faster first token.
   PairBuilder p;
   p.Plant({Stored({1, 2}, {}, 100)});
-  p.Probe({Stored({1, 2}, {}, 100)});
+  p.Probe({Stored({1, 2, 31}, {}, 100)});
   p.Control({Stored({21}, {}, 900)});
   const PairResult r = DecidePair(p.Observe(/*cached=*/0, 10, 10));
   EXPECT_EQ(r.verdict, PairVerdict::kSameHash) << r.reason;
   // The same with a first token far faster than the control's: a hit.
   PairBuilder q;
   q.Plant({Stored({1, 2}, {}, 100)});
-  q.Probe({Stored({1, 2}, {}, 100)});
+  q.Probe({Stored({1, 2, 31}, {}, 100)});
   q.Control({Stored({21}, {}, 900)});
   EXPECT_EQ(DecidePair(q.Observe(-1, 2, 10)).verdict, PairVerdict::kShared);
 }

@@ -5,7 +5,8 @@
 // per key is clean with the block pairs it checked, an engine that reports
 // hits as stores is shared only with a hit signal, event hashes that ignore
 // the salt are not called sharing, and lost messages or a publisher restart
-// make the detector inconclusive. Label `timing` (cache-audit's rounds).
+// make the detector inconclusive, as does a probe served by a replica whose
+// stream is not followed. Label `timing` (cache-audit's rounds).
 #include <unistd.h>
 
 #include <atomic>
@@ -61,8 +62,10 @@ class KvEventsFakeTest : public ::testing::Test {
     target_ = std::make_unique<FakeTarget>(fo);
   }
 
-  CampaignResult Audit(const std::string& name) {
+  // max_samples: cache-audit's timing arms (its default unless > 0).
+  CampaignResult Audit(const std::string& name, int max_samples = 0) {
     CacheAuditOptions o;
+    if (max_samples > 0) o.max_samples = max_samples;
     o.target.target = target_->url();
     o.target.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}};
     o.db_path = ::testing::TempDir() + "/kvcanary-kv-events-" +
@@ -189,6 +192,26 @@ TEST_F(KvEventsFakeTest, HashesThatIgnoreTheSaltAreNotCalledSharing) {
   const DetectorCoverage& d = KvDetector(r);
   EXPECT_EQ(d.state, DetectorState::kInconclusive);
   EXPECT_NE(d.reason.find("ignore the tenant"), std::string::npos) << d.reason;
+}
+
+TEST_F(KvEventsFakeTest, TwoReplicasWithOneStreamFollowedAreNeverCalledShared) {
+  // Two replicas, caches salted per key, round-robin: A's plant and B's
+  // probe always land on different replicas, and only replica 0's stream
+  // is followed. Where B's probe went to replica 1 it stored nothing the
+  // stream shows, which without its witness would read as a hit.
+  FakeTargetOptions fo;
+  fo.per_key_prompt_cache = true;
+  fo.cache_replicas = 2;
+  Start(fo);
+  // (Half the timing samples hit: the timing arms need not run to 400.)
+  const CampaignResult r = Audit("replicas", /*max_samples=*/40);
+  EXPECT_EQ(KvFindings(r), 0) << Explain(r);
+  const DetectorCoverage& d = KvDetector(r);
+  EXPECT_EQ(d.state, DetectorState::kInconclusive);
+  EXPECT_NE(d.reason.find("replica whose stream is not followed"),
+            std::string::npos)
+      << d.reason;
+  EXPECT_NE(r.verdict, Verdict::kClean);
 }
 
 TEST_F(KvEventsFakeTest, LostMessagesMakeTheDetectorInconclusiveNotClean) {

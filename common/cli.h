@@ -28,7 +28,7 @@ struct Subcommand {
   // more than this many are refused, fewer are the caller's to check.
   std::vector<std::string> args;
   // Flags it accepts but does not list in its help (testing switches).
-  std::vector<std::string> hidden_flags;
+  std::vector<std::string> hidden_flags = {};
 };
 
 struct CliSpec {

@@ -64,6 +64,7 @@ void SetWindow(const PairObservation& o, PairResult& r) {
   r.first_seq = o.plant.from.seq + 1;
   r.last_seq = o.after.to.seq;
   r.probe_cached_tokens = o.probe_cached_tokens;
+  r.control_cached_tokens = o.control_cached_tokens;
   r.probe_ttft_ms = o.probe_ttft_ms;
   r.control_ttft_ms = o.control_ttft_ms;
   r.hit_signal = o.probe_cached_tokens > 0 ||
@@ -205,18 +206,22 @@ std::string CannotJudge(const PairObservation& o,
 
 // B stored none of A's blocks, and the stream showed no block of B's
 // witness either: shared only where the target's own count of B's cached
-// tokens covers A's blocks; else the result says why it cannot judge.
+// tokens covers A's blocks beyond what its control had cached (a cached
+// chat template or system prompt, on any replica); else the result says
+// why it cannot judge.
 PairResult UnwitnessedSilence(PairResult r,
                               const std::vector<const BlockEntry*>& plant) {
   const int64_t block_size = plant.front()->block_size;
   const int64_t covered = r.not_stored * block_size;
-  if (block_size > 0 && r.probe_cached_tokens >= covered) {
+  const int64_t beyond = std::max(0, r.control_cached_tokens);
+  if (block_size > 0 && r.probe_cached_tokens >= beyond + covered) {
     r.verdict = PairVerdict::kShared;
     r.reason = absl::StrCat(
         "B's request stored nothing the stream shows, not even its own "
         "suffix, but the target reported ",
-        r.probe_cached_tokens, " cached tokens for it: at least the ", covered,
-        " tokens of A's ", r.not_stored, " blocks");
+        r.probe_cached_tokens, " cached tokens for it (its control ", beyond,
+        "): at least the ", covered, " tokens of A's ", r.not_stored,
+        " blocks");
     return r;
   }
   return Inconclusive(
@@ -308,6 +313,8 @@ json PairResult::ToJson() const {
           {"probe", probe_id},
           {"probe_cached_tokens",
            probe_cached_tokens >= 0 ? json(probe_cached_tokens) : json()},
+          {"control_cached_tokens",
+           control_cached_tokens >= 0 ? json(control_cached_tokens) : json()},
           {"probe_ttft_ms", probe_ttft_ms},
           {"control_ttft_ms", control_ttft_ms},
           {"block_checks", blocks_json}};
@@ -383,6 +390,7 @@ PairObservation Observed(const Ledger& ledger, const std::array<Mark, 4>& m,
   o.probe_ok = probe.ok;
   o.control_ok = control.ok;
   o.probe_cached_tokens = probe.cached_tokens;
+  o.control_cached_tokens = control.cached_tokens;
   o.probe_ttft_ms = probe.ttft_ms;
   o.control_ttft_ms = control.ttft_ms;
   return o;

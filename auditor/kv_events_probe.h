@@ -52,7 +52,8 @@ struct PairObservation {
   Span after;    // from B's request to the end (control included)
   Span control;  // from the control's request to the end
   bool plant_ok = false, probe_ok = false, control_ok = false;  // HTTP 200s
-  int probe_cached_tokens = -1;  // B's usage, -1: not reported
+  int probe_cached_tokens = -1;    // B's usage, -1: not reported
+  int control_cached_tokens = -1;  // the control's (a cached template)
   double probe_ttft_ms = 0, control_ttft_ms = 0;
 };
 
@@ -74,7 +75,7 @@ struct PairResult {
   int epoch = 0;
   int64_t first_seq = -1, last_seq = -1;  // the window's sequence numbers
   int64_t probe_id = -1;                  // B's request
-  int probe_cached_tokens = -1;
+  int probe_cached_tokens = -1, control_cached_tokens = -1;
   double probe_ttft_ms = 0, control_ttft_ms = 0;
   nlohmann::json ToJson() const;
 };

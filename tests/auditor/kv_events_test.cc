@@ -30,6 +30,12 @@ FakeEvent Stored(std::vector<uint64_t> hashes, std::optional<uint64_t> parent,
   return e;
 }
 
+FakeEvent Cleared() {
+  FakeEvent e;
+  e.type = "AllBlocksCleared";
+  return e;
+}
+
 FakeEvent Removed(std::vector<uint64_t> hashes) {
   FakeEvent e;
   e.type = "BlockRemoved";
@@ -38,9 +44,8 @@ FakeEvent Removed(std::vector<uint64_t> hashes) {
 }
 
 TEST(KvEventsWireTest, DecodesMapShapedEvents) {
-  absl::StatusOr<Batch> b =
-      DecodeBatch(EncodeBatch({Stored({1, 2}, std::nullopt, 100), Removed({7}),
-                               FakeEvent{"AllBlocksCleared"}}));
+  absl::StatusOr<Batch> b = DecodeBatch(EncodeBatch(
+      {Stored({1, 2}, std::nullopt, 100), Removed({7}), Cleared()}));
   ASSERT_TRUE(b.ok()) << b.status();
   ASSERT_EQ(b->events.size(), 3u);
   EXPECT_TRUE(b->map_events);
@@ -313,7 +318,7 @@ class PairBuilder {
     seq_ = 0;
   }
   PairObservation Observe(int cached = -1, double ttft = 10,
-                          double control_ttft = 10) {
+                          double control_ttft = 10, int control_cached = -1) {
     PairObservation o;
     const Mark end = ledger_.Now();
     o.plant = ledger_.Between(m0_, m1_);
@@ -322,6 +327,7 @@ class PairBuilder {
     o.control = ledger_.Between(m2_, end);
     o.plant_ok = o.probe_ok = o.control_ok = true;
     o.probe_cached_tokens = cached;
+    o.control_cached_tokens = control_cached;
     o.probe_ttft_ms = ttft;
     o.control_ttft_ms = control_ttft;
     return o;
@@ -403,6 +409,15 @@ TEST(KvEventsDecidePairTest, SilenceWithCachedTokensCoveringAsBlocksIsShared) {
   q.Probe({});
   q.Control({Stored({21}, {}, 900)});
   EXPECT_EQ(DecidePair(q.Observe(/*cached=*/8)).verdict,
+            PairVerdict::kInconclusive);
+  // A cached template or system prompt of 8 tokens, as the control had on
+  // its replica: 12 cached tokens then cover only 4 of A's 12.
+  PairBuilder t;
+  t.Plant({Stored({1, 2, 3}, {}, 100)});
+  t.Probe({});
+  t.Control({Stored({21}, {}, 900)});
+  EXPECT_EQ(DecidePair(t.Observe(/*cached=*/12, 10, 10, /*control_cached=*/8))
+                .verdict,
             PairVerdict::kInconclusive);
 }
 

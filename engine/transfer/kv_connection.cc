@@ -97,8 +97,6 @@ int PollTimeoutMs(absl::Time deadline) {
   return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
 }
 
-// OK once `fd` has one of `events` (or an error/hangup to report), else
-// kDeadlineExceeded at `deadline`.
 // Whether any of `fds` became ready within kPollBeforeSleep (or the
 // deadline, if sooner), asking without sleeping and yielding the core
 // between asks.
@@ -112,6 +110,8 @@ bool ReadyBeforeSleep(pollfd* fds, nfds_t count, absl::Time deadline) {
   return false;
 }
 
+// OK once `fd` has one of `events` (or an error/hangup to report), else
+// kDeadlineExceeded at `deadline`.
 absl::Status WaitFor(int fd, short events, absl::Time deadline,
                      absl::string_view what) {
   pollfd first{fd, events, 0};

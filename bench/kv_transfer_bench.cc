@@ -3,7 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sched.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -325,16 +325,11 @@ absl::Status RawPair(int* client, int* server) {
 // data polls for kv::kPollBeforeSleep before it sleeps, as the KV sockets
 // wait, so that the framed figure is set against a reader as quick to wake.
 ssize_t RawRead(int s, char* buf, size_t size, bool poll_first) {
-  ssize_t n = recv(s, buf, size, MSG_DONTWAIT);
+  const ssize_t n = recv(s, buf, size, MSG_DONTWAIT);
   if (n >= 0 || errno != EAGAIN) return n;
   if (poll_first) {
-    const auto until =
-        Clock::now() + absl::ToChronoMicroseconds(kv::kPollBeforeSleep);
-    while (Clock::now() < until) {
-      n = recv(s, buf, size, MSG_DONTWAIT);
-      if (n >= 0 || errno != EAGAIN) return n;
-      sched_yield();
-    }
+    pollfd p{s, POLLIN, 0};
+    (void)kv::ReadyBeforeSleep(&p, 1, absl::InfiniteFuture());
   }
   return recv(s, buf, size, 0);
 }

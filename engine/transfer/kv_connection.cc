@@ -24,6 +24,16 @@
 #include "common/wire.h"
 
 namespace kvcanary::engine::kv {
+bool ReadyBeforeSleep(pollfd* fds, nfds_t count, absl::Time deadline) {
+  const absl::Time poll_until =
+      std::min(deadline, absl::Now() + kPollBeforeSleep);
+  while (absl::Now() < poll_until) {
+    if (::poll(fds, count, 0) > 0) return true;
+    sched_yield();
+  }
+  return false;
+}
+
 namespace {
 
 // One read into the decoder: a connection buffers at most this and one
@@ -95,19 +105,6 @@ int PollTimeoutMs(absl::Time deadline) {
   const int64_t ms =
       absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
   return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
-}
-
-// Whether any of `fds` became ready within kPollBeforeSleep (or the
-// deadline, if sooner), asking without sleeping and yielding the core
-// between asks.
-bool ReadyBeforeSleep(pollfd* fds, nfds_t count, absl::Time deadline) {
-  const absl::Time poll_until =
-      std::min(deadline, absl::Now() + kPollBeforeSleep);
-  while (absl::Now() < poll_until) {
-    if (::poll(fds, count, 0) > 0) return true;
-    sched_yield();
-  }
-  return false;
 }
 
 // OK once `fd` has one of `events` (or an error/hangup to report), else

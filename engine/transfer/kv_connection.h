@@ -15,6 +15,8 @@
 #ifndef KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
 #define KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
 
+#include <poll.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +43,11 @@ namespace kvcanary::engine::kv {
 // loopback (kvcanary-bench-serving, measured side by side). Costs at most
 // this much CPU per wait, and yields the core to any thread that is ready.
 inline constexpr absl::Duration kPollBeforeSleep = absl::Microseconds(50);
+
+// Whether any of `fds` became ready within kPollBeforeSleep (or by
+// `deadline`, if sooner), asking without sleeping and yielding the core
+// between asks: the first half of every KV wait, before a sleeping poll().
+bool ReadyBeforeSleep(pollfd* fds, nfds_t count, absl::Time deadline);
 
 // One TCP connection carrying frames, blocking with per-call timeouts.
 //

@@ -32,6 +32,7 @@
 #include "absl/strings/strip.h"
 #include "bench/machine.h"
 #include "engine/core/engine.h"
+#include "engine/core/model_runner.h"
 #include "engine/model/model.h"
 #include "engine/model/model_loader.h"
 #include "kernels/paged_attention.h"
@@ -297,29 +298,22 @@ double AttentionSecondsPerToken(const Setup& s, int seqs) {
 // sequences). What batching shares: each weight is read once per step.
 double MatmulSecondsPerToken(const Setup& s, int rows) {
   const ModelConfig& c = s.model.config;
-  const ModelWeights& w = s.model.weights;
-  const int dim = c.dim, kv = c.kv_dim(), hidden = c.hidden_dim;
-  std::vector<kernels::WeightMatrix> m;
-  for (int l = 0; l < c.n_layers; ++l) {
-    const size_t ld = static_cast<size_t>(l) * dim;
-    const size_t lh = static_cast<size_t>(l) * hidden * dim;
-    m.emplace_back(w.wq.data() + ld * dim, dim, dim);
-    m.emplace_back(w.wk.data() + ld * kv, dim, kv);
-    m.emplace_back(w.wv.data() + ld * kv, dim, kv);
-    m.emplace_back(w.wo.data() + ld * dim, dim, dim);
-    m.emplace_back(w.w1.data() + lh, dim, hidden);
-    m.emplace_back(w.w2.data() + lh, hidden, dim);
-    m.emplace_back(w.w3.data() + lh, dim, hidden);
-  }
-  m.emplace_back(w.classifier(), dim, c.vocab_size);
-  const int width = std::max({dim, hidden, c.vocab_size});
+  const ModelMatrices m = PrepareMatrices(s.model);
+  const int width = std::max({c.dim, c.hidden_dim, c.vocab_size});
   std::vector<float> x(static_cast<size_t>(rows) * width, 0.01f);
   std::vector<float> y(x.size());
+  const auto matmul = [&](const kernels::WeightMatrix& wm) {
+    kernels::Matmul(wm, x.data(), y.data(), rows, nullptr);
+  };
   const int steps = std::max(1, 2048 / rows);
   const auto t0 = Clock::now();
   for (int step = 0; step < steps; ++step) {
-    for (const kernels::WeightMatrix& wm : m)
-      kernels::Matmul(wm, x.data(), y.data(), rows, nullptr);
+    for (const LayerMatrices& l : m.layers) {
+      for (const kernels::WeightMatrix* wm :
+           {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3})
+        matmul(*wm);
+    }
+    matmul(m.classifier);
   }
   return Seconds(t0, Clock::now()) / (static_cast<double>(rows) * steps);
 }

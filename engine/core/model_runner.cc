@@ -27,6 +27,26 @@ constexpr double kAttentionCostPerMac = 8.0;
 
 }  // namespace
 
+ModelMatrices PrepareMatrices(const Model& model) {
+  const ModelConfig& c = model.config;
+  const ModelWeights& w = model.weights;
+  const int dim = c.dim, kv_dim = c.kv_dim(), hidden = c.hidden_dim;
+  ModelMatrices m;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const size_t ld = static_cast<size_t>(l) * dim;
+    const size_t lh = static_cast<size_t>(l) * hidden * dim;
+    m.layers.push_back(LayerMatrices{{w.wq.data() + ld * dim, dim, dim},
+                                     {w.wk.data() + ld * kv_dim, dim, kv_dim},
+                                     {w.wv.data() + ld * kv_dim, dim, kv_dim},
+                                     {w.wo.data() + ld * dim, dim, dim},
+                                     {w.w1.data() + lh, dim, hidden},
+                                     {w.w2.data() + lh, hidden, dim},
+                                     {w.w3.data() + lh, dim, hidden}});
+  }
+  m.classifier = kernels::WeightMatrix(w.classifier(), dim, c.vocab_size);
+  return m;
+}
+
 ModelRunner::ModelRunner(const Model* model, PagePool* pool,
                          kernels::ThreadPool* threads,
                          const ModelRunnerOptions& options)
@@ -35,24 +55,12 @@ ModelRunner::ModelRunner(const Model* model, PagePool* pool,
       pool_(pool),
       threads_(threads),
       options_(options),
-      rope_(kernels::MakeRopeTable(cfg_.head_dim(), cfg_.seq_len)) {
+      rope_(kernels::MakeRopeTable(cfg_.head_dim(), cfg_.seq_len)),
+      matrices_(PrepareMatrices(*model)) {
   CHECK_EQ(pool->n_layers(), cfg_.n_layers);
   CHECK_EQ(pool->layout().kv_heads, cfg_.n_kv_heads);
   CHECK_EQ(pool->layout().head_dim, cfg_.head_dim());
-  const ModelWeights& w = model->weights;
   const int dim = cfg_.dim, kv_dim = cfg_.kv_dim(), hidden = cfg_.hidden_dim;
-  for (int l = 0; l < cfg_.n_layers; ++l) {
-    const size_t ld = static_cast<size_t>(l) * dim;
-    const size_t lh = static_cast<size_t>(l) * hidden * dim;
-    layers_.push_back(LayerMatrices{{w.wq.data() + ld * dim, dim, dim},
-                                    {w.wk.data() + ld * kv_dim, dim, kv_dim},
-                                    {w.wv.data() + ld * kv_dim, dim, kv_dim},
-                                    {w.wo.data() + ld * dim, dim, dim},
-                                    {w.w1.data() + lh, dim, hidden},
-                                    {w.w2.data() + lh, hidden, dim},
-                                    {w.w3.data() + lh, dim, hidden}});
-  }
-  classifier_ = kernels::WeightMatrix(w.classifier(), dim, cfg_.vocab_size);
   layer_row_macs_ = dim * (2.0 * dim + 2.0 * kv_dim + 3.0 * hidden);
   // Splitting by sequences has every thread read every matrix: for a model
   // whose layers do not stay in cache, only worth it with rows enough per
@@ -206,7 +214,7 @@ void ModelRunner::QkvRows(int l, int r0, int r1, kernels::ThreadPool* pool) {
     kernels::RmsNorm(xb_.data() + static_cast<size_t>(r) * dim,
                      x_.data() + static_cast<size_t>(r) * dim, rms, dim);
   }
-  const LayerMatrices& m = layers_[l];
+  const LayerMatrices& m = matrices_.layers[l];
   const float* xb = xb_.data() + static_cast<size_t>(r0) * dim;
   float* q = q_.data() + static_cast<size_t>(r0) * dim;
   float* k = k_.data() + static_cast<size_t>(r0) * kv_dim;
@@ -242,7 +250,7 @@ void ModelRunner::WriteKv(const Batch& batch, int l) {
 void ModelRunner::OutputAndFeedForwardRows(int l, int r0, int r1,
                                            kernels::ThreadPool* pool) {
   const int dim = cfg_.dim, hidden = cfg_.hidden_dim;
-  const LayerMatrices& m = layers_[l];
+  const LayerMatrices& m = matrices_.layers[l];
   const int rows = r1 - r0;
   float* x = x_.data() + static_cast<size_t>(r0) * dim;
   float* xb = xb_.data() + static_cast<size_t>(r0) * dim;
@@ -366,8 +374,8 @@ StepOutput ModelRunner::Run(const Batch& batch) {
   StepOutput out;
   out.logits.resize(static_cast<size_t>(entries) * cfg_.vocab_size);
   // Logits only for the last row of each entry, split along the vocabulary.
-  kernels::Matmul(classifier_, last_.data(), out.logits.data(), entries,
-                  threads_);
+  kernels::Matmul(matrices_.classifier, last_.data(), out.logits.data(),
+                  entries, threads_);
   out.refused.assign(refused_.begin(), refused_.end());
   return out;
 }

@@ -31,6 +31,18 @@ struct ModelRunnerOptions {
   bool read_whole_last_page = false;
 };
 
+// A model's matrices, prepared for the batched matmul (kernels::Matmul).
+struct LayerMatrices {
+  kernels::WeightMatrix wq, wk, wv, wo, w1, w2, w3;
+};
+struct ModelMatrices {
+  std::vector<LayerMatrices> layers;  // (n_layers)
+  kernels::WeightMatrix classifier;   // (vocab, dim)
+};
+// The matrices of every layer and the classifier, in `model`'s weights
+// (which must outlive them).
+ModelMatrices PrepareMatrices(const Model& model);
+
 class ModelRunner {
  public:
   // `model`, `pool` and `threads` must outlive the runner.
@@ -81,19 +93,13 @@ class ModelRunner {
   // page_write and (sampled) page_read events of one step.
   void TraceStep(const Batch& batch);
 
-  // One layer's matrices, prepared for the batched matmul.
-  struct LayerMatrices {
-    kernels::WeightMatrix wq, wk, wv, wo, w1, w2, w3;
-  };
-
   const Model* model_;
   const ModelConfig& cfg_;
   PagePool* pool_;
   kernels::ThreadPool* threads_;
   ModelRunnerOptions options_;
   std::vector<float> rope_;  // (seq_len, head_dim): RoPE (cos, sin) pairs
-  std::vector<LayerMatrices> layers_;  // (n_layers)
-  kernels::WeightMatrix classifier_;   // (vocab, dim)
+  ModelMatrices matrices_;
   double layer_row_macs_ = 0;  // multiply-adds of one row through a layer
   int min_rows_per_part_ = 1;  // rows per thread for a split by sequences
 

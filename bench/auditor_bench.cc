@@ -16,7 +16,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "auditor/shadow_ledger.h"
+#include "auditor/trace/shadow_ledger.h"
 #include "bench/kv_events_bench.h"
 #include "bench/machine.h"
 #include "bench/story_corpus.h"

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "auditor/kv_events_ledger.h"
-#include "auditor/kv_events_subscriber.h"
-#include "auditor/kv_events_wire.h"
-#include "tests/auditor/fake_kv_publisher.h"
+#include "auditor/kv_events/ledger.h"
+#include "auditor/kv_events/subscriber.h"
+#include "auditor/kv_events/wire.h"
+#include "tests/auditor/fakes/fake_kv_publisher.h"
 #include "zmq.hpp"
 #include "zmq_addon.hpp"
 

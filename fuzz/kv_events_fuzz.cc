@@ -1,4 +1,4 @@
-// Fuzz target for the KV-cache event decoder (auditor/kv_events_wire.h):
+// Fuzz target for the KV-cache event decoder (auditor/kv_events/wire.h):
 // the msgpack batches of vLLM's and SGLang's event streams are untrusted
 // bytes from the network. CHECKs what must hold for any input:
 //   - a failure is kInvalidArgument with a message, never a crash;
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "auditor/kv_events_wire.h"
+#include "auditor/kv_events/wire.h"
 #include "common/check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

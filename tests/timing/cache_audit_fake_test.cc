@@ -1,4 +1,4 @@
-// cache-audit against scripted fakes (tests/auditor/fake_target.h) whose
+// cache-audit against scripted fakes (tests/auditor/fakes/fake_target.h) whose
 // prefill is a real sleep per uncached token: a prompt cache shared by all
 // keys is cross-tenant (findings), one salted per key is same-tenant
 // (clean), none at all is "none" (inconclusive: no hit could be seen, so
@@ -10,11 +10,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "auditor/cache_audit.h"
-#include "auditor/result_text.h"
+#include "auditor/audits/cache_audit/cache_audit.h"
+#include "auditor/reports/result_text.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/auditor/fake_target.h"
+#include "tests/auditor/fakes/fake_target.h"
 
 namespace kvcanary::auditor {
 namespace {

@@ -1,6 +1,6 @@
 // cache-audit --kv-events against a scripted vLLM (tests/auditor/
 // fake_target.h) whose prompt cache publishes its block events on a real
-// ZMQ stream (tests/auditor/fake_kv_publisher.h): a cache shared by every
+// ZMQ stream (tests/auditor/fakes/fake_kv_publisher.h): a cache shared by every
 // key is a kv_events finding with hashes and sequence numbers, one salted
 // per key is clean with the block pairs it checked, an engine that reports
 // hits as stores is shared only with a hit signal, event hashes that ignore
@@ -13,11 +13,11 @@
 #include <memory>
 #include <string>
 
-#include "auditor/cache_audit.h"
-#include "auditor/result_text.h"
+#include "auditor/audits/cache_audit/cache_audit.h"
+#include "auditor/reports/result_text.h"
 #include "gtest/gtest.h"
-#include "tests/auditor/fake_kv_publisher.h"
-#include "tests/auditor/fake_target.h"
+#include "tests/auditor/fakes/fake_kv_publisher.h"
+#include "tests/auditor/fakes/fake_target.h"
 
 namespace kvcanary::auditor {
 namespace {

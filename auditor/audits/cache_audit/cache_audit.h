@@ -1,0 +1,47 @@
+// `kvcanary-auditor cache-audit`: does the target's prompt cache let one
+// tenant's prompt speed up — and so reveal itself to — another tenant? The
+// timing method of published prompt-cache audits (Gu et al., ICML 2025):
+// tenant A primes a fresh random prefix, tenant B sends the same prefix,
+// against controls of never-seen prefixes; the two time-to-first-token
+// samples are compared with a two-sample Kolmogorov–Smirnov test at a
+// stated significance. The same-tenant case (A then A) is the positive
+// control. Where the target reports cached tokens, that is a second,
+// direct signal. Sharing found: cross-tenant (findings, 1), same-tenant
+// (isolation holds: clean, 0), none (no cache signal at all: inconclusive,
+// 3 — the test could not show it can see a hit).
+#ifndef KVCANARY_AUDITOR_AUDITS_CACHE_AUDIT_CACHE_AUDIT_H_
+#define KVCANARY_AUDITOR_AUDITS_CACHE_AUDIT_CACHE_AUDIT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "auditor/detectors/kv_events.h"
+#include "auditor/reports/metrics.h"
+#include "auditor/result/result.h"
+#include "auditor/target/session.h"
+
+namespace kvcanary::auditor {
+
+struct CacheAuditOptions {
+  TargetOptions target;  // at least two tenants: A and B
+  std::string db_path;
+  double alpha = 1e-6;    // the KS test's significance
+  int max_samples = 400;  // per arm, at most
+  int prefix_tokens = 0;  // the primed prefix; 0: sized from the limit
+  uint64_t seed = 0;      // prompts' letters and arm order; 0: random
+  bool progress = true;
+  // The target engine's KV-cache event stream (--kv-events): adds the
+  // kv_events detector (auditor/detectors/kv_events.h). Empty endpoint: none.
+  kv_events::SubscriberOptions kv_events;
+};
+
+// Runs the audit to its verdict; errors (exit 2) are in the result, e.g.
+// a tenant's key refused (HTTP 401/403) at any point, naming the tenant.
+// Blocking; call from one thread (the target is sent one request at a
+// time, which the timing needs).
+CampaignResult RunCacheAudit(const CacheAuditOptions& options,
+                             AuditorMetrics* metrics);
+
+}  // namespace kvcanary::auditor
+
+#endif  // KVCANARY_AUDITOR_AUDITS_CACHE_AUDIT_CACHE_AUDIT_H_

@@ -1,0 +1,489 @@
+#include "auditor/campaign/calibration.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "auditor/detectors/detectors.h"
+#include "canaries/templates.h"
+#include "common/sha256.h"
+
+namespace kvcanary::auditor {
+
+using json = nlohmann::json;
+
+namespace {
+
+// At-limit probes of a target whose limit was not found stay this short:
+// long enough to time a prefill, short enough to send hundreds of.
+constexpr int kUnboundedAtLimitTokens = 2048;
+
+class Calibrator {
+ public:
+  Calibrator(const CalibrationOptions& o, const SendAlone& send)
+      : o_(o), send_(send) {}
+
+  Calibration Run() {
+    c_.nonces.assign(o_.tenants.size(), std::nullopt);
+    c_.plants.assign(o_.tenants.size(), {});
+    Units();
+    Limit();
+    Golden();
+    Echo();
+    Plants();
+    Latency();
+    return std::move(c_);
+  }
+
+ private:
+  Completion Send(const AuditTenant& t, const std::string& prompt,
+                  int max_tokens, bool stream) {
+    ++c_.requests;
+    return send_(t, prompt, max_tokens, stream);
+  }
+  const AuditTenant& first() const { return o_.tenants[0]; }
+  canaries::Marker Marker(int tenant, int counter) const {
+    return PlantMarker(o_.secret_key, o_.tenants[tenant].name, o_.campaign_id,
+                       counter);
+  }
+
+  // Prompt tokens per boundary unit: must be linear in the units. Five
+  // prefixes of one unit show how much a unique prefix's count varies; the
+  // tolerance is twice what was seen.
+  void Units() {
+    constexpr int kSamples = 5;
+    int one[kSamples];
+    for (int i = 0; i < kSamples; ++i) {
+      const Completion c =
+          Send(first(), BoundaryPrompt(buster_.Next(), 1), 1, false);
+      one[i] = c.usable ? c.prompt_tokens : -1;
+    }
+    const Completion two =
+        Send(first(), BoundaryPrompt(buster_.Next(), 2), 1, false);
+    const Completion three =
+        Send(first(), BoundaryPrompt(buster_.Next(), 3), 1, false);
+    std::sort(one, one + kSamples);
+    if (one[0] <= 0 || !two.usable || !three.usable || two.prompt_tokens <= 0 ||
+        three.prompt_tokens <= 0) {
+      c_.boundary_failure =
+          "the target reported no usage.prompt_tokens for short prompts";
+      return;
+    }
+    c_.tolerance = 2 * (one[kSamples - 1] - one[0]);
+    const int median = one[kSamples / 2];
+    const int unit = three.prompt_tokens - two.prompt_tokens;
+    if (unit <= 0 ||
+        std::abs(two.prompt_tokens - median - unit) > c_.tolerance) {
+      c_.boundary_failure = absl::StrFormat(
+          "usage.prompt_tokens is not linear in the prompt (%d, %d, %d for 1, "
+          "2, 3 units)",
+          median, two.prompt_tokens, three.prompt_tokens);
+      return;
+    }
+    c_.unit_tokens = unit;
+    c_.base_tokens = median - unit;
+  }
+
+  void Limit() {
+    if (o_.flag_limit > 0) {
+      c_.limit.prompt_tokens = c_.limit.refuse_above = o_.flag_limit;
+      c_.limit.source = "flag";
+      c_.limit.where = "--max-prompt-tokens";
+    } else if (o_.advertised.prompt_tokens > 0) {
+      c_.limit = o_.advertised;
+    } else if (c_.unit_tokens > 0) {
+      Ladder();
+    } else {
+      c_.limit.source = "unknown";
+      c_.limit.where = "not advertised, and not measurable without counts";
+    }
+    if (c_.unit_tokens == 0) return;
+    int limit = c_.limit.prompt_tokens;
+    if (limit <= 0) {
+      // Not bounded below the ladder's ceiling: probes stay moderate and
+      // nothing can be judged past a limit.
+      limit = std::min(o_.max_ladder_tokens, kUnboundedAtLimitTokens);
+      if (c_.boundary_failure.empty()) {
+        c_.boundary_failure =
+            absl::StrCat("no input limit: ", c_.limit.where,
+                         " (state it with --max-prompt-tokens)");
+      }
+    }
+    // Within the limit even if this prefix counts `tolerance` more.
+    c_.at_limit_units =
+        std::max(0, (limit - c_.tolerance - c_.base_tokens) / c_.unit_tokens);
+    if (c_.limit.refuse_above > 0) {
+      // Two units past: clear of any tolerance in the counts.
+      c_.past_limit_units =
+          (c_.limit.refuse_above + c_.tolerance - c_.base_tokens) /
+              c_.unit_tokens +
+          2;
+    }
+  }
+
+  void Ladder() {
+    LadderResult r = MeasureLimit(
+        [this](int units) {
+          const Completion c =
+              Send(first(), BoundaryPrompt(buster_.Next(), units),
+                   kBoundaryMaxTokens, false);
+          return LadderAnswer{c.status, c.usable ? c.prompt_tokens : -1};
+        },
+        c_.base_tokens, c_.unit_tokens, c_.tolerance, o_.max_ladder_tokens);
+    c_.limit.source = r.found ? "measured" : "unknown";
+    c_.limit.where = absl::StrCat("ladder: ", r.how);
+    // Measured with the boundary probes' own tokens to generate: the same
+    // prompts past it are refused (or cut) again.
+    if (r.found) c_.limit.prompt_tokens = c_.limit.refuse_above = r.limit;
+    if (r.truncates) {
+      BoundaryObservation obs;
+      obs.predicted_prompt_tokens = r.truncated.predicted;
+      obs.limit = 0;  // not judged against a limit: the cut is the finding
+      obs.http_status = 200;
+      obs.reported_prompt_tokens = r.truncated.answer.prompt_tokens;
+      obs.tolerance = c_.tolerance;
+      obs.tenant = first().name;
+      obs.template_name = "ladder";
+      for (Finding& f : JudgeBoundary(obs)) c_.findings.push_back(std::move(f));
+    }
+    c_.ladder = std::move(r);
+  }
+
+  void Golden() {
+    c_.golden_prefix = buster_.Next();
+    for (int v = 0; v < kGoldenVariants; ++v) {
+      const std::string prompt =
+          absl::StrCat(c_.golden_prefix, " ", canaries::GoldenPrompt(v));
+      const Completion a = Send(first(), prompt, kGoldenMaxTokens, false);
+      const Completion b = Send(first(), prompt, kGoldenMaxTokens, false);
+      if (!a.usable) {
+        c_.golden_failure =
+            absl::StrCat("golden variant ", v,
+                         " got no usable answer alone (HTTP ", a.status, ")");
+        c_.golden.clear();
+        return;
+      }
+      // One failed second answer is not proof of nondeterminism: retried.
+      Completion second =
+          b.usable ? b : Send(first(), prompt, kGoldenMaxTokens, false);
+      if (!second.usable) {
+        c_.golden_failure = absl::StrCat(
+            "golden variant ", v,
+            " got one usable answer alone of three (HTTP ", second.status, ")");
+        c_.golden.clear();
+        c_.golden_by_rate.clear();
+        return;
+      }
+      c_.golden[v] = a.text;
+      if (a.text != second.text) c_.golden_by_rate.insert(v);
+    }
+    bool any_text = false;
+    for (const auto& [v, text] : c_.golden)
+      any_text = any_text || !text.empty();
+    if (!any_text) {
+      // Identical empty answers compare equal under any load.
+      c_.golden_failure =
+          "the target answered every golden prompt alone with no text";
+      c_.golden.clear();
+      c_.golden_by_rate.clear();
+    }
+  }
+
+  void Echo() {
+    int echoing = 0;
+    bool any_text = false;
+    for (size_t i = 0; i < o_.tenants.size(); ++i) {
+      for (int k = 0; k < o_.nonce_candidates && !c_.nonces[i]; ++k) {
+        const canaries::Marker nonce = canaries::DeriveNonce(
+            o_.secret_key, o_.tenants[i].name, o_.campaign_id, k);
+        const Completion c = Send(o_.tenants[i], canaries::EchoPrompt(nonce),
+                                  kEchoMaxTokens, false);
+        any_text = any_text || (c.usable && !c.text.empty());
+        if (c.usable &&
+            !CheckEcho(nonce, c.text, o_.tenants[i].name).has_value()) {
+          c_.nonces[i] = nonce;
+        }
+      }
+      echoing += c_.nonces[i].has_value();
+    }
+    // Disabled only for a model that writes text without the nonce; one
+    // that writes nothing at all has not shown what it does.
+    if (echoing == 0 && any_text) {
+      c_.echo_disabled =
+          absl::StrCat("the model does not echo a nonce alone (",
+                       o_.nonce_candidates, " tried per tenant)");
+    } else if (echoing == 0) {
+      c_.echo_failure = "the target answered every echo prompt with no text";
+    }
+  }
+
+  // The prompt tokens of `text` alone, or -1 if it was not answered whole.
+  int Measure(const AuditTenant& t, const std::string& text) {
+    const Completion c = Send(t, text, kPlantMaxTokens, false);
+    return c.usable && c.prompt_tokens > 0 ? c.prompt_tokens : -1;
+  }
+
+  // `story` markers as story paragraphs, then `compact` more in the
+  // compact form: the paragraphs are what a small model repeats, the
+  // compact sentences fill what is left of the limit.
+  std::string PlantText(const std::vector<canaries::Marker>& markers,
+                        int story) {
+    const std::vector<canaries::Marker> a(markers.begin(),
+                                          markers.begin() + story);
+    const std::vector<canaries::Marker> b(markers.begin() + story,
+                                          markers.end());
+    if (b.empty()) return canaries::PlantPrompt(a);
+    if (a.empty()) return canaries::CompactPlantPrompt(b);
+    return absl::StrCat(canaries::PlantPrompt(a), "\n",
+                        canaries::CompactPlantPrompt(b));
+  }
+
+  // A plant's markers: `story` paragraphs, then `compact` sentences; and
+  // what one more marker costs in each form (0: unknown).
+  struct PlantMix {
+    int story = 0, compact = 0;
+    int per_story = 0, per_compact = 0;
+  };
+
+  // The input limit plants are sized to; 0 if there is none.
+  int PlantLimit() const {
+    if (c_.limit.prompt_tokens > 0) return c_.limit.prompt_tokens;
+    return c_.ladder.has_value() && !c_.ladder->found
+               ? std::min(o_.max_ladder_tokens, kUnboundedAtLimitTokens)
+               : 0;
+  }
+
+  // Measures what a marker costs in each form and fits the most markers to
+  // the budget; nullopt (plant_failure set) if not even one fits.
+  std::optional<PlantMix> SizePlants(int limit) {
+    PlantSizing& s = c_.sizing;
+    s.budget_tokens = limit - std::max(8, limit / 16);
+    // The cost of a marker in each form, from plants of one and two alone.
+    const std::vector<canaries::Marker> two = {Marker(0, 0), Marker(0, 1)};
+    const int story1 = Measure(first(), PlantText({two[0]}, 1));
+    const int story2 = Measure(first(), PlantText(two, 2));
+    const int compact1 = Measure(first(), PlantText({two[0]}, 0));
+    const int compact2 = Measure(first(), PlantText(two, 0));
+    s.measured += 4;
+    // A second marker's cost is known only if both plants were measured;
+    // otherwise a form holds one marker of that kind at most.
+    PlantMix mix;
+    mix.per_story = story2 > story1 && story1 > 0 ? story2 - story1 : 0;
+    mix.per_compact =
+        compact2 > compact1 && compact1 > 0 ? compact2 - compact1 : 0;
+    int used = 0;
+    if (story1 > 0 && story1 <= s.budget_tokens) {
+      mix.story = mix.per_story == 0
+                      ? 1
+                      : (s.budget_tokens - story1) / mix.per_story + 1;
+      used = story1 + (mix.story - 1) * mix.per_story;
+    } else if (compact1 > 0 && compact1 <= s.budget_tokens) {
+      mix.compact = 1;
+      used = compact1;
+    }
+    if (mix.story + mix.compact == 0) {
+      c_.plant_failure =
+          absl::StrCat("a plant of one marker does not fit the limit of ",
+                       limit, " tokens even in the compact form");
+      return std::nullopt;
+    }
+    if (mix.per_compact > 0) {
+      mix.compact += (s.budget_tokens - used) / mix.per_compact;
+    }
+    s.form = mix.story == 0     ? "compact"
+             : mix.compact == 0 ? "story"
+                                : "story+compact";
+    s.markers_per_plant = mix.story + mix.compact;
+    return mix;
+  }
+
+  // A plant of tenant `t` from its markers *counter on that comes back
+  // whole and under `limit`, and *counter moved past them; nullopt if none.
+  std::optional<Plant> BuildPlant(int t, int limit, const PlantMix& mix,
+                                  int* counter) {
+    const int smallest_per =
+        std::max(1, mix.per_compact > 0
+                        ? std::min(mix.per_compact, std::max(mix.per_story, 1))
+                        : mix.per_story);
+    // A plant that does not come back whole and under the limit is rebuilt
+    // smaller, by about its overshoot; a few tries at most.
+    int total = mix.story + mix.compact;
+    for (int attempt = 0; attempt < 4 && total >= 1; ++attempt) {
+      std::vector<canaries::Marker> markers;
+      for (int k = 0; k < total; ++k)
+        markers.push_back(Marker(t, *counter + k));
+      Plant plant;
+      plant.text = PlantText(markers, std::min(mix.story, total));
+      plant.prompt_tokens = Measure(o_.tenants[t], plant.text);
+      ++c_.sizing.measured;
+      // At the limit itself a silently cut plant would look whole.
+      if (plant.prompt_tokens > 0 && plant.prompt_tokens < limit) {
+        for (const canaries::Marker& mk : markers) {
+          plant.marker_ids.push_back(mk.id);
+        }
+        *counter += total;
+        return plant;
+      }
+      const int over = plant.prompt_tokens - (limit - 1);
+      total -= plant.prompt_tokens > 0
+                   ? std::max(1, (over + smallest_per - 1) / smallest_per)
+                   : 1;
+    }
+    return std::nullopt;
+  }
+
+  void Plants() {
+    const int limit = PlantLimit();
+    if (limit <= 0) {
+      c_.plant_failure = "no input limit to size plants to";
+      return;
+    }
+    const std::optional<PlantMix> mix = SizePlants(limit);
+    if (!mix.has_value()) return;
+    PlantSizing& s = c_.sizing;
+    // Fewer markers per plant, more plants: about as many markers in all.
+    const int plants_per_tenant =
+        std::max(o_.plants_per_tenant,
+                 std::min(2 * o_.plants_per_tenant,
+                          2 * o_.plants_per_tenant / s.markers_per_plant));
+    std::vector<int> sizes;
+    for (size_t t = 0; t < o_.tenants.size(); ++t) {
+      int counter = 0;
+      for (int p = 0; p < plants_per_tenant; ++p) {
+        std::optional<Plant> plant =
+            BuildPlant(static_cast<int>(t), limit, *mix, &counter);
+        if (plant.has_value()) {
+          sizes.push_back(plant->prompt_tokens);
+          c_.plants[t].push_back(*std::move(plant));
+        }
+        if (c_.plants[t].size() != static_cast<size_t>(p + 1)) ++s.dropped;
+      }
+    }
+    if (sizes.empty()) {
+      c_.plant_failure = "no plant was answered whole alone";
+      return;
+    }
+    std::sort(sizes.begin(), sizes.end());
+    s.median_tokens = sizes[sizes.size() / 2];
+    s.fill = static_cast<double>(s.median_tokens) / limit;
+  }
+
+  void Latency() {
+    if (c_.unit_tokens == 0 || c_.at_limit_units < 3) {
+      c_.latency.failure =
+          c_.unit_tokens == 0
+              ? "no prompt token counts to calibrate against"
+              : "the limit leaves fewer than 3 prompt lengths to calibrate on";
+      return;
+    }
+    const int at = c_.at_limit_units;
+    int cached = 0, sent = 0;
+    std::vector<int> lengths = {1, at / 3, 2 * at / 3, at};
+    lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+    auto rounds = [&] {
+      for (int round = 0; round < o_.latency_rounds; ++round) {
+        for (int units : lengths) {
+          const Completion c =
+              Send(first(), BoundaryPrompt(buster_.Next(), units), 1, true);
+          ++sent;
+          if (!c.usable || c.prompt_tokens <= 0) continue;
+          // A unique prefix should leave nothing to a cache; a target that
+          // says otherwise did not prefill what is being timed.
+          if (c.cached_tokens > 0) {
+            ++cached;
+            continue;
+          }
+          c_.latency_samples.push_back({c.prompt_tokens, c.ttft_ms});
+        }
+      }
+      c_.latency = FitLatency(c_.latency_samples);
+    };
+    rounds();
+    // A busy machine can bury one set of rounds in noise: a second set,
+    // fitted with the first, before the calibration is called failed.
+    if (!c_.latency.calibrated && cached * 2 <= sent) rounds();
+    if (cached * 2 > sent) {
+      c_.latency.calibrated = false;
+      c_.latency.failure =
+          absl::StrCat("calibration served from a cache: ", cached,
+                       " cache-busted prompts reported cached tokens");
+    }
+  }
+
+  const CalibrationOptions& o_;
+  const SendAlone& send_;
+  CacheBuster buster_;
+  Calibration c_;
+};
+
+}  // namespace
+
+canaries::Marker PlantMarker(absl::string_view secret_key,
+                             absl::string_view tenant,
+                             absl::string_view campaign, int counter) {
+  return canaries::DeriveMarker(secret_key, tenant, campaign, counter);
+}
+
+json Calibration::ToEvidence() const {
+  json plants_json = json::object();
+  for (size_t t = 0; t < plants.size(); ++t) {
+    json list = json::array();
+    for (const Plant& p : plants[t]) {
+      list.push_back({{"markers", p.marker_ids},
+                      {"prompt_tokens", p.prompt_tokens},
+                      {"sha256", Sha256Hex(p.text)}});
+    }
+    plants_json[std::to_string(t)] = list;
+  }
+  json nonce_ids = json::array();
+  for (const auto& n : nonces) {
+    nonce_ids.push_back(n ? json(n->id) : json(nullptr));
+  }
+  json out = {{"unit_tokens", unit_tokens},
+              {"base_tokens", base_tokens},
+              {"tolerance", tolerance},
+              {"limit",
+               {{"prompt_tokens", limit.prompt_tokens},
+                {"refuse_above", limit.refuse_above},
+                {"context_tokens", limit.context_tokens},
+                {"source", limit.source},
+                {"where", limit.where}}},
+              {"at_limit_units", at_limit_units},
+              {"past_limit_units", past_limit_units},
+              {"boundary_failure", boundary_failure},
+              {"golden_variants", golden.size()},
+              {"golden_by_rate", golden_by_rate},
+              {"golden_failure", golden_failure},
+              {"nonces", nonce_ids},
+              {"echo_disabled", echo_disabled},
+              {"echo_failure", echo_failure},
+              {"plants",
+               {{"form", sizing.form},
+                {"markers_per_plant", sizing.markers_per_plant},
+                {"budget_tokens", sizing.budget_tokens},
+                {"median_tokens", sizing.median_tokens},
+                {"fill", sizing.fill},
+                {"dropped", sizing.dropped},
+                {"per_tenant", plants_json},
+                {"failure", plant_failure}}},
+              {"latency",
+               {{"calibrated", latency.calibrated},
+                {"base_ms", latency.base_ms},
+                {"per_token_ms", latency.per_token_ms},
+                {"intercept_ms", latency.intercept_ms},
+                {"r2", latency.r2},
+                {"lengths", latency.lengths},
+                {"samples", latency_samples.size()},
+                {"failure", latency.failure}}},
+              {"requests", requests}};
+  if (ladder.has_value()) out["ladder"] = ladder->ToJson();
+  return out;
+}
+
+Calibration Calibrate(const CalibrationOptions& options,
+                      const SendAlone& send) {
+  return Calibrator(options, send).Run();
+}
+
+}  // namespace kvcanary::auditor

@@ -1,0 +1,60 @@
+#include "auditor/campaign/command_result.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace kvcanary::auditor {
+
+using json = nlohmann::json;
+
+void StartResult(CampaignResult* r, const std::string& command,
+                 const std::string& target,
+                 const std::vector<AuditTenant>& tenants,
+                 const std::string& db_path,
+                 const std::vector<std::string>& detectors,
+                 AuditorMetrics* metrics) {
+  r->command = command;
+  metrics->SetCommandDetectors(detectors);
+  r->started_us = absl::ToUnixMicros(absl::Now());
+  r->campaign_id = NewCampaignId();
+  r->target = target;
+  r->db_path = db_path;
+  for (const AuditTenant& t : tenants) r->tenants.push_back(t.name);
+}
+
+void SealResult(CampaignResult* r, EvidenceLog* log, json end,
+                AuditorMetrics* metrics) {
+  r->elapsed = absl::Microseconds(r->ended_us - r->started_us);
+  JoinWriters(&r->findings);
+  r->incidents = GroupIncidents(r->campaign_id, r->findings);
+  if (log != nullptr) {
+    for (const Incident& i : r->incidents)
+      (void)log->Record("incident", i.ToJson());
+    json detectors = json::array();
+    for (const DetectorCoverage& d : r->detectors)
+      detectors.push_back(d.ToJson());
+    if (!end.is_object()) end = json::object();
+    end["command"] = r->command;
+    end["verdict"] = VerdictName(r->verdict);
+    end["result"] = VerdictName(r->verdict);
+    end["exit_code"] = r->exit_code();
+    end["reasons"] = r->reasons;
+    end["detectors"] = detectors;
+    end["findings"] = r->findings.size();
+    end["incidents"] = r->incidents.size();
+    end["elapsed_ms"] = absl::ToDoubleMilliseconds(r->elapsed);
+    absl::Status s = log->Record("campaign_end", std::move(end), true);
+    if (!s.ok() && r->verdict != Verdict::kError) {
+      r->verdict = Verdict::kError;
+      r->reasons = {absl::StrCat("the evidence store could not be written: ",
+                                 s.message())};
+    }
+    r->first_seq = log->first_seq();
+    r->last_seq = log->last_seq();
+  }
+  metrics->CampaignEnded(r->verdict, r->detectors,
+                         absl::ToDoubleSeconds(r->elapsed),
+                         static_cast<double>(r->ended_us) / 1e6);
+}
+
+}  // namespace kvcanary::auditor

@@ -1,0 +1,171 @@
+#include "auditor/evidence/commands.h"
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "auditor/evidence/tlog_commands.h"
+#include "auditor/result/finding.h"
+#include "auditor/result/incidents.h"
+#include "nlohmann/json.hpp"
+#include "storage/evidence_store.h"
+
+namespace kvcanary::auditor {
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "kvcanary-auditor: %s\n",
+               std::string(s.message()).c_str());
+  return 2;
+}
+
+// Raw finding rows, one line each, never cut mid-field.
+void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
+  std::printf("%-6s %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n", "SEQ",
+              "CAMPAIGN", "KIND", "SEVERITY", "DETECTOR", "WRITER", "READER",
+              "PROBE", "ENGINE_REQUEST/PAGE");
+  for (const storage::EvidenceRow& r : rows) {
+    const nlohmann::json& b = r.record.body;
+    const nlohmann::json d = b.value("detail", nlohmann::json::object());
+    std::string where = absl::StrCat(b.value("engine_request", uint64_t{0}));
+    if (d.contains("page")) absl::StrAppend(&where, "/", d["page"].dump());
+    auto dash = [](const std::string& s) { return s.empty() ? "-" : s; };
+    std::printf(
+        "%-6lld %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n",
+        static_cast<long long>(r.seq), r.record.campaign.c_str(),
+        b.value("kind", "").c_str(), b.value("severity", "").c_str(),
+        b.value("detector", "").c_str(), dash(b.value("writer", "")).c_str(),
+        dash(b.value("reader", "")).c_str(),
+        b.contains("probe") ? b["probe"].dump().c_str() : "-", where.c_str());
+  }
+  std::printf("%zu finding rows\n", rows.size());
+}
+
+// The rows of `kind` (of `campaign`, if given).
+absl::StatusOr<std::vector<storage::EvidenceRow>> Rows(
+    const storage::EvidenceStore& store, const std::string& campaign,
+    const std::string& kind) {
+  storage::EvidenceFilter filter;
+  filter.campaign = campaign;
+  filter.kind = kind;
+  return store.Query(filter);
+}
+
+}  // namespace
+
+int FindingsCommand(const FindingsOptions& o) {
+  if (o.db.empty()) return Fail(absl::InvalidArgumentError("--db is required"));
+  const std::string& format = o.format;
+  if (format != "table" && format != "json") {
+    return Fail(absl::InvalidArgumentError("--format: table or json"));
+  }
+  auto store = storage::EvidenceStore::OpenReadOnly(o.db);
+  if (!store.ok()) return Fail(store.status());
+  auto findings = Rows(**store, o.campaign, "finding");
+  if (!findings.ok()) return Fail(findings.status());
+  if (o.rows) {
+    if (format == "table") {
+      PrintRows(*findings);
+      return 0;
+    }
+    nlohmann::json out = nlohmann::json::array();
+    for (const storage::EvidenceRow& r : *findings) {
+      nlohmann::json j = r.record.body;
+      j["seq"] = r.seq;
+      j["campaign"] = r.record.campaign;
+      out.push_back(std::move(j));
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  auto starts = Rows(**store, o.campaign, "campaign_start");
+  auto ends = Rows(**store, o.campaign, "campaign_end");
+  auto incident_rows = Rows(**store, o.campaign, "incident");
+  if (!starts.ok() || !ends.ok() || !incident_rows.ok()) {
+    return Fail(!starts.ok() ? starts.status()
+                : !ends.ok() ? ends.status()
+                             : incident_rows.status());
+  }
+  std::map<std::string, std::vector<Incident>> incidents;
+  for (const storage::EvidenceRow& r : *incident_rows) {
+    incidents[r.record.campaign].push_back(Incident::FromJson(r.record.body));
+  }
+  // A campaign that ended before grouping (killed, or an error) still has
+  // its finding rows: grouped here.
+  std::map<std::string, std::vector<Finding>> ungrouped;
+  for (const storage::EvidenceRow& r : *findings) {
+    if (!incidents.count(r.record.campaign)) {
+      ungrouped[r.record.campaign].push_back(Finding::FromJson(r.record.body));
+    }
+  }
+  for (auto& [campaign, rows] : ungrouped) {
+    JoinWriters(&rows);
+    incidents[campaign] = GroupIncidents(campaign, rows);
+  }
+  const bool writer_active = storage::EvidenceStore::WriterActive(o.db);
+  std::map<std::string, nlohmann::json> end_of;
+  for (const storage::EvidenceRow& e : *ends) {
+    end_of[e.record.campaign] = e.record.body;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const storage::EvidenceRow& start : *starts) {
+    const std::string& c = start.record.campaign;
+    const auto& list = incidents[c];
+    const auto end = end_of.find(c);
+    const std::string verdict =
+        end != end_of.end()
+            ? end->second.value("verdict", end->second.value("result", "?"))
+        : writer_active ? "no end recorded yet (a writer holds the database)"
+                        : "interrupted (no end recorded, no writer holds the "
+                          "database)";
+    if (format == "json") {
+      nlohmann::json is = nlohmann::json::array();
+      for (const Incident& i : list) is.push_back(i.ToJson());
+      out.push_back({{"campaign", c}, {"verdict", verdict}, {"incidents", is}});
+      continue;
+    }
+    std::printf("campaign %s: %s, %zu incidents\n", c.c_str(), verdict.c_str(),
+                list.size());
+    if (!list.empty()) {
+      std::printf("%s", IncidentTable(list, o.max_lines).c_str());
+    }
+  }
+  if (format == "json") std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+int VerifyCommand(const VerifyOptions& o) {
+  if (!o.checkpoint.empty() || !o.pubkey.empty()) {
+    if (o.checkpoint.empty() || o.pubkey.empty()) {
+      return Fail(
+          absl::InvalidArgumentError("--checkpoint and --pubkey go together"));
+    }
+    return VerifyWithCheckpoints({o.db, o.checkpoint, o.pubkey});
+  }
+  if (o.db.empty()) return Fail(absl::InvalidArgumentError("--db is required"));
+  auto report = storage::EvidenceStore::Verify(o.db);
+  if (!report.ok()) return Fail(report.status());
+  if (auto unfinished = UnfinishedCampaignLines(o.db); unfinished.ok()) {
+    for (const std::string& line : *unfinished) {
+      std::printf("%s\n", line.c_str());
+    }
+  }
+  if (!report->ok) {
+    std::printf("%s: TAMPERED: first bad row %lld: %s\n", o.db.c_str(),
+                static_cast<long long>(report->first_bad_seq),
+                report->problem.c_str());
+    return 1;
+  }
+  std::printf(
+      "%s: hash chain intact, %lld rows verified (without a checkpoint: "
+      "edits are found, a cut tail or a re-hashed chain is not; pass "
+      "--checkpoint and --pubkey)\n",
+      o.db.c_str(), static_cast<long long>(report->rows_checked));
+  return 0;
+}
+
+}  // namespace kvcanary::auditor

@@ -1,0 +1,566 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "auditor/reports/report.h"
+#include "auditor/reports/report_util.h"
+
+namespace kvcanary::auditor {
+namespace {
+
+using nlohmann::json;
+using report_internal::Arr;
+using report_internal::BelowFloor;
+using report_internal::Count;
+using report_internal::Esc;
+using report_internal::Get;
+using report_internal::Int;
+using report_internal::Num;
+using report_internal::SeverityRank;
+using report_internal::Str;
+using report_internal::TenantOrDash;
+using report_internal::Text;
+
+constexpr int kMaxIncidentRows = 200;
+constexpr int kMaxReasons = 12;
+
+constexpr char kCss[] = R"css(
+*{box-sizing:border-box}
+body{margin:0;background:#eef0f3;color:#1d2330;font:14px/1.4 "DejaVu Sans",Verdana,sans-serif}
+main{max-width:1180px;margin:0 auto;padding:14px 16px 24px}
+.banner{display:grid;grid-template-columns:1fr auto;gap:4px 24px;color:#fff;padding:14px 22px;border-radius:8px}
+.banner.clean{background:#1b7f3b}.banner.findings{background:#b3261e}
+.banner.inconclusive{background:#9a5800}.banner.error{background:#4f4a78}
+.verdict{font-size:52px;font-weight:bold;letter-spacing:3px;text-transform:uppercase;line-height:1.1}
+.side{text-align:right;font-size:13px;opacity:.95}.exit{font-size:22px;font-weight:bold}
+.reasons{grid-column:1/-1;margin:4px 0 0;padding-left:20px;font-size:14px}
+p.reasons{padding-left:0;opacity:.9}
+section{background:#fff;border-radius:8px;padding:10px 16px 12px;margin-top:12px;box-shadow:0 1px 2px rgba(0,0,0,.12)}
+h2{font-size:16px;margin:0 0 8px}
+p{margin:6px 0 0}
+p.caption{margin:0 0 6px}
+dl.summary{display:grid;grid-template-columns:max-content 1fr max-content 1fr;gap:3px 14px;margin:0}
+dt{color:#5b6373}dd{margin:0;overflow-wrap:anywhere}
+table{border-collapse:collapse;width:100%;font-size:13px}
+th,td{text-align:left;padding:3px 7px;border-bottom:1px solid #e2e5ea;vertical-align:top}
+th{background:#f1f3f6;font-weight:600}
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.low{background:#ffd9d6;color:#8a1010;font-weight:bold}
+td.hit{color:#b3261e;font-weight:bold}
+svg{width:100%;height:auto}
+.small{font-size:12px;color:#5b6373}.opt{font-size:11px;color:#5b6373}
+.badge{display:inline-block;padding:0 6px;border-radius:4px;font-size:12px;font-weight:bold;color:#fff}
+.active{background:#1b7f3b}.inconclusive{background:#9a5800}.disabled{background:#7a808c}
+.critical{background:#8e1b14}.high{background:#d0451b}.medium{background:#b7860b}.low-sev{background:#4b6584}
+.more{font-style:italic;color:#5b6373}.nw{white-space:nowrap}
+ul.controls{list-style:none;margin:0;padding:0;display:flex;flex-wrap:wrap;gap:6px}
+ul.controls li{padding:2px 10px;border-radius:12px;font-size:13px}
+li.fired{background:#d8f0de;color:#14532d}li.silent{background:#ffd9d6;color:#8a1010;font-weight:bold}
+svg text{font:12px "DejaVu Sans",Verdana,sans-serif;fill:#1d2330}
+footer{margin-top:10px;font-size:12px;color:#5b6373}
+)css";
+
+// Unknown verdicts are drawn like errors.
+std::string VerdictClass(const std::string& verdict) {
+  for (const char* v : {"clean", "findings", "inconclusive"}) {
+    if (verdict == v) return v;
+  }
+  return "error";
+}
+
+// The CSS class of a detector state or a severity; unknown words are grey.
+std::string KnownClass(const std::string& word) {
+  if (word == "low") return "low-sev";
+  for (const char* w :
+       {"active", "inconclusive", "disabled", "critical", "high", "medium"}) {
+    if (word == w) return w;
+  }
+  return "disabled";
+}
+
+std::string Badge(const std::string& word, const std::string& css_class) {
+  return absl::StrCat("<span class=\"badge ", css_class, "\">", Esc(word),
+                      "</span>");
+}
+
+const char* VerdictMeaning(const std::string& verdict) {
+  if (verdict == "clean") {
+    return "No incidents; every required detector active and at its floor "
+           "for every tenant.";
+  }
+  if (verdict == "findings") {
+    return "Incidents below: whose data, read by whom, how often.";
+  }
+  if (verdict == "inconclusive") {
+    return "The campaign ran, but could not vouch for everything it was "
+           "asked to check.";
+  }
+  return "The campaign could not run: nothing was checked.";
+}
+
+void AppendBanner(const json& r, std::string* out) {
+  const std::string verdict = Str(r, "verdict");
+  absl::StrAppend(
+      out, "<header class=\"banner ", VerdictClass(verdict),
+      "\"><div class=\"verdict\">", Esc(verdict.empty() ? "unknown" : verdict),
+      "</div><div class=\"side\"><div class=\"exit\">exit ",
+      Esc(Str(r, "exit_code")), "</div><div>", Esc(Str(r, "campaign")),
+      "</div><div>", Esc(Str(r, "target")), "</div></div>");
+  const json& reasons = Arr(r, "reasons");
+  if (!reasons.empty()) {
+    absl::StrAppend(out, "<ul class=\"reasons\">");
+    for (size_t i = 0; i < reasons.size() && i < kMaxReasons; ++i) {
+      absl::StrAppend(out, "<li>", Esc(Text(reasons[i])), "</li>");
+    }
+    if (reasons.size() > kMaxReasons) {
+      absl::StrAppend(out, "<li>and ", reasons.size() - kMaxReasons,
+                      " more</li>");
+    }
+    absl::StrAppend(out, "</ul>");
+  }
+  absl::StrAppend(out, "<p class=\"reasons\">", VerdictMeaning(verdict),
+                  "</p>");
+  absl::StrAppend(out, "</header>\n");
+}
+
+// "ok 600, http_4xx 12" from {"ok": 600, "http_4xx": 12}.
+std::string CountsLine(const json& counts) {
+  std::vector<std::string> parts;
+  if (counts.is_object()) {
+    for (const auto& [k, v] : counts.items()) {
+      parts.push_back(absl::StrCat(k, " ", Count(Int(v))));
+    }
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string LimitLine(const json& l) {
+  const auto tokens = [&](const char* key, const char* what) {
+    const json& v = Get(l, key);
+    return v.is_number() ? absl::StrCat(Count(Int(v)), " ", what)
+                         : absl::StrCat(what, " unknown");
+  };
+  std::string line = absl::StrCat(
+      tokens("prompt_tokens", "prompt tokens"), ", ",
+      tokens("context_tokens", "context tokens"), " (", Str(l, "source"));
+  if (!Str(l, "where").empty()) absl::StrAppend(&line, ": ", Str(l, "where"));
+  return line + ")";
+}
+
+std::string PlantsLine(const json& p) {
+  std::string line =
+      absl::StrCat(Count(Int(Get(p, "accepted_whole"))), " of ",
+                   Count(Int(Get(p, "sent"))), " accepted whole; ",
+                   Count(Int(Get(p, "prompt_tokens"))), " prompt tokens each");
+  if (Get(p, "fill").is_number()) {
+    absl::StrAppend(&line, absl::StrFormat(" (%.0f%% of the limit)",
+                                           100 * Num(Get(p, "fill"))));
+  }
+  absl::StrAppend(&line, ", ", Count(Int(Get(p, "markers_per_plant"))),
+                  " markers each");
+  if (!Str(p, "form").empty()) {
+    absl::StrAppend(&line, ", ", Str(p, "form"), " form");
+  }
+  return line;
+}
+
+void AppendSummary(const json& r, std::string* out) {
+  std::vector<std::pair<std::string, std::string>> rows;  // label, text
+  const auto add = [&](const char* label, const char* key, std::string text) {
+    if (!Get(r, key).is_null()) rows.emplace_back(label, std::move(text));
+  };
+  add("Target", "target", Str(r, "target"));
+  add("Model", "model", Str(r, "model"));
+  std::vector<std::string> tenants;
+  for (const json& t : Arr(r, "tenants")) tenants.push_back(Text(t));
+  add("Tenants", "tenants", absl::StrJoin(tenants, ", "));
+  add("Started", "started_at", Str(r, "started_at"));
+  add("Ended", "ended_at", Str(r, "ended_at"));
+  add("Elapsed", "elapsed_s",
+      absl::StrFormat("%.1f s", Num(Get(r, "elapsed_s"))));
+  add("Limit", "limit", LimitLine(Get(r, "limit")));
+  add("Plants", "plants", PlantsLine(Get(r, "plants")));
+  const json& p = Get(r, "probes");
+  add("Probes", "probes",
+      absl::StrCat(Count(Int(Get(p, "usable"))), " usable of ",
+                   Count(Int(Get(p, "sent"))), " sent (",
+                   CountsLine(Get(p, "by_outcome")),
+                   "); by kind: ", CountsLine(Get(p, "by_kind"))));
+  const json& f = Get(r, "findings");
+  add("Raw findings", "findings",
+      absl::StrCat(Count(Int(Get(f, "total"))), " rows",
+                   Get(f, "by_kind").empty() ? "" : ": ",
+                   CountsLine(Get(f, "by_kind"))));
+  const json& e = Get(r, "evidence");
+  add("Evidence", "evidence",
+      absl::StrCat(Str(e, "db"), ", rows ", Str(e, "first_seq"), " to ",
+                   Str(e, "last_seq")));
+  absl::StrAppend(out, "<section><h2>Campaign</h2><dl class=\"summary\">");
+  for (const auto& [label, text] : rows) {
+    absl::StrAppend(out, "<dt>", label, "</dt><dd>", Esc(text), "</dd>");
+  }
+  absl::StrAppend(out, "</dl></section>\n");
+}
+
+void AppendDetectorRow(const json& d, const json& tenants, std::string* out) {
+  const std::string state = Str(d, "state");
+  const bool required = Get(d, "required") != false;
+  absl::StrAppend(out, "<tr><td>", Esc(Str(d, "name")),
+                  required ? "" : " <span class=\"opt\">optional</span>",
+                  "</td><td>", Badge(state, KnownClass(state)),
+                  "</td><td class=\"n\">", Count(Int(Get(d, "floor"))),
+                  "</td>");
+  for (const json& t : tenants) {
+    const std::string tenant = Text(t);
+    const json& cov = Get(Get(d, "coverage"), tenant.c_str());
+    const bool low = state != "disabled" && BelowFloor(d, tenant);
+    absl::StrAppend(out, "<td class=\"n", low ? " low" : "", "\">",
+                    cov.is_number() ? Count(Int(cov)) : "-", "</td>");
+  }
+  const int64_t findings = Int(Get(d, "findings"));
+  absl::StrAppend(out, "<td class=\"n", findings > 0 ? " hit" : "", "\">",
+                  Count(findings), "</td><td>", Esc(Str(d, "unit")));
+  if (!Str(d, "reason").empty()) {
+    absl::StrAppend(out, "<br><b>", Esc(Str(d, "reason")), "</b>");
+  }
+  for (const json& n : Arr(d, "notes")) {
+    absl::StrAppend(out, "<br><span class=\"small\">", Esc(Text(n)), "</span>");
+  }
+  absl::StrAppend(out, "</td></tr>");
+}
+
+void AppendCoverage(const json& r, std::string* out) {
+  if (!Get(r, "detectors").is_array()) return;
+  const json& tenants = Arr(r, "tenants");
+  absl::StrAppend(out,
+                  "<section><h2>Coverage per tenant</h2><table><tr>"
+                  "<th>Detector</th><th>State</th><th class=\"n\">Floor</th>");
+  for (const json& t : tenants) {
+    absl::StrAppend(out, "<th class=\"n\">", Esc(Text(t)), "</th>");
+  }
+  absl::StrAppend(
+      out, "<th class=\"n\">Findings</th><th>Unit, reason, notes</th></tr>");
+  for (const json& d : Arr(r, "detectors")) AppendDetectorRow(d, tenants, out);
+  absl::StrAppend(out,
+                  "</table><p class=\"small\">Each cell counts the "
+                  "detector's unit for one tenant; red: below the floor."
+                  "</p></section>\n");
+}
+
+// A command's checks (accept: one per length and check), failed first.
+void AppendChecks(const json& r, std::string* out) {
+  const json& checks = Arr(r, "checks");
+  if (checks.empty()) return;
+  int failed = 0;
+  for (const json& c : checks) failed += Str(c, "state") == "failed";
+  absl::StrAppend(out, "<section><h2>Checks (", Count(checks.size()), ", ",
+                  Count(failed),
+                  " failed)</h2><table><tr><th>Check</th><th>Subject</th>"
+                  "<th>State</th><th>Detail</th></tr>");
+  for (const char* pass : {"failed", "error", "passed", "skipped"}) {
+    for (const json& c : checks) {
+      const std::string state = Str(c, "state");
+      if (state != pass) continue;
+      const std::string css = state == "failed"   ? "findings"
+                              : state == "error"  ? "inconclusive"
+                              : state == "passed" ? "active"
+                                                  : "disabled";
+      absl::StrAppend(out, "<tr><td>", Esc(Str(c, "check")), "</td><td>",
+                      Esc(Str(c, "subject")), "</td><td>", Badge(state, css),
+                      "</td><td>", Esc(Str(c, "message")), "</td></tr>");
+    }
+  }
+  absl::StrAppend(out, "</table></section>\n");
+}
+
+// The command's own results (facts, cache audit, forensics), as they are.
+void AppendDetails(const json& r, std::string* out) {
+  const std::string command = Str(r, "command");
+  if (command.empty() || command == "probe") return;
+  std::string key = command;
+  for (char& c : key) c = c == '-' ? '_' : c;
+  const json& details = Get(r, key.c_str());
+  if (!details.is_object()) return;
+  absl::StrAppend(out, "<section><h2>", Esc(command),
+                  "</h2><table><tr><th>Field</th><th>Value</th></tr>");
+  for (const auto& [k, v] : details.items()) {
+    absl::StrAppend(out, "<tr><td>", Esc(k), "</td><td><code>",
+                    Esc(v.is_string() ? v.get<std::string>()
+                                      : v.dump(-1, ' ', false,
+                                               json::error_handler_t::replace)),
+                    "</code></td></tr>");
+  }
+  absl::StrAppend(out, "</table></section>\n");
+}
+
+// "10:15:03.2Z" when on the campaign's start date, else the full timestamp.
+std::string ShortTime(const std::string& ts, const std::string& started) {
+  if (ts.size() > 11 && started.size() > 11 && ts[10] == 'T' &&
+      ts.compare(0, 10, started, 0, 10) == 0) {
+    return ts.substr(11);
+  }
+  return ts;
+}
+
+void AppendIncidentRow(const json& i, const std::string& started,
+                       std::string* out) {
+  const std::string sev = Str(i, "severity");
+  const std::string first = Str(i, "first_seen"), last = Str(i, "last_seen");
+  absl::StrAppend(
+      out, "<tr><td><b>", Esc(TenantOrDash(i, "writer")), "</b></td><td><b>",
+      Esc(TenantOrDash(i, "reader")), "</b></td><td>", Esc(Str(i, "kind")),
+      "</td><td>", Badge(sev, KnownClass(sev)), "</td><td class=\"n\">",
+      Count(Int(Get(i, "rows"))), "</td><td title=\"", Esc(first), "\">",
+      Esc(ShortTime(first, started)), "</td><td title=\"", Esc(last), "\">",
+      Esc(ShortTime(last, started)), "</td><td class=\"n\">",
+      Count(Arr(i, "requests").size()), "</td><td>", Esc(Str(i, "detector")),
+      "<br><span class=\"small nw\">", Esc(Str(i, "id")), "</span></td><td>",
+      Esc(Str(i, "summary")), "</td></tr>");
+}
+
+void AppendIncidents(const json& r, std::string* out) {
+  if (!Get(r, "incidents").is_array()) return;
+  const json& incidents = Arr(r, "incidents");
+  absl::StrAppend(out, "<section><h2>Incidents (", Count(incidents.size()),
+                  ")</h2>");
+  if (incidents.empty()) {
+    absl::StrAppend(out, "<p>No incidents.</p></section>\n");
+    return;
+  }
+  std::vector<const json*> sorted;
+  for (const json& i : incidents) sorted.push_back(&i);
+  std::stable_sort(
+      sorted.begin(), sorted.end(), [](const json* a, const json* b) {
+        const int ra = SeverityRank(Str(*a, "severity"));
+        const int rb = SeverityRank(Str(*b, "severity"));
+        return ra != rb ? ra < rb : Int(Get(*a, "rows")) > Int(Get(*b, "rows"));
+      });
+  absl::StrAppend(
+      out,
+      "<p class=\"small caption\">Writer: whose data was exposed; "
+      "reader: who got it. Worst first.</p>"
+      "<table><tr><th>Writer</th><th>Reader</th><th>Kind</"
+      "th><th>Severity</th><th "
+      "class=\"n\">Rows</th><th>First seen</th><th>Last "
+      "seen</th><th "
+      "class=\"n\">Requests</th><th>Detector</th><th>Summary</th></tr>");
+  const std::string started = Str(r, "started_at");
+  for (size_t k = 0; k < sorted.size() && k < kMaxIncidentRows; ++k) {
+    AppendIncidentRow(*sorted[k], started, out);
+  }
+  if (sorted.size() > kMaxIncidentRows) {
+    absl::StrAppend(out, "<tr><td colspan=\"10\" class=\"more\">and ",
+                    Count(sorted.size() - kMaxIncidentRows),
+                    " more incidents (all in the JSON result)</td></tr>");
+  }
+  absl::StrAppend(out, "</table></section>\n");
+}
+
+// The smallest 1, 2 or 5 times a power of ten that is >= v (1 for v <= 0).
+double NiceCeil(double v) {
+  if (!(v > 0)) return 1;
+  const double p = std::pow(10, std::floor(std::log10(v)));
+  for (const double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (v <= m * p * (1 + 1e-9)) return m * p;
+  }
+  return 10 * p;
+}
+
+// The timeline chart: probes and errors per bucket (lines) in the top
+// panel, findings per bucket (bars) in the bottom one, one time axis.
+struct Chart {
+  static constexpr double kLeft = 70, kRight = 1110, kBottom = 262;
+  struct Panel {
+    double top, bottom, max;
+    const char* title;
+  };
+  std::vector<double> probes, errors, findings;  // per drawn bucket
+  double bucket_s = 1;                           // of a drawn bucket
+  Panel lines{34, 170, 1, "probes, errors"}, bars{206, kBottom, 1, "findings"};
+  double X(size_t i) const {
+    return kLeft + (i + 0.5) * (kRight - kLeft) / probes.size();
+  }
+};
+
+// At most 550 drawn buckets: neighbouring buckets are summed.
+Chart ReadChart(const json& t, size_t n) {
+  const size_t group = (n + 549) / 550, m = (n + group - 1) / group;
+  Chart c;
+  c.bucket_s = Num(Get(t, "bucket_s"), 1) * group;
+  for (auto [series, key] :
+       {std::pair{&c.probes, "probes"}, std::pair{&c.errors, "errors"},
+        std::pair{&c.findings, "findings"}}) {
+    series->assign(m, 0);
+    const json& a = Arr(t, key);
+    for (size_t i = 0; i < a.size(); ++i) {
+      (*series)[i / group] += static_cast<double>(Int(a[i]));
+    }
+  }
+  const auto max = [](const std::vector<double>& v) {
+    return *std::max_element(v.begin(), v.end());
+  };
+  c.lines.max = NiceCeil(std::max(max(c.probes), max(c.errors)));
+  c.bars.max = NiceCeil(max(c.findings));
+  return c;
+}
+
+void AppendLegendAndAxes(const Chart& c, std::string* out) {
+  double x = Chart::kLeft;
+  for (const auto& [colour, label] :
+       {std::pair{"#2563eb", "probes sent"},
+        std::pair{"#e07b00", "errors (no usable answer)"},
+        std::pair{"#b3261e", "findings (raw rows)"}}) {
+    absl::StrAppend(
+        out,
+        absl::StrFormat("<rect x=\"%.0f\" y=\"8\" width=\"12\" height=\"12\" "
+                        "fill=\"%s\"/><text x=\"%.0f\" y=\"19\">%s</text>",
+                        x, colour, x + 17, label));
+    x += 60 + 8 * std::string_view(label).size();
+  }
+  for (const Chart::Panel& p : {c.lines, c.bars}) {
+    for (const double f : {0.0, 0.5, 1.0}) {
+      const double y = p.bottom - f * (p.bottom - p.top);
+      absl::StrAppend(
+          out,
+          absl::StrFormat(
+              "<line x1=\"%.0f\" x2=\"%.0f\" y1=\"%.1f\" y2=\"%.1f\" "
+              "stroke=\"%s\"/><text x=\"%.0f\" y=\"%.1f\" "
+              "text-anchor=\"end\">%g</text>",
+              Chart::kLeft, Chart::kRight, y, y, f == 0 ? "#5b6373" : "#e2e5ea",
+              Chart::kLeft - 6, y + 4, f * p.max));
+    }
+    absl::StrAppend(
+        out, absl::StrFormat("<text transform=\"translate(16 %.0f) "
+                             "rotate(-90)\" text-anchor=\"middle\">%s</text>",
+                             (p.top + p.bottom) / 2, p.title));
+  }
+  // Time ticks, in seconds since the start.
+  const double total_s = c.probes.size() * c.bucket_s;
+  const double tick_s = NiceCeil(total_s / 8);
+  for (double s = 0; s <= total_s + 1e-9; s += tick_s) {
+    const double x =
+        Chart::kLeft + s / total_s * (Chart::kRight - Chart::kLeft);
+    absl::StrAppend(
+        out,
+        absl::StrFormat("<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%.0f\" y2=\"%.0f\" "
+                        "stroke=\"#5b6373\"/><text x=\"%.1f\" y=\"%.0f\" "
+                        "text-anchor=\"middle\">%g</text>",
+                        x, x, Chart::kBottom, Chart::kBottom + 5, x,
+                        Chart::kBottom + 18, s));
+  }
+  absl::StrAppend(
+      out, absl::StrFormat("<text x=\"%.0f\" y=\"300\" text-anchor=\"middle\">"
+                           "seconds since start (one bucket = %g s)</text>",
+                           (Chart::kLeft + Chart::kRight) / 2, c.bucket_s));
+}
+
+void AppendSeries(const Chart& c, std::string* out) {
+  const Chart::Panel& p = c.lines;
+  for (const auto& [series, colour] :
+       {std::pair{&c.probes, "#2563eb"}, std::pair{&c.errors, "#e07b00"}}) {
+    absl::StrAppend(out, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"",
+                    colour, "\" points=\"");
+    for (size_t i = 0; i < series->size(); ++i) {
+      const double y = p.bottom - (*series)[i] / p.max * (p.bottom - p.top);
+      absl::StrAppend(out, absl::StrFormat("%.1f,%.1f ", c.X(i), y));
+    }
+    absl::StrAppend(out, "\"/>");
+  }
+  const double width =
+      std::max(1.0, 0.8 * (Chart::kRight - Chart::kLeft) / c.findings.size());
+  for (size_t i = 0; i < c.findings.size(); ++i) {
+    if (c.findings[i] <= 0) continue;
+    const double h = c.findings[i] / c.bars.max * (c.bars.bottom - c.bars.top);
+    absl::StrAppend(
+        out, absl::StrFormat("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                             "height=\"%.1f\" fill=\"#b3261e\"/>",
+                             c.X(i) - width / 2, c.bars.bottom - h, width, h));
+  }
+}
+
+void AppendTimeline(const json& r, std::string* out) {
+  const json& t = Get(r, "timeline");
+  if (!t.is_object()) return;
+  absl::StrAppend(out, "<section><h2>Timeline</h2>");
+  const size_t n = std::max({Arr(t, "probes").size(), Arr(t, "errors").size(),
+                             Arr(t, "findings").size()});
+  if (n == 0) {
+    absl::StrAppend(out, "<p>No timeline recorded.</p></section>\n");
+    return;
+  }
+  const Chart chart = ReadChart(t, n);
+  absl::StrAppend(out,
+                  "<svg width=\"1120\" height=\"306\" viewBox=\"0 0 1120 306\" "
+                  "role=\"img\" aria-label=\"timeline\">");
+  AppendLegendAndAxes(chart, out);
+  AppendSeries(chart, out);
+  absl::StrAppend(out, "</svg></section>\n");
+}
+
+void AppendControlsAndTrace(const json& r, std::string* out) {
+  const json& controls = Get(r, "positive_controls");
+  if (controls.is_object()) {
+    absl::StrAppend(
+        out, "<section><h2>Positive controls</h2><ul class=\"controls\">");
+    for (const auto& [name, fired] : controls.items()) {
+      const bool ok = fired == true;
+      absl::StrAppend(out, "<li class=\"", ok ? "fired" : "silent", "\">",
+                      Esc(name), ok ? ": fired" : ": did not fire", "</li>");
+    }
+    absl::StrAppend(out, "</ul></section>\n");
+  }
+  if (!Get(r, "trace_nodes").is_array()) return;
+  absl::StrAppend(out, "<section><h2>Trace nodes</h2>");
+  if (Arr(r, "trace_nodes").empty()) {
+    absl::StrAppend(out, "<p>None: black-box detectors only.</p></section>\n");
+    return;
+  }
+  absl::StrAppend(out,
+                  "<table><tr><th>Node</th><th class=\"n\">Events</th><th "
+                  "class=\"n\">Dropped</th><th class=\"n\">Reads checked</th>"
+                  "<th class=\"n\">Reads unchecked</th></tr>");
+  for (const json& node : Arr(r, "trace_nodes")) {
+    const int64_t dropped = Int(Get(node, "dropped"));
+    absl::StrAppend(out, "<tr><td>", Esc(Str(node, "url")),
+                    "</td><td class=\"n\">", Count(Int(Get(node, "events"))),
+                    "</td><td class=\"n", dropped > 0 ? " low" : "", "\">",
+                    Count(dropped), "</td><td class=\"n\">",
+                    Count(Int(Get(node, "reads_checked"))),
+                    "</td><td class=\"n\">",
+                    Count(Int(Get(node, "reads_unchecked"))), "</td></tr>");
+  }
+  absl::StrAppend(out, "</table></section>\n");
+}
+
+}  // namespace
+
+std::string HtmlReport(const json& result) {
+  std::string out = absl::StrCat(
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+      "<title>kvcanary ",
+      Esc(Str(result, "verdict")), " ", Esc(Str(result, "campaign")),
+      "</title><style>", kCss, "</style></head><body><main>\n");
+  AppendBanner(result, &out);
+  AppendSummary(result, &out);
+  AppendChecks(result, &out);
+  AppendDetails(result, &out);
+  AppendCoverage(result, &out);
+  AppendIncidents(result, &out);
+  AppendTimeline(result, &out);
+  AppendControlsAndTrace(result, &out);
+  absl::StrAppend(&out, "<footer>kvcanary campaign result, schema version ",
+                  Esc(Str(result, "schema_version")),
+                  ". Complete data: the JSON result; raw rows: the evidence "
+                  "store.</footer>\n</main></body></html>\n");
+  return out;
+}
+
+}  // namespace kvcanary::auditor

@@ -1,0 +1,82 @@
+// The auditor's Prometheus metrics (prometheus-cpp). Counters are updated
+// as probes complete and findings are made; /metrics only serializes them.
+// Every finding kind and verdict is exported from 0 at start-up, so
+// increase() sees the first one. Tenants and markers are never labels:
+// kinds, outcomes, severities, detectors, states and verdicts only.
+#ifndef KVCANARY_AUDITOR_REPORTS_METRICS_H_
+#define KVCANARY_AUDITOR_REPORTS_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "auditor/kv_events/ledger.h"
+#include "auditor/result/coverage.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/registry.h"
+
+namespace kvcanary::auditor {
+
+// Every (kind, severity) a finding can have (docs/auditor.md).
+extern const std::vector<std::pair<const char*, const char*>>
+    kFindingKindSeverities;
+
+class AuditorMetrics {
+ public:
+  AuditorMetrics();
+  // outcome: ok, http_4xx, http_5xx, transport_error, bad_response.
+  void CountProbe(const std::string& kind, const std::string& outcome);
+  void CountFinding(const std::string& kind, const std::string& severity);
+  // The last campaign's controls (detector -> passed); a detector whose
+  // control did not run has no sample, rather than an old one.
+  void SetPositiveControls(const std::map<std::string, bool>& passed);
+  void CountTraceEvents(double consumed, double dropped);
+  // A campaign's KV-cache event stream (--kv-events): messages ingested
+  // (replayed ones included), fetched again through the replay socket,
+  // missing for good, undecodable; publisher restarts.
+  void CountKvEvents(const kv_events::LedgerStats& stream);
+  // The detectors of the command that is running (default: probe's,
+  // kDetectorNames): the ones a campaign that ends in error marks
+  // inconclusive.
+  void SetCommandDetectors(std::vector<std::string> names);
+  // A campaign ended: its verdict, each detector's state and weakest
+  // tenant's coverage (after an error, every detector of the command
+  // inconclusive with coverage 0), its duration; unless the verdict is error,
+  // the time it completed.
+  void CampaignEnded(Verdict verdict,
+                     const std::vector<DetectorCoverage>& detectors,
+                     double seconds, double unix_time);
+  std::string Serialize() const;
+
+ private:
+  void RegisterStreamCounters();
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* probes_;
+  prometheus::Family<prometheus::Counter>* findings_;
+  prometheus::Family<prometheus::Gauge>* positive_control_;
+  prometheus::Family<prometheus::Gauge>* detector_state_;
+  prometheus::Family<prometheus::Gauge>* detector_coverage_;
+  prometheus::Family<prometheus::Gauge>* detector_floor_;
+  prometheus::Family<prometheus::Gauge>* last_verdict_;
+  prometheus::Family<prometheus::Counter>* campaigns_;
+  prometheus::Counter* trace_consumed_;
+  prometheus::Counter* trace_dropped_;
+  prometheus::Counter* kv_ingested_;
+  prometheus::Counter* kv_replayed_;
+  prometheus::Counter* kv_missing_;
+  prometheus::Counter* kv_undecodable_;
+  prometheus::Counter* kv_restarts_;
+  prometheus::Gauge* last_success_;
+  prometheus::Gauge* duration_;
+  std::vector<std::string> command_detectors_;  // guarded by mu_
+  mutable std::mutex mu_;
+};
+
+}  // namespace kvcanary::auditor
+
+#endif  // KVCANARY_AUDITOR_REPORTS_METRICS_H_

@@ -1,0 +1,25 @@
+// What `kvcanary-auditor` prints when a command ends: the verdict line, the
+// command's own details and failed checks, the detector table, trace
+// statistics, incidents and the reasons behind the verdict.
+#ifndef KVCANARY_AUDITOR_REPORTS_RESULT_TEXT_H_
+#define KVCANARY_AUDITOR_REPORTS_RESULT_TEXT_H_
+
+#include <string>
+#include <vector>
+
+#include "auditor/result/coverage.h"
+#include "auditor/result/result.h"
+
+namespace kvcanary::auditor {
+
+// The detector table: state, floor and coverage side by side, with each
+// detector's reason and notes under it.
+std::string DetectorTable(const std::vector<DetectorCoverage>& detectors);
+
+// The whole text for `r`; at most `max_lines` incident lines and as many
+// check lines (the rest are in the reports).
+std::string ResultText(const CampaignResult& r, int max_lines);
+
+}  // namespace kvcanary::auditor
+
+#endif  // KVCANARY_AUDITOR_REPORTS_RESULT_TEXT_H_

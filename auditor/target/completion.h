@@ -1,0 +1,64 @@
+// What an OpenAI-style completion probe got back: the text, the reported
+// prompt tokens, the ids and the timings, from a plain JSON body or an SSE
+// stream — and errors wherever a server puts them: an HTTP status, an
+// `{"error": ...}` body, or an error event inside a stream that began with
+// HTTP 200 (docs/targets.md lists which servers do which).
+#ifndef KVCANARY_AUDITOR_TARGET_COMPLETION_H_
+#define KVCANARY_AUDITOR_TARGET_COMPLETION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "auditor/target/multi_client.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcanary::auditor {
+
+// The response header in which kvcanary's router reports the engine's own
+// request id (the `request` of its trace events).
+inline constexpr absl::string_view kEngineRequestIdHeader =
+    "x-kvcanary-request-id";
+
+// What a completion probe got back.
+struct Completion {
+  // The HTTP status; for an error reported inside a 200 body or stream, the
+  // error's own status (its numeric `code`, else its `type` mapped, see
+  // ErrorObjectStatus), so a refusal reads as a refusal.
+  int status = 0;
+  bool http_ok_error = false;  // HTTP 200, but the body or stream was an error
+  bool usable = false;         // a 200 with a well-formed completion
+  std::string text;
+  int prompt_tokens = -1;       // usage.prompt_tokens; -1: not reported
+  int cached_tokens = -1;       // usage.prompt_tokens_details.cached_tokens
+  std::string response_id;      // the body's "id" ("" if none)
+  uint64_t engine_request = 0;  // kEngineRequestIdHeader; 0: not reported
+  double ttft_ms = 0;
+  double total_ms = 0;
+  absl::Status error;  // transport error, or why the answer is not usable
+};
+
+// Parses `r` (`stream`: an SSE stream that must end with [DONE]). A 200
+// without a completion (or a stream without [DONE]) is not usable, with the
+// reason. An error object in a 200 answer — a body `{"error": ...}`, a
+// stream line `error: {...}`, an `event: error` event, or a `data:` chunk
+// holding an `error` — makes the completion an error with that status.
+Completion ParseCompletion(const ProbeResponse& r, bool stream);
+
+// The HTTP status an error object stands for: its numeric `code` if that is
+// 400..599, else its `type` / `error_type` mapped (invalid request,
+// context length -> 400; validation -> 422 (TGI); authentication -> 401;
+// permission ->
+// 403; not found -> 404; rate limit, overloaded -> 429; anything else ->
+// 500). `error` may be an object, or a string (500, unless a sibling
+// `error_type` or `code` says more: pass the enclosing object as `outer`).
+int ErrorObjectStatus(const nlohmann::json& error,
+                      const nlohmann::json& outer = nlohmann::json());
+
+// ok, bad_response, http_4xx, http_5xx or transport_error.
+std::string Outcome(const Completion& c);
+
+}  // namespace kvcanary::auditor
+
+#endif  // KVCANARY_AUDITOR_TARGET_COMPLETION_H_

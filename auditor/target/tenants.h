@@ -1,0 +1,26 @@
+// The tenants an audit campaign acts as, each with its own API key.
+#ifndef KVCANARY_AUDITOR_TARGET_TENANTS_H_
+#define KVCANARY_AUDITOR_TARGET_TENANTS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace kvcanary::auditor {
+
+struct AuditTenant {
+  std::string name;
+  std::string api_key;
+};
+// A tenants file: {"tenants": [{"id": "acme", "api_key": "sk-..."}]}; the
+// engine's format ("api_keys": [...], the first key is used) is accepted
+// too, so one file serves both. Errors name the file and the problem; at
+// least two tenants are required (a leak needs a victim and a reader), and
+// no two may share a name or a key.
+absl::StatusOr<std::vector<AuditTenant>> LoadAuditTenants(
+    const std::string& path);
+
+}  // namespace kvcanary::auditor
+
+#endif  // KVCANARY_AUDITOR_TARGET_TENANTS_H_

@@ -1,0 +1,249 @@
+// Calibration against simulated targets (a function standing for one
+// request alone): limits measured by the ladder, plants sized to the limit
+// and measured whole, latency fits that fail on a flat or cached cost.
+#include "auditor/campaign/calibration.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_split.h"
+#include "auditor/target/limits.h"
+#include "gtest/gtest.h"
+
+namespace kvcanary::auditor {
+namespace {
+
+// Words and punctuation, plus BOS: the simulated targets' tokenizer.
+int Tokens(const std::string& text) {
+  int n = 1;
+  bool in_word = false;
+  for (char c : text) {
+    const bool alnum = absl::ascii_isalnum(static_cast<unsigned char>(c));
+    if (alnum && !in_word) ++n;
+    if (!alnum && !absl::ascii_isspace(static_cast<unsigned char>(c))) ++n;
+    in_word = alnum;
+  }
+  return n;
+}
+
+struct SimTarget {
+  int limit = 256;
+  bool keep_tail = false;  // else refuse past the limit
+  double per_token_ms = 0.1;
+  bool flat = false;  // a constant first-token time (a cache, a fixed delay)
+  bool echo = true;
+  bool reports_cache_hits = false;  // every prompt says it was cached
+
+  Completion operator()(const AuditTenant&, const std::string& prompt,
+                        int max_tokens, bool stream) const {
+    Completion c;
+    int n = Tokens(prompt);
+    if (n > limit) {
+      if (!keep_tail) {
+        c.status = 400;
+        return c;
+      }
+      n = limit;
+    }
+    c.status = 200;
+    c.usable = true;
+    c.prompt_tokens = n;
+    if (reports_cache_hits) c.cached_tokens = n - 1;
+    c.ttft_ms = flat ? 5.0 : 2.0 + per_token_ms * n;
+    // The last words of the prompt: a nonce quoted in it comes back.
+    std::vector<std::string> words = absl::StrSplit(prompt, ' ');
+    const size_t from = words.size() > 12 ? words.size() - 12 : 0;
+    for (size_t i = from; i < words.size() && echo; ++i) {
+      c.text += " " + words[i];
+    }
+    if (!echo) c.text = " the end";
+    (void)max_tokens;
+    (void)stream;
+    return c;
+  }
+};
+
+CalibrationOptions Options() {
+  CalibrationOptions o;
+  o.tenants = {{"acme", "k1"}, {"globex", "k2"}};
+  o.secret_key = "calibration-test-key";
+  o.campaign_id = "c-test";
+  o.plants_per_tenant = 4;
+  return o;
+}
+
+TEST(CalibrationTest, UnadvertisedRefusingLimitIsMeasured) {
+  SimTarget target;
+  const Calibration c = Calibrate(Options(), target);
+  EXPECT_EQ(c.limit.source, "measured");
+  EXPECT_LE(c.limit.prompt_tokens, 256);
+  EXPECT_GT(c.limit.prompt_tokens, 256 - c.unit_tokens);
+  EXPECT_NE(c.limit.where.find("refused (HTTP 400)"), std::string::npos)
+      << c.limit.where;
+  EXPECT_TRUE(c.findings.empty());
+  EXPECT_GT(c.base_tokens + c.past_limit_units * c.unit_tokens, 256);
+  EXPECT_LE(c.base_tokens + c.at_limit_units * c.unit_tokens, 256);
+}
+
+TEST(CalibrationTest, SilentTailKeepingIsMeasuredAndIsAFinding) {
+  SimTarget target;
+  target.keep_tail = true;
+  const Calibration c = Calibrate(Options(), target);
+  EXPECT_EQ(c.limit.source, "measured");
+  EXPECT_EQ(c.limit.prompt_tokens, 256);
+  EXPECT_NE(c.limit.where.find("stops growing at 256"), std::string::npos)
+      << c.limit.where;
+  ASSERT_EQ(c.findings.size(), 1u);
+  EXPECT_EQ(c.findings[0].kind, "prompt_truncated");
+  EXPECT_EQ(c.findings[0].group["template"], "ladder");
+}
+
+TEST(CalibrationTest, PlantsFillTheLimitAndAreMeasuredWhole) {
+  SimTarget target;
+  target.limit = 1000;
+  CalibrationOptions o = Options();
+  o.advertised.prompt_tokens = o.advertised.refuse_above = 1000;
+  o.advertised.source = "advertised";
+  const Calibration c = Calibrate(o, target);
+  EXPECT_TRUE(c.plant_failure.empty()) << c.plant_failure;
+  EXPECT_GT(c.sizing.markers_per_plant, 3);
+  EXPECT_GT(c.sizing.fill, 0.7);
+  EXPECT_LE(c.sizing.fill, 1.0);
+  for (const auto& plants : c.plants) {
+    ASSERT_EQ(plants.size(), 4u);
+    for (const Plant& p : plants) {
+      EXPECT_EQ(p.prompt_tokens, Tokens(p.text));
+      EXPECT_LT(p.prompt_tokens, 1000);
+    }
+  }
+}
+
+TEST(CalibrationTest, ASmallLimitGetsShorterPlantsRatherThanNone) {
+  SimTarget target;
+  target.limit = 36;
+  CalibrationOptions o = Options();
+  o.advertised.prompt_tokens = o.advertised.refuse_above = 36;
+  o.advertised.source = "advertised";
+  const Calibration c = Calibrate(o, target);
+  EXPECT_TRUE(c.plant_failure.empty()) << c.plant_failure;
+  EXPECT_EQ(c.sizing.form, "compact");
+  EXPECT_EQ(c.sizing.markers_per_plant, 1);
+  // One marker each: twice the plants.
+  EXPECT_EQ(c.plants[0].size(), 8u);
+}
+
+TEST(CalibrationTest, TooSmallForAnyPlantIsAFailureNotAGuess) {
+  SimTarget target;
+  target.limit = 16;
+  CalibrationOptions o = Options();
+  o.advertised.prompt_tokens = o.advertised.refuse_above = 16;
+  o.advertised.source = "advertised";
+  const Calibration c = Calibrate(o, target);
+  EXPECT_FALSE(c.plant_failure.empty());
+  EXPECT_TRUE(c.plants[0].empty());
+}
+
+TEST(CalibrationTest, LatencyGrowingWithLengthCalibrates) {
+  SimTarget target;
+  const Calibration c = Calibrate(Options(), target);
+  EXPECT_TRUE(c.latency.calibrated) << c.latency.failure;
+  EXPECT_NEAR(c.latency.per_token_ms, 0.1, 1e-9);
+  EXPECT_GE(c.latency.lengths, 3);
+}
+
+TEST(CalibrationTest, AFlatFirstTokenTimeIsAFailedCalibration) {
+  SimTarget target;
+  target.flat = true;
+  const Calibration c = Calibrate(Options(), target);
+  EXPECT_FALSE(c.latency.calibrated);
+  EXPECT_NE(c.latency.failure.find("does not grow"), std::string::npos)
+      << c.latency.failure;
+}
+
+TEST(CalibrationTest, ACalibrationServedFromACacheFails) {
+  SimTarget target;
+  target.reports_cache_hits = true;
+  const Calibration c = Calibrate(Options(), target);
+  EXPECT_FALSE(c.latency.calibrated);
+  EXPECT_NE(c.latency.failure.find("served from a cache"), std::string::npos)
+      << c.latency.failure;
+}
+
+TEST(CalibrationTest, EveryTimedRequestHasAUniquePrefix) {
+  std::set<std::string> prefixes;
+  int timed = 0;
+  SimTarget target;
+  auto send = [&](const AuditTenant& t, const std::string& prompt,
+                  int max_tokens, bool stream) {
+    if (stream) {
+      ++timed;
+      prefixes.insert(prompt.substr(0, prompt.find('.')));
+    }
+    return target(t, prompt, max_tokens, stream);
+  };
+  Calibrate(Options(), send);
+  EXPECT_GE(timed, 15);
+  EXPECT_EQ(prefixes.size(), static_cast<size_t>(timed));
+}
+
+TEST(CalibrationTest, AModelThatNeverEchoesDisablesEcho) {
+  SimTarget target;
+  target.echo = false;
+  const Calibration c = Calibrate(Options(), target);
+  EXPECT_FALSE(c.echo_disabled.empty());
+  SimTarget echoing;
+  const Calibration e = Calibrate(Options(), echoing);
+  EXPECT_TRUE(e.echo_disabled.empty());
+  EXPECT_TRUE(e.nonces[0].has_value());
+  EXPECT_TRUE(e.nonces[1].has_value());
+}
+
+TEST(LadderTest, BisectsToTheLastWholeLength) {
+  std::vector<int> sent;
+  const LadderResult r = MeasureLimit(
+      [&](int units) {
+        sent.push_back(units);
+        const int tokens = 10 + 5 * units;
+        return tokens > 300 ? LadderAnswer{400, -1} : LadderAnswer{200, tokens};
+      },
+      10, 5, 0, 100000);
+  EXPECT_TRUE(r.found);
+  EXPECT_EQ(r.limit, 300);
+  EXPECT_EQ(r.largest_units, 58);
+  EXPECT_LT(sent.size(), 16u);
+}
+
+TEST(LadderTest, NoBoundBelowTheCeilingIsNotFound) {
+  const LadderResult r = MeasureLimit(
+      [](int units) {
+        return LadderAnswer{200, 10 + 5 * units};
+      },
+      10, 5, 0, 2000);
+  EXPECT_FALSE(r.found);
+  EXPECT_NE(r.how.find("no refusal or truncation up to 2000"),
+            std::string::npos);
+}
+
+TEST(LadderTest, AnotherStatusStopsTheLadder) {
+  const LadderResult r = MeasureLimit(
+      [](int units) {
+        return units > 4 ? LadderAnswer{503, -1} : LadderAnswer{200, units};
+      },
+      0, 1, 0, 1000);
+  EXPECT_FALSE(r.found);
+  EXPECT_TRUE(r.refused_other);
+  EXPECT_NE(r.how.find("HTTP 503"), std::string::npos);
+}
+
+TEST(LatencyFitTest, NeedsThreeLengthsAGoodFitAndAMeasurablePrefill) {
+  EXPECT_FALSE(FitLatency({{10, 1}, {20, 2}}).calibrated);
+  EXPECT_TRUE(FitLatency({{10, 1}, {100, 10}, {200, 20}}).calibrated);
+  // Noise that hides the slope.
+  EXPECT_FALSE(FitLatency({{10, 5}, {100, 1}, {200, 9}, {300, 2}}).calibrated);
+  // A slope too small to judge: 300 tokens in 0.3 ms.
+  const LatencyModel tiny =
+      FitLatency({{10, 1.0}, {100, 1.1}, {200, 1.2}, {300, 1.3}});
+  EXPECT_FALSE(tiny.calibrated);
+  EXPECT_NE(tiny.failure.find("too little"), std::string::npos) << tiny.failure;
+}
+
+}  // namespace
+}  // namespace kvcanary::auditor

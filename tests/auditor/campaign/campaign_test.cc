@@ -1,0 +1,475 @@
+// Campaigns against servers we did not write: scripted fakes that behave
+// like vLLM, SGLang, llama.cpp's server or TGI
+// (tests/auditor/fakes/fake_target.h, docs/targets.md), and a small server
+// whose golden answers are not deterministic even alone. Every verdict must be
+// earned: clean only with coverage, findings for a silent truncation, error for
+// a refused key or a dead target, and never clean when a detector is broken.
+#include "auditor/campaign/campaign.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "auditor/detectors/detectors.h"
+#include "auditor/detectors/test_break.h"
+#include "auditor/reports/report.h"
+#include "canaries/templates.h"
+#include "common/http_server.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/auditor/fakes/fake_target.h"
+
+namespace kvcanary::auditor {
+namespace {
+
+using json = nlohmann::json;
+using testing::FakeTarget;
+using testing::FakeTargetOptions;
+using testing::Flavor;
+using testing::OverLimit;
+
+std::string Db(const std::string& name) {
+  static int counter = 0;
+  return ::testing::TempDir() + "/kvcanary-campaign-" +
+         std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
+         name + ".db";
+}
+
+CampaignOptions Options(const std::string& target, const std::string& name) {
+  CampaignOptions o;
+  o.target = target;
+  o.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}, {"initech", "sk-i"}};
+  o.db_path = Db(name);
+  o.max_probes = 360;
+  o.duration = absl::Seconds(60);
+  o.concurrency = 8;
+  o.progress = false;
+  o.floors = {{"", 12}};
+  return o;
+}
+
+std::string Explain(const CampaignResult& r) {
+  std::string out = absl::StrCat(VerdictName(r.verdict), ": ",
+                                 absl::StrJoin(r.reasons, "; "), "\n");
+  for (const DetectorCoverage& d : r.detectors) {
+    absl::StrAppend(&out, d.name, " ", DetectorStateName(d.state), " ",
+                    d.reason, " [", d.CoverageText(), "]\n");
+  }
+  absl::StrAppend(&out, IncidentTable(r.incidents, 20));
+  return out;
+}
+
+const DetectorCoverage* Detector(const CampaignResult& r,
+                                 const std::string& name) {
+  for (const DetectorCoverage& d : r.detectors) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+int Count(const CampaignResult& r, const std::string& kind) {
+  int n = 0;
+  for (const Finding& f : r.findings) n += f.kind == kind;
+  return n;
+}
+
+FakeTargetOptions Fake(Flavor flavor) {
+  FakeTargetOptions o;
+  o.flavor = flavor;
+  o.limit_tokens = 400;
+  // 100 ms of prefill at the limit: a slope a loaded machine cannot hide.
+  o.prefill_us_per_token = 250;
+  return o;
+}
+
+// A well-behaved server of each kind: every detector but trace (no
+// --trace) covered, and clean.
+class WellBehavedTest : public ::testing::TestWithParam<Flavor> {};
+
+TEST_P(WellBehavedTest, IsCleanWithEveryDetectorCovered) {
+  FakeTarget target(Fake(GetParam()));
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "clean"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 0);
+  for (const DetectorCoverage& d : r.detectors) {
+    if (d.name == "trace") {
+      EXPECT_EQ(d.state, DetectorState::kDisabled);
+      continue;
+    }
+    EXPECT_EQ(d.state, DetectorState::kActive) << d.name << ": " << d.reason;
+    for (const auto& [tenant, n] : d.coverage) {
+      EXPECT_GE(n, 12) << d.name << " " << tenant;
+    }
+  }
+  EXPECT_EQ(r.limit.source, "advertised") << r.limit.where;
+  EXPECT_GT(r.plants.accepted_whole, 0);
+  EXPECT_EQ(r.plants.accepted_whole, r.plants.sent);
+  EXPECT_GT(r.by_outcome.at("http_4xx"), 0);  // the past-limit refusals
+  for (const auto& [d, passed] : r.positive_controls) EXPECT_TRUE(passed) << d;
+}
+
+INSTANTIATE_TEST_SUITE_P(Flavors, WellBehavedTest,
+                         ::testing::Values(Flavor::kVllm, Flavor::kSglang,
+                                           Flavor::kLlamaCpp, Flavor::kTgi),
+                         [](const ::testing::TestParamInfo<Flavor>& info) {
+                           std::string name(testing::FlavorName(info.param));
+                           name.erase(
+                               std::remove(name.begin(), name.end(), '.'),
+                               name.end());
+                           return name;
+                         });
+
+// Ollama as it ships: a window (num_ctx) it advertises, and prompts past
+// it silently cut. Past-limit probes come back 200 with fewer tokens.
+TEST(CampaignTest, OllamaStyleSilentTruncationPastItsWindowIsAFinding) {
+  FakeTargetOptions fo = Fake(Flavor::kOllama);
+  fo.over_limit = OverLimit::kKeepTail;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "ollama"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(r.limit.source, "advertised");
+  EXPECT_NE(r.limit.where.find("num_ctx"), std::string::npos);
+  EXPECT_GT(Count(r, "boundary_accepted"), 0);
+  EXPECT_GT(Count(r, "prompt_truncated"), 0);
+}
+
+// (a) No limit advertised, and over-long prompts silently cut to their
+// tail: the ladder measures the limit, and the cut is a finding.
+TEST(CampaignTest, SilentTailKeepingIsAFindingWithTheMeasuredLimit) {
+  FakeTargetOptions fo = Fake(Flavor::kOllama);
+  fo.advertise_limit = false;
+  fo.over_limit = OverLimit::kKeepTail;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCampaign(Options(target.url(), "tail"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(r.limit.source, "measured");
+  EXPECT_EQ(r.limit.prompt_tokens, 400) << r.limit.where;
+  EXPECT_NE(r.limit.where.find("stops growing"), std::string::npos);
+  EXPECT_GT(Count(r, "prompt_truncated"), 0) << Explain(r);
+  bool ladder = false;
+  for (const Finding& f : r.findings) {
+    ladder = ladder || (f.kind == "prompt_truncated" &&
+                        f.group.value("template", "") == "ladder");
+  }
+  EXPECT_TRUE(ladder);
+  // Plants were sized under the measured limit and landed whole.
+  EXPECT_GT(r.plants.accepted_whole, 0);
+  EXPECT_LE(r.plants.prompt_tokens, 400);
+}
+
+// (b) Past its limit the server answers a stream with HTTP 200 and an
+// error inside it: a refusal, not a boundary_accepted.
+TEST(CampaignTest, ErrorsInside200StreamsAreRefusalsAndTheServerIsClean) {
+  for (Flavor flavor : {Flavor::kLlamaCpp, Flavor::kVllm}) {
+    FakeTargetOptions fo = Fake(flavor);
+    fo.over_limit = OverLimit::kErrorInStream;
+    FakeTarget target(fo);
+    AuditorMetrics metrics;
+    const CampaignResult r =
+        RunCampaign(Options(target.url(), "stream-errors"), &metrics);
+    EXPECT_EQ(r.verdict, Verdict::kClean) << testing::FlavorName(flavor) << "\n"
+                                          << Explain(r);
+    EXPECT_EQ(Count(r, "boundary_accepted"), 0);
+    EXPECT_GT(r.by_kind.at("past_limit"), 0);
+  }
+}
+
+// (c) A prompt cache shared by every key: calibration requests carry a
+// unique prefix each, so the prefill cost is measured, not the cache.
+TEST(CampaignTest, SharedPromptCacheDoesNotFoolTheLatencyCalibration) {
+  FakeTargetOptions fo = Fake(Flavor::kSglang);
+  fo.shared_prompt_cache = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "cache"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  const DetectorCoverage* latency = Detector(r, "latency");
+  ASSERT_NE(latency, nullptr);
+  const double per_token_us = latency->stats["per_token_us"];
+  // The fake's real cost is 250 us a token; a cache would make it ~0.
+  EXPECT_GT(per_token_us, 125);
+  EXPECT_LT(per_token_us, 500);
+  EXPECT_GT(latency->stats["r2"].get<double>(), 0.8);
+  // The cache did serve the repeated prompts (golden, echo, plants).
+  EXPECT_GT(target.cached_tokens_served(), 0);
+}
+
+// (d) The target dies mid-campaign: stop early, exit 2, "target down".
+TEST(CampaignTest, ATargetThatDiesMidCampaignIsAnErrorNamingIt) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.die_after_completions = 220;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "dies");
+  o.max_probes = 0;
+  o.duration = absl::Seconds(30);
+  const auto start = absl::Now();
+  const CampaignResult r = RunCampaign(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 2);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_NE(r.reasons[0].find("target down at"), std::string::npos)
+      << r.reasons[0];
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+// A wrong key for the third of four tenants, on a server whose /v1/models
+// needs no key: refused at the start, the tenant named.
+TEST(CampaignTest, AWrongKeyForAnyTenantIsAnErrorNamingIt) {
+  FakeTargetOptions fo = Fake(Flavor::kLlamaCpp);
+  fo.api_keys = {{"sk-a", "acme"},
+                 {"sk-g", "globex"},
+                 {"sk-i", "initech"},
+                 {"sk-u", "umbrella"}};
+  fo.models_needs_key = false;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "wrong-key");
+  o.tenants = {{"acme", "sk-a"},
+               {"globex", "sk-g"},
+               {"initech", "sk-WRONG"},
+               {"umbrella", "sk-u"}};
+  const CampaignResult r = RunCampaign(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_NE(r.reasons[0].find("'initech'"), std::string::npos) << r.reasons[0];
+}
+
+// A key refused mid-run (rotated, revoked): that tenant is not covered,
+// and the verdict says so by name.
+TEST(CampaignTest, AKeyRefusedMidRunIsInconclusiveNamingTheTenant) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}, {"sk-i", "initech"}};
+  fo.revoked_key = "sk-g";
+  fo.revoke_after_completions = 200;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "revoked"), &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kInconclusive) << Explain(r);
+  const std::string reasons = absl::StrJoin(r.reasons, "\n");
+  EXPECT_NE(reasons.find("globex: "), std::string::npos) << reasons;
+  EXPECT_NE(reasons.find("refused (HTTP 401/403)"), std::string::npos);
+}
+
+// A trace node that answers and then sends nothing: the trace detector
+// is blind, never clean.
+TEST(CampaignTest, ATraceNodeThatSendsNothingIsInconclusive) {
+  http::Server silent;
+  std::atomic<bool> done{false};
+  silent.Get("/v1/trace", [&done](const http::Request&, http::Response& res) {
+    res.set_chunked_content_provider(
+        "text/plain", [&done](size_t, http::DataSink& sink) {
+          while (!done.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+          sink.done();
+          return true;
+        });
+  });
+  const int port = silent.Bind("127.0.0.1", 0).value();
+  silent.Start();
+  FakeTarget target(Fake(Flavor::kVllm));
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "silent-trace");
+  o.trace_urls = {"http://127.0.0.1:" + std::to_string(port)};
+  const CampaignResult r = RunCampaign(o, &metrics);
+  done = true;
+  silent.Stop();
+  EXPECT_EQ(r.verdict, Verdict::kInconclusive) << Explain(r);
+  const DetectorCoverage* trace = Detector(r, "trace");
+  ASSERT_NE(trace, nullptr);
+  EXPECT_EQ(trace->state, DetectorState::kInconclusive);
+  EXPECT_NE(trace->reason.find("0 page reads checked"), std::string::npos)
+      << trace->reason;
+}
+
+// Too few probes for the floors: inconclusive, naming what fell short.
+TEST(CampaignTest, TooFewProbesForTheFloorsIsInconclusive) {
+  FakeTarget target(Fake(Flavor::kVllm));
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "short");
+  o.max_probes = 30;
+  o.floors = {{"", 20}};
+  const CampaignResult r = RunCampaign(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kInconclusive) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 3);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_NE(absl::StrJoin(r.reasons, "\n").find("below the floor of 20"),
+            std::string::npos);
+}
+
+// Each detector broken on purpose: its positive control fails, and the
+// verdict is never clean.
+class BrokenDetectorTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BrokenDetectorTest, ItsControlFailsAndTheVerdictIsNotClean) {
+  FakeTarget target(Fake(Flavor::kVllm));
+  AuditorMetrics metrics;
+  SetTestBreak({GetParam()});
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "broken-" + GetParam()), &metrics);
+  SetTestBreak({});
+  ASSERT_TRUE(r.positive_controls.count(GetParam())) << Explain(r);
+  EXPECT_FALSE(r.positive_controls.at(GetParam()));
+  EXPECT_NE(r.verdict, Verdict::kClean) << Explain(r);
+  const DetectorCoverage* d = Detector(r, GetParam());
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->state, DetectorState::kInconclusive);
+  EXPECT_NE(d->reason.find("positive control failed"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Detectors, BrokenDetectorTest,
+                         ::testing::Values("output_scan", "golden", "echo",
+                                           "boundary", "latency"));
+
+// The campaign-result document of a real campaign validates against the
+// published schema (a real validator: python3-jsonschema), and the JUnit
+// file has a case per detector and tenant.
+TEST(CampaignReportTest, ResultDocumentValidatesAgainstTheSchema) {
+  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3-jsonschema not installed";
+  }
+  FakeTargetOptions fo = Fake(Flavor::kOllama);
+  fo.advertise_limit = false;
+  fo.over_limit = OverLimit::kKeepTail;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "schema"), &metrics);
+  const std::string doc = ::testing::TempDir() + "/kvcanary-result-" +
+                          std::to_string(getpid()) + ".json";
+  std::ofstream(doc) << r.ToJson().dump(2);
+  const std::string cmd = absl::StrCat(
+      "python3 -c 'import json,sys,jsonschema; "
+      "s=json.load(open(sys.argv[1])); d=json.load(open(sys.argv[2])); "
+      "jsonschema.Draft202012Validator(s).validate(d)' ",
+      KVCANARY_SOURCE_DIR, "/docs/campaign-result.schema.json ", doc);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << r.ToJson().dump(2);
+  const std::string junit = JunitXml(r.ToJson());
+  int cases = 0;
+  for (size_t at = junit.find("<testcase"); at != std::string::npos;
+       at = junit.find("<testcase", at + 1)) {
+    ++cases;
+  }
+  EXPECT_EQ(cases, 6 * 3);
+  EXPECT_NE(junit.find("prompt_truncated"), std::string::npos);
+}
+
+// Golden answers that differ even alone (many servers are not
+// batch-invariant): judged by rate, cross-tenant vs same-tenant load.
+//
+// Golden prompts get "A" or "B": the second call alone always "B" (so the
+// auditor sees the target is not deterministic), then "B" with probability
+// p_same while only one API key is in the last 16 requests, p_cross when
+// more are.
+class NondeterministicTarget {
+ public:
+  NondeterministicTarget(double p_same, double p_cross)
+      : p_same_(p_same), p_cross_(p_cross) {
+    server_.Get("/v1/models", [](const http::Request&, http::Response& res) {
+      res.set_content(R"({"object":"list","data":[{"id":"fake"}]})",
+                      "application/json");
+    });
+    server_.Post("/v1/completions", [this](const http::Request& req,
+                                           http::Response& res) {
+      const json body = json::parse(req.body);
+      const std::string prompt = body["prompt"];
+      std::string text = " once upon a time there was a cat";
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        recent_.push_back(req.get_header_value("Authorization"));
+        if (recent_.size() > 16) recent_.pop_front();
+        const bool cross =
+            std::set<std::string>(recent_.begin(), recent_.end()).size() > 1;
+        for (int v = 0; v < 3; ++v) {
+          if (prompt.find(canaries::GoldenPrompt(v)) == std::string::npos) {
+            continue;
+          }
+          const int call = calls_[v]++;
+          const double p = cross ? p_cross_ : p_same_;
+          const bool b = call == 1 || (call > 1 && coin_(rng_) < p);
+          text = b ? " B" : " A";
+        }
+      }
+      json out = {{"object", "text_completion"},
+                  {"choices", {{{"index", 0}, {"text", text}}}},
+                  {"usage",
+                   {{"prompt_tokens", testing::FakeTokenCount(prompt)},
+                    {"completion_tokens", 8}}}};
+      res.set_content(out.dump(), "application/json");
+    });
+    port_ = server_.Bind("127.0.0.1", 0).value();
+    server_.Start();
+  }
+  ~NondeterministicTarget() { server_.Stop(); }
+  std::string url() const {
+    return "http://127.0.0.1:" + std::to_string(port_);
+  }
+
+ private:
+  const double p_same_, p_cross_;
+  http::Server server_;
+  int port_ = 0;
+  std::mutex mu_;
+  std::deque<std::string> recent_;
+  int calls_[3] = {0, 0, 0};
+  std::mt19937 rng_{5};
+  std::uniform_real_distribution<double> coin_{0, 1};
+};
+
+CampaignOptions RateOptions(const std::string& target,
+                            const std::string& name) {
+  CampaignOptions o = Options(target, name);
+  o.max_probes = 480;
+  o.max_prompt_tokens = 512;
+  return o;
+}
+
+TEST(GoldenRateTest, JudgesOnlyASignificantRiseOverTheBaseline) {
+  EXPECT_TRUE(JudgeGoldenRates(2, 40, 20, 40).has_value());
+  EXPECT_FALSE(JudgeGoldenRates(4, 40, 6, 40).has_value());   // noise
+  EXPECT_FALSE(JudgeGoldenRates(0, 5, 5, 5).has_value());     // too few
+  EXPECT_FALSE(JudgeGoldenRates(20, 40, 2, 40).has_value());  // a drop
+}
+
+TEST(GoldenRateTest, NondeterministicTargetWithEqualRatesHasNoGoldenFinding) {
+  NondeterministicTarget target(0.1, 0.1);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(RateOptions(target.url(), "equal"), &metrics);
+  const DetectorCoverage* golden = Detector(r, "golden");
+  ASSERT_NE(golden, nullptr) << Explain(r);
+  ASSERT_FALSE(golden->notes.empty());
+  EXPECT_NE(golden->notes[0].find("rate mode"), std::string::npos);
+  EXPECT_EQ(Count(r, "golden_divergence_rate"), 0) << Explain(r);
+  EXPECT_EQ(Count(r, "golden_mismatch"), 0);
+}
+
+TEST(GoldenRateTest, DivergenceRisingUnderCrossTenantLoadIsAFinding) {
+  NondeterministicTarget target(0.05, 0.6);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(RateOptions(target.url(), "rising"), &metrics);
+  EXPECT_EQ(Count(r, "golden_divergence_rate"), 1) << Explain(r);
+  EXPECT_EQ(r.verdict, Verdict::kFindings);
+}
+
+}  // namespace
+}  // namespace kvcanary::auditor

@@ -1,0 +1,545 @@
+#include "tests/auditor/fakes/fake_target.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/check.h"
+#include "common/http_server.h"
+#include "nlohmann/json.hpp"
+#include "tests/auditor/fakes/fake_target_flavors.h"
+
+namespace kvcanary::auditor::testing {
+namespace {
+
+using fake_target_internal::Answer;
+using fake_target_internal::Body;
+using fake_target_internal::json;
+using fake_target_internal::kJson;
+using fake_target_internal::LlamaMetricsOff;
+using fake_target_internal::LlamaProps;
+using fake_target_internal::MetricName;
+using fake_target_internal::ModelsList;
+using fake_target_internal::OllamaShow;
+using fake_target_internal::OverLimitReply;
+using fake_target_internal::OverLimitStream;
+using fake_target_internal::Refusal;
+using fake_target_internal::Reply;
+using fake_target_internal::SglangModelInfo;
+using fake_target_internal::SglangServerInfo;
+using fake_target_internal::StreamEvents;
+using fake_target_internal::TgiInfo;
+using fake_target_internal::Unauthorized;
+
+constexpr char kEventStream[] = "text/event-stream";
+constexpr char kPrometheus[] = "text/plain; version=0.0.4";
+constexpr char kText[] = "text/plain; charset=utf-8";
+constexpr int kDefaultMaxTokens = 16;
+
+// --- Tokenizer ---
+
+struct Tok {
+  size_t begin;  // byte offsets into the prompt
+  size_t end;
+};
+
+std::vector<Tok> Tokenize(absl::string_view s) {
+  std::vector<Tok> toks;
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    if (absl::ascii_isspace(c)) {
+      ++i;
+    } else if (c < 0x80 && absl::ascii_isalnum(c)) {
+      const size_t begin = i;
+      while (i < s.size() && static_cast<unsigned char>(s[i]) < 0x80 &&
+             absl::ascii_isalnum(static_cast<unsigned char>(s[i]))) {
+        ++i;
+      }
+      toks.push_back({begin, i});
+    } else {
+      toks.push_back({i, i + 1});
+      ++i;
+    }
+  }
+  return toks;
+}
+
+// --- Requests ---
+
+struct Request {
+  std::string prompt;
+  int max_tokens = kDefaultMaxTokens;
+  bool stream = false;
+  bool include_usage = false;
+  bool report_all_blocks = false;  // vLLM's kv_cache_report_mode "full"
+};
+
+// Returns the problem ("" if none) and fills *r. Chat messages are joined
+// with "\n" (content strings, or the text parts of content arrays).
+std::string ParseRequest(const std::string& body, bool chat, Flavor f,
+                         Request* r) {
+  const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return "invalid JSON body";
+  if (chat) {
+    auto it = j.find("messages");
+    if (it == j.end() || !it->is_array() || it->empty()) {
+      return "'messages' must be a non-empty array";
+    }
+    std::vector<std::string> parts;
+    for (const json& m : *it) {
+      if (!m.is_object() || !m.contains("content")) continue;
+      const json& c = m["content"];
+      if (c.is_string()) {
+        parts.push_back(c.get<std::string>());
+      } else if (c.is_array()) {
+        for (const json& p : c) {
+          if (p.is_object() && p.contains("type") && p["type"] == "text" &&
+              p.contains("text") && p["text"].is_string()) {
+            parts.push_back(p["text"].get<std::string>());
+          }
+        }
+      }
+    }
+    r->prompt = absl::StrJoin(parts, "\n");
+  } else {
+    auto it = j.find("prompt");
+    if (it != j.end() && it->is_array() && it->size() == 1) it = it->begin();
+    if (it == j.end() || !it->is_string()) {
+      return "'prompt' must be a string";
+    }
+    r->prompt = it->get<std::string>();
+  }
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_number_integer() || it->get<int64_t>() < 1) {
+      return absl::StrCat("'", key, "' must be a positive integer");
+    }
+    r->max_tokens =
+        static_cast<int>(std::min<int64_t>(it->get<int64_t>(), 1 << 20));
+  }
+  if (auto it = j.find("stream"); it != j.end() && it->is_boolean()) {
+    r->stream = it->get<bool>();
+  }
+  auto so = j.find("stream_options");
+  if (so != j.end() && so->is_object()) {
+    // vLLM's StreamOptions defaults include_usage to true once
+    // stream_options is given; the others default it to false.
+    auto iu = so->find("include_usage");
+    r->include_usage = iu != so->end() && iu->is_boolean() ? iu->get<bool>()
+                                                           : f == Flavor::kVllm;
+  }
+  r->report_all_blocks = j.value("kv_cache_report_mode", "") == "full";
+  return "";
+}
+
+// What part of the prompt is processed: BOS and toks[first, last).
+struct Plan {
+  std::vector<Tok> toks;  // every prompt token, BOS not included
+  int sent = 0;           // 1 + toks.size()
+  bool over = false;      // refused (kReject, kErrorInStream)
+  bool bos = true;
+  size_t first = 0, last = 0;
+  int processed() const {
+    return (bos ? 1 : 0) + static_cast<int>(last - first);
+  }
+};
+
+Plan MakePlan(absl::string_view prompt, const FakeTargetOptions& o) {
+  Plan p;
+  p.toks = Tokenize(prompt);
+  p.sent = 1 + static_cast<int>(p.toks.size());
+  p.last = p.toks.size();
+  const int limit = o.limit_tokens;
+  if (p.sent <= limit) return p;
+  switch (o.over_limit) {
+    case OverLimit::kReject:
+    case OverLimit::kErrorInStream:
+      p.over = true;
+      break;
+    case OverLimit::kKeepTail:  // BOS and the head dropped
+      p.bos = false;
+      p.first = p.toks.size() - limit;
+      break;
+    case OverLimit::kKeepHead:  // BOS and the first limit - 1 tokens kept
+      p.last = limit - 1;
+      break;
+  }
+  return p;
+}
+
+// --- Answers ---
+
+// The tail of the processed prompt, or filler words.
+std::vector<std::string> OutputPieces(absl::string_view prompt, const Plan& p,
+                                      int max_tokens, bool echo) {
+  std::vector<std::string> pieces;
+  const size_t n = p.last - p.first;
+  if (echo && n > 0) {
+    const size_t k = std::min<size_t>(n, max_tokens);
+    const size_t start = p.last - k;
+    for (size_t i = start; i < p.last; ++i) {
+      const Tok& t = p.toks[i];
+      const std::string gap =
+          i == start ? " "
+                     : std::string(prompt.substr(p.toks[i - 1].end,
+                                                 t.begin - p.toks[i - 1].end));
+      pieces.push_back(
+          absl::StrCat(gap, prompt.substr(t.begin, t.end - t.begin)));
+    }
+    return pieces;
+  }
+  static constexpr const char* kFiller[] = {"the",   "quick", "brown", "fox",
+                                            "jumps", "over",  "lazy",  "dog"};
+  for (int i = 0; i < max_tokens; ++i) {
+    pieces.push_back(absl::StrCat(" ", kFiller[i % 8]));
+  }
+  return pieces;
+}
+
+void SendEvents(http::Response& res, std::vector<std::string> events,
+                double delay_ms) {
+  res.status = 200;
+  struct State {
+    std::vector<std::string> events;
+    size_t next = 0;
+  };
+  auto state = std::make_shared<State>();
+  state->events = std::move(events);
+  res.set_chunked_content_provider(
+      kEventStream, [state, delay_ms](size_t, http::DataSink& sink) {
+        if (state->next == 0 && delay_ms > 0) {  // prefill, then 1st chunk
+          std::this_thread::sleep_for(
+              std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1000)));
+        }
+        if (state->next < state->events.size()) {
+          const std::string& e = state->events[state->next++];
+          sink.write(e.data(), e.size());
+        }
+        if (state->next >= state->events.size()) sink.done();
+        return true;
+      });
+}
+
+void SendReply(http::Response& res, const Reply& r) {
+  res.status = r.status;
+  if (!r.body.empty()) res.set_content(r.body, r.content_type);
+}
+
+}  // namespace
+
+// --- Public functions ---
+
+absl::string_view FlavorName(Flavor flavor) {
+  static constexpr absl::string_view kNames[] = {"vllm", "sglang", "llama.cpp",
+                                                 "tgi", "ollama"};
+  return kNames[static_cast<int>(flavor)];
+}
+
+int FakeTokenCount(absl::string_view text) {
+  return 1 + static_cast<int>(Tokenize(text).size());
+}
+
+int AdvertisedContext(const FakeTargetOptions& options) {
+  const Flavor f = options.flavor;
+  const bool window_holds_output =
+      f == Flavor::kVllm || f == Flavor::kSglang || f == Flavor::kLlamaCpp;
+  return options.limit_tokens + (window_holds_output ? 1 : 0);
+}
+
+FakeTarget::FakeTarget(FakeTargetOptions options)
+    : options_(std::move(options)), server_(std::make_unique<http::Server>()) {
+  CHECK(options_.limit_tokens >= 1);
+  CHECK(options_.cache_block_tokens >= 1);
+  CHECK(!(options_.shared_prompt_cache && options_.per_key_prompt_cache))
+      << "one prompt cache mode at a time";
+  Route();
+  auto port = server_->Bind("127.0.0.1", 0);
+  CHECK(port.ok()) << "cannot bind a loopback port: " << port.status();
+  port_ = *port;
+  server_->Start();
+}
+
+FakeTarget::~FakeTarget() { server_->Stop(); }
+
+std::string FakeTarget::url() const {
+  return absl::StrCat("http://127.0.0.1:", port_);
+}
+
+int FakeTarget::completions() const { return completions_.load(); }
+
+int FakeTarget::cached_tokens_served() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_tokens_served_;
+}
+
+void FakeTarget::Stop() {
+  // From a handler too (die_after_completions): the request being handled
+  // is still answered.
+  if (!stopped_.exchange(true)) server_->StopListening();
+}
+
+bool FakeTarget::Authorized(const http::Request& req) const {
+  if (options_.api_keys.empty()) return true;
+  std::string value = req.get_header_value("Authorization");
+  const bool llama = options_.flavor == Flavor::kLlamaCpp;
+  if (value.empty() && llama) value = req.get_header_value("X-Api-Key");
+  absl::string_view key = value;
+  if (absl::StartsWithIgnoreCase(key, "Bearer ")) {
+    key.remove_prefix(7);
+  } else if (!llama) {  // llama.cpp also takes the bare key
+    return false;
+  }
+  if (options_.revoke_after_completions > 0 && key == options_.revoked_key &&
+      completions_.load() > options_.revoke_after_completions) {
+    return false;
+  }
+  return options_.api_keys.count(std::string(key)) > 0;
+}
+
+bool FakeTarget::Guard(const http::Request& req, http::Response& res) const {
+  if (Authorized(req)) return true;
+  SendReply(res, Unauthorized(options_.flavor));
+  return false;
+}
+
+namespace {
+
+// The chained block keys of `tokens` from `salt` ("" for the shared cache).
+std::vector<size_t> BlockKeys(const std::vector<std::string>& tokens,
+                              size_t block, const std::string& salt) {
+  std::vector<size_t> keys;  // chained: each block's key covers the prefix
+  size_t key = salt.empty() ? 0x9e3779b97f4a7c15ULL
+                            : std::hash<std::string>()("salt|" + salt);
+  for (size_t b = 0; b < tokens.size() / block; ++b) {
+    std::string s = absl::StrCat(key, "|");
+    for (size_t i = b * block; i < (b + 1) * block; ++i) {
+      absl::StrAppend(&s, tokens[i], "\x1f");
+    }
+    key = std::hash<std::string>()(s);
+    keys.push_back(key);
+  }
+  return keys;
+}
+
+}  // namespace
+
+int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
+                                     const std::string& salt,
+                                     bool report_all_blocks) {
+  const size_t block = options_.cache_block_tokens;
+  const std::vector<size_t> keys = BlockKeys(tokens, block, salt);
+  size_t hits = 0, seen = 0;
+  int replica = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    replica = cache_requests_++ % std::max(1, options_.cache_replicas);
+    // Each replica's cache apart: its keys mixed with its index.
+    const size_t mix = static_cast<size_t>(replica) * 0x9e3779b97f4a7c15ULL;
+    while (hits < keys.size() && cached_blocks_.contains(keys[hits] ^ mix))
+      ++hits;
+    seen = hits;
+    // As vLLM: the last token must be computed, so a fully cached prompt
+    // recomputes its last block.
+    if (hits > 0 && hits * block == tokens.size()) --hits;
+    for (size_t k : keys) cached_blocks_.insert(k ^ mix);
+    cached_tokens_served_ += static_cast<int>(hits * block);
+  }
+  if (options_.on_blocks_stored && replica == 0) {
+    const std::vector<size_t> event_keys =
+        options_.events_ignore_salt ? BlockKeys(tokens, block, "") : keys;
+    std::vector<FakeTargetOptions::StoredBlock> stored;
+    const bool all = options_.events_report_hits || report_all_blocks;
+    for (size_t b = all ? 0 : seen; b < keys.size(); ++b) {
+      FakeTargetOptions::StoredBlock s;
+      s.hash = event_keys[b];
+      if (b > 0) s.parent = event_keys[b - 1];
+      for (size_t i = b * block; i < (b + 1) * block; ++i) {
+        s.token_ids.push_back(static_cast<int64_t>(
+            std::hash<std::string>()(tokens[i]) >> 2));  // the token's id
+      }
+      stored.push_back(std::move(s));
+    }
+    if (!stored.empty()) options_.on_blocks_stored(stored);
+  }
+  return static_cast<int>(hits * block);
+}
+
+void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
+                                  bool chat) {
+  const int n = ++completions_;
+  if (options_.die_after_completions > 0 &&
+      n >= options_.die_after_completions) {
+    Stop();  // this request is still answered; new connections are refused
+  }
+  if (!Guard(req, res)) return;
+  Request r;
+  if (std::string problem = ParseRequest(req.body, chat, options_.flavor, &r);
+      !problem.empty()) {
+    SendReply(res, Refusal(options_.flavor, problem));
+    return;
+  }
+  const Plan plan = MakePlan(r.prompt, options_);
+  if (plan.over) {
+    const bool in_stream =
+        r.stream && (options_.over_limit == OverLimit::kErrorInStream ||
+                     options_.flavor == Flavor::kTgi);
+    if (!in_stream) {
+      SendReply(res, OverLimitReply(options_, plan.sent));
+    } else {
+      SendEvents(res, OverLimitStream(options_, plan.sent, chat), 0);
+    }
+    return;
+  }
+
+  Answer a;
+  a.prompt_tokens = plan.processed();
+  if (options_.shared_prompt_cache || options_.per_key_prompt_cache) {
+    std::vector<std::string> tokens;
+    if (plan.bos) tokens.push_back("\x02<s>");
+    for (size_t i = plan.first; i < plan.last; ++i) {
+      const Tok& t = plan.toks[i];
+      tokens.emplace_back(r.prompt.substr(t.begin, t.end - t.begin));
+    }
+    // Per key: salted by the whole Authorization value ("-" for none), so
+    // requests without a key share one cache of their own.
+    const std::string salt =
+        options_.per_key_prompt_cache
+            ? absl::StrCat("-", req.get_header_value("Authorization"))
+            : "";
+    a.cached_tokens = CacheLookupAndInsert(tokens, salt, r.report_all_blocks);
+  }
+  a.pieces = OutputPieces(r.prompt, plan, r.max_tokens, options_.echo);
+  a.text = absl::StrJoin(a.pieces, "");
+  a.finish_reason =
+      static_cast<int>(a.pieces.size()) == r.max_tokens ? "length" : "stop";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_prompt_ = r.prompt;
+    last_output_ = a.text;
+    last_prompt_tokens_ = a.prompt_tokens;
+  }
+  const double ttft_ms =
+      options_.base_ms + (a.prompt_tokens - a.cached_tokens) *
+                             options_.prefill_us_per_token / 1000.0;
+  const std::string id =
+      absl::StrCat(chat ? "chatcmpl-fake-" : "cmpl-fake-", n);
+  const int64_t created = absl::ToUnixSeconds(absl::Now());
+  if (!r.stream) {
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(static_cast<int64_t>(ttft_ms * 1000)));
+    res.set_content(Body(options_, chat, id, created, a, ttft_ms).dump(),
+                    kJson);
+    return;
+  }
+  SendEvents(
+      res,
+      StreamEvents(options_, chat, id, created, a, r.include_usage, ttft_ms),
+      ttft_ms);
+}
+
+std::string FakeTarget::SlotsJson() const {
+  json slot = {{"id", 0},
+               {"n_ctx", AdvertisedContext(options_)},
+               {"speculative", false},
+               {"is_processing", false}};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (completions() > 0) {
+    slot["id_task"] = completions();
+    slot["n_prompt_tokens"] = last_prompt_tokens_;
+    if (options_.slots_expose_prompts) {
+      slot["prompt"] = last_prompt_;
+      slot["generated"] = last_output_;
+    }
+  }
+  return json::array({slot}).dump();
+}
+
+void FakeTarget::Route() {
+  const Flavor f = options_.flavor;
+  server_->Post("/v1/completions",
+                [this](const http::Request& req, http::Response& res) {
+                  HandleCompletion(req, res, /*chat=*/false);
+                });
+  server_->Post("/v1/chat/completions",
+                [this](const http::Request& req, http::Response& res) {
+                  HandleCompletion(req, res, /*chat=*/true);
+                });
+  // The GET endpoints: path, whether the real server wants the key there
+  // (docs/targets.md "Authentication"), and the answer.
+  struct Page {
+    std::string path;
+    bool guarded;
+    std::function<Reply()> answer;
+  };
+  auto ok = [](const json& j) { return Reply{200, j.dump()}; };
+  const Page health = {"/health", false, [] { return Reply{200, ""}; }};
+  const Page metrics = {
+      "/metrics", false, [this, f] {
+        return Reply{200, absl::StrCat(MetricName(f), " ", completions(), "\n"),
+                     kPrometheus};
+      }};
+  std::vector<Page> pages = {
+      {"/v1/models", options_.models_needs_key, [this, ok] {
+         return ok(ModelsList(options_, absl::ToUnixSeconds(absl::Now())));
+       }}};
+  switch (f) {
+    case Flavor::kVllm:  // /health and /metrics are in PUBLIC_ENDPOINTS
+      pages.insert(pages.end(), {health, metrics});
+      break;
+    case Flavor::kSglang:  // all but /health* and /metrics need the key
+      pages.insert(pages.end(), {health, metrics});
+      pages.push_back({"/get_model_info", true,
+                       [this, ok] { return ok(SglangModelInfo(options_)); }});
+      pages.push_back({"/get_server_info", true,
+                       [this, ok] { return ok(SglangServerInfo(options_)); }});
+      break;
+    case Flavor::kLlamaCpp:  // public: /health, /v1/health, /models, /v1/models
+      pages.push_back({"/health", false, [ok] {
+                         return ok({{"status", "ok"}});
+                       }});
+      pages.push_back(
+          {"/props", true, [this, ok] { return ok(LlamaProps(options_)); }});
+      pages.push_back({"/slots", true, [this] {
+                         return Reply{200, SlotsJson()};
+                       }});
+      pages.push_back({"/metrics", true, [] { return LlamaMetricsOff(); }});
+      break;
+    case Flavor::kTgi:  // /health, /metrics, /info: TGI's unguarded info_routes
+      pages.insert(pages.end(), {health, metrics});
+      pages.push_back(
+          {"/info", false, [this, ok] { return ok(TgiInfo(options_)); }});
+      break;
+    case Flavor::kOllama:  // no /health and no keys; "/" answers
+      pages.push_back({"/", false, [] {
+                         return Reply{200, "Ollama is running", kText};
+                       }});
+      server_->Post("/api/show",
+                    [this](const http::Request& req, http::Response& res) {
+                      if (Guard(req, res))
+                        SendReply(res, {200, OllamaShow(options_).dump()});
+                    });
+      break;
+  }
+  for (const Page& p : pages) {
+    server_->Get(p.path,
+                 [this, p](const http::Request& req, http::Response& res) {
+                   if (!p.guarded || Guard(req, res))
+                     SendReply(res, p.answer());
+                 });
+  }
+}
+
+}  // namespace kvcanary::auditor::testing

@@ -160,7 +160,7 @@ bool KvEventsBench(int flood_events, double paced_rate, double paced_seconds) {
         "| auditor CPU following %.0f events/s for %.0f s | %.2f%% of one "
         "core (%.0f events/s received) |\n",
         paced_rate, paced_seconds, 100 * (CpuSeconds() - cpu0) / wall,
-        paced_rate, (ledger.stats().events - before) / wall);
+        (ledger.stats().events - before) / wall);
   }
   if (!ok) std::printf("kv events benchmark failed (%s)\n", endpoint.c_str());
   sub.Stop();

@@ -142,7 +142,8 @@ std::vector<ReadSpec> Facts::Specs(
     const std::vector<const AuditTenant*>& readers, bool with_no_key) const {
   std::vector<ReadSpec> specs;
   for (const std::string& path : FactsTargetPaths()) {
-    if (with_no_key) specs.push_back({o_.target.target, path, kNoKeyReader});
+    if (with_no_key)
+      specs.push_back({o_.target.target, path, kNoKeyReader, ""});
     for (const AuditTenant* t : readers) {
       specs.push_back({o_.target.target, path, t->name, t->api_key});
     }

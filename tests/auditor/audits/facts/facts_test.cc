@@ -561,7 +561,7 @@ TEST(FactsTableTest, FirstSourceWinsAgreeingOnesAreAlsoAndOthersConflict) {
 EndpointRead Read(const std::string& path, const std::string& body,
                   std::map<std::string, std::string> headers = {}) {
   EndpointRead r;
-  r.spec = {"http://t", path, kNoKeyReader};
+  r.spec = {"http://t", path, kNoKeyReader, ""};
   r.status = 200;
   r.body = body;
   r.headers = std::move(headers);

@@ -37,11 +37,12 @@ Result RunEngine(const std::string& args,
 std::string Models() { return testing::SharedDir() + "/models"; }
 
 TEST(EngineCliTest, GenerateEchoMatchesGoldenByteForByte) {
+  KVC_REQUIRE_SHARED("golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
+  KVC_REQUIRE_STORIES260K(real);
   auto golden = testing::ReadFile(
       testing::SharedDir() +
       "/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
-  if (!golden || testing::Stories260K() == nullptr)
-    GTEST_SKIP() << "shared models absent";
+  ASSERT_TRUE(golden);
   const Result r = RunEngine("generate --model " + Models() +
                              "/stories260K.bin --tokenizer " + Models() +
                              "/tok512.bin --prompt 'Once upon a time' "
@@ -53,11 +54,12 @@ TEST(EngineCliTest, GenerateEchoMatchesGoldenByteForByte) {
 // The GGUF file with its own tokenizer, at the trained context, prints
 // what run.c prints for stories260K.bin (its note goes to stderr).
 TEST(EngineCliTest, GenerateFromTheGgufMatchesGoldenByteForByte) {
+  KVC_REQUIRE_SHARED("golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt",
+                     "models/stories260K.gguf");
   auto golden = testing::ReadFile(
       testing::SharedDir() +
       "/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
-  if (!golden || !testing::ReadFile(Models() + "/stories260K.gguf"))
-    GTEST_SKIP() << "shared models absent";
+  ASSERT_TRUE(golden);
   const std::string args = "generate --model " + Models() +
                            "/stories260K.gguf --context 512 --prompt 'Once "
                            "upon a time' --max-tokens 252 --echo";
@@ -68,7 +70,7 @@ TEST(EngineCliTest, GenerateFromTheGgufMatchesGoldenByteForByte) {
 }
 
 TEST(EngineCliTest, WriteModelWritesAQ8_0GgufThatRuns) {
-  if (testing::Stories260K() == nullptr) GTEST_SKIP() << "models absent";
+  KVC_REQUIRE_STORIES260K(real);
   const std::string path = ::testing::TempDir() + "/stories260K_q8_0.gguf";
   Result r =
       RunEngine("write-model --from " + Models() +
@@ -89,7 +91,7 @@ TEST(EngineCliTest, WriteModelWritesAQ8_0GgufThatRuns) {
 }
 
 TEST(EngineCliTest, AContextPastTheCheckpointsIsAnError) {
-  if (testing::Stories260K() == nullptr) GTEST_SKIP() << "models absent";
+  KVC_REQUIRE_STORIES260K(real);
   const Result r = RunEngine("generate --model " + Models() +
                              "/stories260K.bin " + "--tokenizer " + Models() +
                              "/tok512.bin --context 513 " + "--prompt hi");

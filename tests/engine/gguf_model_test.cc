@@ -265,11 +265,9 @@ std::string SharedModel(const std::string& name) {
   return testing::SharedDir() + "/models/" + name;
 }
 
-#define KVC_REQUIRE_STORIES260K_GGUF(real)                                    \
-  KVC_REQUIRE_STORIES260K(real);                                              \
-  if (access(SharedModel("stories260K.gguf").c_str(), R_OK) != 0)             \
-  GTEST_SKIP() << "stories260K.gguf not found under " << testing::SharedDir() \
-               << "/models; skipping"
+#define KVC_REQUIRE_STORIES260K_GGUF(real)       \
+  KVC_REQUIRE_SHARED("models/stories260K.gguf"); \
+  KVC_REQUIRE_STORIES260K(real)
 
 TEST(GgufStories260KTest, HoldsTheBinsWeightsAndTok512) {
   KVC_REQUIRE_STORIES260K_GGUF(real);
@@ -336,12 +334,14 @@ TEST(GgufStories260KTest, GreedyOutputIsByteExactWithTheBinAtTheSameContext) {
   absl::StatusOr<LoadedModel> gguf =
       LoadModelAndTokenizer({SharedModel("stories260K.gguf"), "", 512});
   ASSERT_TRUE(gguf.ok());
+  KVC_REQUIRE_SHARED("golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt",
+                     "golden/stories260K_t0_n200_noprompt.txt");
   const auto once = testing::ReadFile(
       testing::SharedDir() +
       "/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
   const auto empty = testing::ReadFile(
       testing::SharedDir() + "/golden/stories260K_t0_n200_noprompt.txt");
-  if (!once || !empty) GTEST_SKIP() << "golden files absent";
+  ASSERT_TRUE(once && empty);
   EXPECT_EQ(
       RunLikeReference(gguf->model, gguf->tokenizer, "Once upon a time", 256),
       *once);

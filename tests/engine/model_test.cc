@@ -16,16 +16,14 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::engine {
 namespace {
 
 using ::testing::HasSubstr;
 
-const std::string kRealModel =
-    std::string(KVCANARY_SHARED_DIR) + "/models/stories260K.bin";
-
-bool Exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+const std::string kRealModel = shared_files::Path("models/stories260K.bin");
 
 std::string TempPath(const std::string& name) {
   return absl::StrCat(::testing::TempDir(), "/model_test_", getpid(), "_",
@@ -88,10 +86,7 @@ void ExpectSameConfig(const ModelConfig& a, const ModelConfig& b) {
 }
 
 TEST(ModelTest, RealStories260KLoadsWithExpectedConfig) {
-  if (!Exists(kRealModel)) {
-    GTEST_SKIP() << "shared model not found at " << kRealModel
-                 << " (/work/shared/models is absent)";
-  }
+  KVC_REQUIRE_SHARED("models/stories260K.bin");
   absl::StatusOr<Model> model = LoadLlama2cModel(kRealModel);
   ASSERT_TRUE(model.ok()) << model.status();
   ExpectSameConfig(model->config, Stories260KConfig());
@@ -115,9 +110,7 @@ TEST(ModelTest, RealStories260KLoadsWithExpectedConfig) {
 }
 
 TEST(ModelTest, RealStories260KRewritesToTheSameFile) {
-  if (!Exists(kRealModel)) {
-    GTEST_SKIP() << "shared model not found at " << kRealModel;
-  }
+  KVC_REQUIRE_SHARED("models/stories260K.bin");
   absl::StatusOr<Model> model = LoadLlama2cModel(kRealModel);
   ASSERT_TRUE(model.ok()) << model.status();
   const std::string path = TempPath("rewrite.bin");

@@ -1,9 +1,9 @@
 // Shared helpers for engine tests: the real stories260K model from
-// ../shared/models (tests skip without it) and the embedded default.
+// ../shared/models (tests skip without it, and fail under CI:
+// tests/shared_files.h) and the embedded default.
 #ifndef KVCANARY_TESTS_ENGINE_TEST_MODELS_H_
 #define KVCANARY_TESTS_ENGINE_TEST_MODELS_H_
 
-#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -11,13 +11,11 @@
 
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::engine::testing {
 
-inline std::string SharedDir() {
-  const char* env = std::getenv("KVCANARY_SHARED_DIR");
-  return env != nullptr ? env : KVCANARY_SHARED_DIR;
-}
+inline std::string SharedDir() { return shared_files::Dir(); }
 
 inline std::optional<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -47,13 +45,15 @@ inline const RealModel* Stories260K() {
   return loaded->has_value() ? &**loaded : nullptr;
 }
 
-#define KVC_REQUIRE_STORIES260K(var)                       \
-  const ::kvcanary::engine::testing::RealModel* var =      \
-      ::kvcanary::engine::testing::Stories260K();          \
-  if (var == nullptr)                                      \
-  GTEST_SKIP() << "stories260K not found under "           \
-               << ::kvcanary::engine::testing::SharedDir() \
-               << "/models (set KVCANARY_SHARED_DIR); skipping"
+// Skips the test without stories260K + tok512 (fails it under CI, and
+// wherever they are present but do not load); else `var` points at them.
+#define KVC_REQUIRE_STORIES260K(var)                                 \
+  KVC_REQUIRE_SHARED("models/stories260K.bin", "models/tok512.bin"); \
+  const ::kvcanary::engine::testing::RealModel* var =                \
+      ::kvcanary::engine::testing::Stories260K();                    \
+  ASSERT_NE(var, nullptr) << "stories260K is under "                 \
+                          << ::kvcanary::shared_files::Dir()         \
+                          << "/models but does not load"
 
 }  // namespace kvcanary::engine::testing
 

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -20,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -28,7 +28,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::string SharedPath(absl::string_view relative) {
-  return absl::StrCat(KVCANARY_SHARED_DIR, "/", relative);
+  return shared_files::Path(std::string(relative));
 }
 
 std::string ReadFile(const std::string& path) {
@@ -152,10 +152,8 @@ const char* const kUtf8Text = "héllo wörld ☃ 日本語 😀";
 class TokenizerTok512Test : public ::testing::Test {
  protected:
   void SetUp() override {
+    KVC_REQUIRE_SHARED("models/tok512.bin");
     const std::string path = SharedPath("models/tok512.bin");
-    if (!std::filesystem::exists(path)) {
-      GTEST_SKIP() << path << " is absent: needs the shared models folder";
-    }
     absl::StatusOr<Tokenizer> t = Tokenizer::Load(path, 512);
     ASSERT_TRUE(t.ok()) << t.status();
     tok_.emplace(*std::move(t));
@@ -207,9 +205,9 @@ TEST_F(TokenizerTok512Test, PrintDropsNonAsciiByteTokensLikeSafePrintf) {
 }
 
 TEST_F(TokenizerTok512Test, GoldenIdsDecodeToGoldenText) {
-  if (!std::filesystem::exists(SharedPath("golden"))) {
-    GTEST_SKIP() << SharedPath("golden") << " is absent";
-  }
+  KVC_REQUIRE_SHARED(
+      "golden/stories260K_t0_n256_prompt_Once_upon_a_time.ids.txt",
+      "golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
   const std::string ids_text = ReadFile(
       SharedPath("golden/stories260K_t0_n256_prompt_Once_upon_a_time.ids.txt"));
   const std::string golden = ReadFile(

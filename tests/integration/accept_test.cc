@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/integration/auditor_cli.h"
 #include "tests/integration/cluster.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::testing {
 namespace {
@@ -131,10 +132,8 @@ TEST(AcceptCliTest, PlainEnginePassesWithGoldenUnderLoad) {
 // its echo prompt fits (95..256 measured), and the sweep is clean with echo
 // required where it covers a pair.
 TEST(AcceptCliTest, Stories260KCoversEchoPairsAndIsClean) {
-  const std::string models = std::string(KVCANARY_SHARED_DIR) + "/models";
-  if (!std::ifstream(models + "/stories260K.bin")) {
-    GTEST_SKIP() << models << "/stories260K.bin is absent";
-  }
+  KVC_REQUIRE_SHARED("models/stories260K.bin", "models/tok512.bin");
+  const std::string models = shared_files::Path("models");
   Cluster cluster({"--model=" + models + "/stories260K.bin",
                    "--tokenizer=" + models + "/tok512.bin"});
   ASSERT_TRUE(cluster.ok());

@@ -13,6 +13,7 @@
 #include "storage/sqlite_db.h"
 #include "tests/integration/auditor_cli.h"
 #include "tests/integration/cluster.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::testing {
 namespace {
@@ -80,10 +81,8 @@ TEST(AuditorTest, CleanEngineCampaignIsCleanWithEveryDetectorCovered) {
 
 // stories260K (real weights): every detector active, echo included.
 TEST(AuditorTest, Stories260KCampaignIsCleanWithEchoActive) {
-  const std::string models = std::string(KVCANARY_SHARED_DIR) + "/models";
-  if (!std::ifstream(models + "/stories260K.bin")) {
-    GTEST_SKIP() << models << "/stories260K.bin is absent";
-  }
+  KVC_REQUIRE_SHARED("models/stories260K.bin", "models/tok512.bin");
+  const std::string models = shared_files::Path("models");
   Cluster cluster({"--model=" + models + "/stories260K.bin",
                    "--tokenizer=" + models + "/tok512.bin"});
   ASSERT_TRUE(cluster.ok());

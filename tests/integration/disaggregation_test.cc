@@ -9,16 +9,14 @@
 #include "engine/model/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::testing {
 namespace {
 
 using nlohmann::json;
 
-std::string SharedDir() {
-  const char* env = std::getenv("KVCANARY_SHARED_DIR");
-  return env != nullptr ? env : KVCANARY_SHARED_DIR;
-}
+std::string SharedDir() { return shared_files::Dir(); }
 
 // What the single-process engine answers (greedy), as the router renders it.
 std::string LocalAnswer(const engine::Model& model,
@@ -162,13 +160,12 @@ TEST_F(DisaggregationTest, ModelsAndHealth) {
 }
 
 TEST(DisaggregationGoldenTest, GreedyThroughRouterMatchesTheReference) {
+  KVC_REQUIRE_SHARED("models/stories260K.bin", "models/tok512.bin",
+                     "golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt",
+                     "golden/stories260K_t0_n200_noprompt.txt");
   const std::string models = SharedDir() + "/models";
   std::ifstream golden_file(
       SharedDir() + "/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
-  if (!golden_file || !std::ifstream(models + "/stories260K.bin")) {
-    GTEST_SKIP() << "shared models or golden outputs absent under "
-                 << SharedDir();
-  }
   std::stringstream golden;
   golden << golden_file.rdbuf();
   Cluster cluster({"--model=" + models + "/stories260K.bin",
@@ -195,13 +192,11 @@ TEST(DisaggregationGoldenTest, GreedyThroughRouterMatchesTheReference) {
 // `up` with a GGUF model and no tokenizer file: every node takes the
 // file's own tokenizer, and at the trained context the answer is run.c's.
 TEST(DisaggregationGoldenTest, AGgufModelServesTheReferenceAnswer) {
+  KVC_REQUIRE_SHARED("models/stories260K.gguf",
+                     "golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
   const std::string models = SharedDir() + "/models";
   std::ifstream golden_file(
       SharedDir() + "/golden/stories260K_t0_n256_prompt_Once_upon_a_time.txt");
-  if (!golden_file || !std::ifstream(models + "/stories260K.gguf")) {
-    GTEST_SKIP() << "shared models or golden outputs absent under "
-                 << SharedDir();
-  }
   std::stringstream golden;
   golden << golden_file.rdbuf();
   Cluster cluster({"--model=" + models + "/stories260K.gguf", "--context=512"});

@@ -15,6 +15,7 @@
 #include "storage/sqlite_db.h"
 #include "tests/integration/auditor_cli.h"
 #include "tests/integration/cluster.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::testing {
 namespace {
@@ -125,8 +126,10 @@ TEST(TlogCliTest, ExportedBundleVerifiesOfflineAndAnEditFailsIt) {
   }
   CliRun ok = Auditor({"verify-bundle", out, "--pubkey=" + key + ".pub"});
   EXPECT_EQ(ok.exit_code, 0) << ok.out;
-  const std::string schemas = std::string(KVCANARY_SHARED_DIR) + "/schemas";
-  if (fs::exists(schemas + "/validate.py") &&
+  const std::string schemas = shared_files::Path("schemas");
+  if (shared_files::Have({"schemas/validate.py",
+                          "schemas/oscal_assessment-results_schema-1.1.2.json"},
+                         "the bundle's OSCAL document against NIST's schema") &&
       std::system("python3 -c 'import jsonschema, regex' 2>/dev/null") == 0) {
     EXPECT_EQ(std::system(("python3 '" + schemas + "/validate.py' '" + schemas +
                            "/oscal_assessment-results_schema-1.1.2.json' '" +

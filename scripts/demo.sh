@@ -2,10 +2,19 @@
 # The README demo: installs what is missing, builds, and runs the engine demo
 # on the embedded default model (and on stories260K where ../shared/models is
 # present, with a byte-for-byte check against the reference output).
+# It installs and builds only what the demo runs: the packages of
+# `install-deps.sh demo`, and kvcanary-engine and kvcanary-auditor. A first
+# build is configured without the tests (-DKVCANARY_TESTS=OFF: no GoogleTest
+# needed); an existing one keeps its settings. scripts/test.sh then builds
+# the rest into the same build/ without recompiling any of it.
+# Arguments go to cmake's configure step (scripts/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-scripts/build.sh "$@" >/dev/null
+scripts/install-deps.sh demo
+first_build=()
+[ -f build/CMakeCache.txt ] || first_build=(-DKVCANARY_TESTS=OFF)
+scripts/build.sh --target kvcanary-engine --target kvcanary-auditor \
+  "${first_build[@]}" "$@" >/dev/null
 bin=build/bin
 echo "== generate, embedded default model (synthetic weights: the text is noise) =="
 "$bin/kvcanary-engine" generate --prompt "Once upon a time" --max-tokens 24 --echo

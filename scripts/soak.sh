@@ -18,8 +18,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
 if [[ "${NO_BUILD:-0}" != 1 ]]; then
-  # scripts/build.sh's configuration, but only the two binaries run here.
-  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  # scripts/build.sh's configuration, but only the two binaries run here
+  # (and, in a new build directory, without the tests: no GoogleTest needed).
+  first_build=()
+  [ -f "$build_dir/CMakeCache.txt" ] || first_build=(-DKVCANARY_TESTS=OFF)
+  cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    "${first_build[@]}" >/dev/null
   cmake --build "$build_dir" --target kvcanary-engine kvcanary-soak
 fi
 bin="$build_dir/bin"

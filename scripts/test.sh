@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test (CTest), the slow
-# multi-process ones included. Exits non-zero if anything fails.
+# multi-process ones included. Exits non-zero if anything fails. After
+# scripts/demo.sh it installs the test-only packages and builds the tests
+# into the same build/, recompiling nothing the demo built (CTest's
+# Build.ReconfigureChangesNoCommand holds the build to that). Under CI (.ci/run
+# sets CI=true) a test that needs ../shared fails where it would skip.
+# Arguments go to cmake's configure step (scripts/build.sh).
 # Tests labelled `timing` (two-sample tests on time to first token) run
 # after the others, one at a time, so the rest of the suite does not load
 # the machine while they measure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-scripts/build.sh "$@"
+scripts/install-deps.sh all
+scripts/build.sh -DKVCANARY_TESTS=ON "$@"
 status=0
 ctest --test-dir build --output-on-failure --parallel "$(nproc)" --timeout 600 \
   --label-exclude timing | tee build/ctest.log || status=$?

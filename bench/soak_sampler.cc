@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/check.h"
 #include "httplib.h"
 
 namespace kvcanary::bench {
@@ -96,7 +97,7 @@ void Sampler::Loop(const std::atomic<bool>& stop) {
 
 void Sampler::Add(const std::string& label) {
   Sample s = Take(label);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!samples_.empty() && s.t_s > samples_.back().t_s)
     s.requests_per_s =
         (s.done - samples_.back().done) / (s.t_s - samples_.back().t_s);
@@ -112,6 +113,17 @@ void Sampler::Add(const std::string& label) {
                  s.violations);
   }
   samples_.push_back(std::move(s));
+}
+
+std::vector<Sample> Sampler::samples() const {
+  absl::MutexLock lock(&mu_);
+  return samples_;
+}
+
+Sample Sampler::baseline() const {
+  absl::MutexLock lock(&mu_);
+  CHECK_LT(baseline_, samples_.size());
+  return samples_[baseline_];
 }
 
 Sample Sampler::Take(const std::string& label) const {

@@ -5,9 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,6 +30,7 @@
 #include "auditor/result/incidents.h"
 #include "auditor/trace/follower.h"
 #include "common/cli.h"
+#include "common/file.h"
 #include "common/http_server.h"
 #include "common/status_macros.h"
 #include "storage/ed25519_key.h"
@@ -386,14 +385,12 @@ absl::StatusOr<TargetOptions> TargetFromFlags(bool tenants_required) {
 absl::StatusOr<std::string> SecretKeyFromFlags() {
   const std::string path = absl::GetFlag(FLAGS_key_file);
   if (path.empty()) return std::string();
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string key = ss.str();
+  absl::StatusOr<std::string> text = ReadFile(path);
+  std::string key = text.ok() ? *text : "";
   while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) {
     key.pop_back();
   }
-  if (!in || key.size() < 16) {
+  if (key.size() < 16) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--key-file ", path, ": unreadable or shorter than 16 bytes"));
   }
@@ -477,7 +474,7 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
 }
 
 absl::Status WriteFile(const std::string& path, const std::string& content) {
-  return storage::WriteFileAtomically(path, content, 0644);  // whole or none
+  return WriteFileAtomically(path, content, 0644);  // whole or none
 }
 
 // The --json/--junit/--html reports of `r`. An unwritable report is an

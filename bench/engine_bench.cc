@@ -31,6 +31,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/machine.h"
+#include "common/text_table.h"
 #include "engine/core/engine.h"
 #include "engine/core/model_runner.h"
 #include "engine/model/model.h"
@@ -364,10 +365,20 @@ std::string LoadAverage() {
   return one.empty() ? "unknown" : one + " " + five + " " + fifteen;
 }
 
+// The figures of one model, printed row by row as they are measured.
+const TextTable& FigureTable() {
+  static const TextTable* table =
+      new TextTable({{"figure", TextTable::kLeft, 42},
+                     {"value", TextTable::kRight, 14},
+                     {"target (issue 13)", TextTable::kLeft, 24}},
+                    TextTable::Markdown());
+  return *table;
+}
+
 void Row(const std::string& figure, const std::string& value,
          const std::string& target = "") {
-  std::printf("| %-42s | %14s | %-24s |\n", figure.c_str(), value.c_str(),
-              target.c_str());
+  std::printf("%s", FigureTable().RowText({figure, value, target}).c_str());
+  std::fflush(stdout);
 }
 
 std::string Rate(double v) { return absl::StrFormat("%.1f t/s", v); }
@@ -470,9 +481,7 @@ void Measure(const Setup& s) {
       "\n## %s (%s), threads=%d, decode to %d positions, prefill %d tokens\n",
       s.name.c_str(), s.model.source.c_str(), absl::GetFlag(FLAGS_threads),
       s.decode_positions, s.prefill_tokens);
-  Row("figure", "value", "target (issue 13)");
-  std::printf("|%s|%s|%s|\n", std::string(44, '-').c_str(),
-              std::string(16, '-').c_str(), std::string(26, '-').c_str());
+  std::printf("%s", FigureTable().HeaderText().c_str());
   Row("prefill",
       Rate(Best([&] { return Prefill(s, WatermarkMode::kEnforce); })));
   // Single-stream decode: off and enforce interleaved, best of each.

@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/crc32c.h"
+#include "common/text_table.h"
 #include "common/tls.h"
 #include "engine/transfer/internal_auth.h"
 #include "engine/transfer/kv_connection.h"
@@ -438,15 +439,13 @@ void PrintTable(const Plan& plan, const Plan& small, const Results& r) {
       "framed then raw (both readers)\n\n",
       plan.stream.size() / plan.pages.size(), plan.kv_bytes / 1e6,
       r.ratio.size());
-  const std::string rule =
-      absl::StrCat("|", std::string(62, '-'), "|", std::string(14, '-'), "|",
-                   std::string(14, '-'), "|");
-  std::printf("| %-60s | %12s | %12s |\n%s\n", "figure", "value", "threshold",
-              rule.c_str());
-  const auto row = [](std::string name, std::string value,
-                      std::string threshold) {
-    std::printf("| %-60s | %12s | %12s |\n", name.c_str(), value.c_str(),
-                threshold.c_str());
+  TextTable table({{"figure"},
+                   {"value", TextTable::kRight},
+                   {"threshold", TextTable::kRight}},
+                  TextTable::Markdown());
+  const auto row = [&table](std::string name, std::string value,
+                            std::string threshold) {
+    table.AddRow({std::move(name), std::move(value), std::move(threshold)});
   };
   const auto mbps = [](double v) { return absl::StrFormat("%.0f MB/s", v); };
   row(absl::StrCat("framed, CRC32C per page, transfers of ", plan.pages.size(),
@@ -470,6 +469,7 @@ void PrintTable(const Plan& plan, const Plan& small, const Results& r) {
   row(Crc32cUsesIsal() ? "CRC32C alone, same bytes (ISA-L)"
                        : "CRC32C alone, same bytes (CRC32 instruction)",
       absl::StrFormat("%.2f GB/s", r.crc_gbps), "");
+  std::printf("%s", table.ToString().c_str());
 }
 
 }  // namespace

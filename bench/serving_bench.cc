@@ -37,9 +37,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/kv_transfer_bench.h"
 #include "bench/machine.h"
+#include "common/file.h"
+#include "common/text_table.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -89,11 +93,14 @@ Up StartUp(const std::string& tenants) {
 
 void ServingFigures() {
   const std::string tenants = "/tmp/kvcanary-bench-tenants.json";
-  FILE* f = std::fopen(tenants.c_str(), "w");
-  std::fprintf(
-      f,
-      R"({"tenants": [{"id": "a", "api_keys": ["sk-a"]}, {"id": "b", "api_keys": ["sk-b"]}]})");
-  std::fclose(f);
+  const absl::Status written = WriteFileAtomically(
+      tenants,
+      R"({"tenants": [{"id": "a", "api_keys": ["sk-a"]}, {"id": "b", "api_keys": ["sk-b"]}]})",
+      0644);
+  if (!written.ok()) {
+    std::fprintf(stderr, "%s\n", written.ToString().c_str());
+    return;
+  }
   Up up = StartUp(tenants);
   if (up.router.empty()) {
     std::fprintf(stderr, "kvcanary-engine up did not start\n");
@@ -104,11 +111,14 @@ void ServingFigures() {
       "tokens "
       "per request, %d requests per row)\n",
       absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_requests));
-  std::printf("| %-8s | %10s | %12s | %14s | %8s |\n|%s|%s|%s|%s|%s|\n",
-              "clients", "req/s", "tokens/s", "mean latency", "errors",
-              std::string(10, '-').c_str(), std::string(12, '-').c_str(),
-              std::string(14, '-').c_str(), std::string(16, '-').c_str(),
-              std::string(10, '-').c_str());
+  // Rows are printed as each client count is measured.
+  const TextTable table({{"clients", TextTable::kLeft, 8},
+                         {"req/s", TextTable::kRight, 10},
+                         {"tokens/s", TextTable::kRight, 12},
+                         {"mean latency", TextTable::kRight, 14},
+                         {"errors", TextTable::kRight, 8}},
+                        TextTable::Markdown());
+  std::printf("%s", table.HeaderText().c_str());
   for (absl::string_view c :
        absl::StrSplit(absl::GetFlag(FLAGS_clients), ',')) {
     int clients = 0;
@@ -151,9 +161,16 @@ void ServingFigures() {
     }
     for (auto& t : threads) t.join();
     const double dt = Seconds(t0);
-    std::printf("| %-8d | %10.1f | %12.0f | %11.1f ms | %8d |\n", clients,
-                total / dt, tokens.load() / dt,
-                1000.0 * latency_sum.load() / total, errors.load());
+    std::printf(
+        "%s", table
+                  .RowText({absl::StrCat(clients),
+                            absl::StrFormat("%.1f", total / dt),
+                            absl::StrFormat("%.0f", tokens.load() / dt),
+                            absl::StrFormat(
+                                "%.1f ms", 1000.0 * latency_sum.load() / total),
+                            absl::StrCat(errors.load())})
+                  .c_str());
+    std::fflush(stdout);
   }
   kill(up.pid, SIGTERM);
   waitpid(up.pid, nullptr, 0);

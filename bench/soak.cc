@@ -27,7 +27,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -41,6 +40,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "bench/soak_sampler.h"
+#include "common/file.h"
+#include "common/status_macros.h"
+#include "common/tenants_file.h"
+#include "common/text_table.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -123,14 +126,15 @@ void DashesToUnderscores(int argc, char** argv) {
   }
 }
 
-std::vector<Tenant> ReadTenants(const std::string& path) {
-  std::ifstream in(path);
-  auto j = nlohmann::json::parse(in, nullptr, false);
+// The tenants and their first keys (common/tenants_file.h); an error
+// names the file and the problem.
+absl::StatusOr<std::vector<Tenant>> ReadTenants(const std::string& path) {
+  ASSIGN_OR_RETURN(std::vector<TenantsFileEntry> entries,
+                   ReadTenantsFile(path, TenantsFileOptions{}));
   std::vector<Tenant> tenants;
-  if (!j.is_object() || !j["tenants"].is_array()) return tenants;
-  for (const auto& t : j["tenants"])
-    tenants.push_back(
-        {t["id"].get<std::string>(), t["api_keys"][0].get<std::string>()});
+  for (TenantsFileEntry& e : entries) {
+    tenants.push_back({std::move(e.id), std::move(e.api_keys.front())});
+  }
   return tenants;
 }
 
@@ -396,9 +400,10 @@ void PrintSummary(const Counts& c, double load_s, long cancelled,
       "router counted %ld cancelled; %ld answers' prompt_tokens "
       "differed from the planned count\n\n",
       cancelled, c.token_estimate_off.load());
+  TextTable table({{""}, {""}, {""}});
   for (const Check& k : checks)
-    std::printf("%s  %-44s %s\n", k.pass ? "PASS" : "FAIL", k.name.c_str(),
-                k.detail.c_str());
+    table.AddRow({k.pass ? "PASS" : "FAIL", k.name, k.detail});
+  std::printf("%s", table.ToString().c_str());
 }
 
 // Polls the nodes until neither has a used page, for at most the timeout.
@@ -429,13 +434,19 @@ SamplerOptions SamplerFlags() {
 }
 
 int Soak() {
-  const std::vector<Tenant> tenants = ReadTenants(absl::GetFlag(FLAGS_tenants));
+  const absl::StatusOr<std::vector<Tenant>> read =
+      ReadTenants(absl::GetFlag(FLAGS_tenants));
+  if (!read.ok()) {
+    std::fprintf(stderr, "kvcanary-soak: %s\n",
+                 std::string(read.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<Tenant>& tenants = *read;
   Target target;
   target.router = absl::GetFlag(FLAGS_target);
-  if (tenants.empty() || !ReadTarget(tenants[0], &target)) {
+  if (!ReadTarget(tenants[0], &target)) {
     std::fprintf(stderr,
-                 "kvcanary-soak: cannot read the tenants file or GET "
-                 "/version and calibrate on %s\n",
+                 "kvcanary-soak: cannot GET /version and calibrate on %s\n",
                  target.router.c_str());
     return 2;
   }
@@ -490,8 +501,11 @@ int Soak() {
       "memory rule: each process's RSS at the end (after the drain) "
       "<= max(1.25 x B, B + 32 MiB), B = its RSS in the 10%% row\n");
   if (!absl::GetFlag(FLAGS_json).empty()) {
-    std::ofstream(absl::GetFlag(FLAGS_json))
-        << ToJson(sampler.samples(), counts, checks, load_s).dump(1) << "\n";
+    const absl::Status written = WriteFileAtomically(
+        absl::GetFlag(FLAGS_json),
+        ToJson(sampler.samples(), counts, checks, load_s).dump(1) + "\n", 0644);
+    if (!written.ok())
+      std::fprintf(stderr, "soak: %s\n", written.ToString().c_str());
   }
   bool pass = true;
   for (const Check& k : checks) pass = pass && k.pass;

@@ -8,8 +8,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/check.h"
+#include "common/text_table.h"
 #include "httplib.h"
 
 namespace kvcanary::bench {
@@ -96,7 +99,7 @@ void Sampler::Loop(const std::atomic<bool>& stop) {
 
 void Sampler::Add(const std::string& label) {
   Sample s = Take(label);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (!samples_.empty() && s.t_s > samples_.back().t_s)
     s.requests_per_s =
         (s.done - samples_.back().done) / (s.t_s - samples_.back().t_s);
@@ -112,6 +115,17 @@ void Sampler::Add(const std::string& label) {
                  s.violations);
   }
   samples_.push_back(std::move(s));
+}
+
+std::vector<Sample> Sampler::samples() const {
+  absl::MutexLock lock(&mu_);
+  return samples_;
+}
+
+Sample Sampler::baseline() const {
+  absl::MutexLock lock(&mu_);
+  CHECK_LT(baseline_, samples_.size());
+  return samples_[baseline_];
 }
 
 Sample Sampler::Take(const std::string& label) const {
@@ -137,17 +151,29 @@ Sample Sampler::Take(const std::string& label) const {
 }
 
 void PrintSamples(const std::vector<Sample>& samples) {
-  std::printf(
-      "\n| sample | t (s) | done | req/s | router MiB | prefill MiB | decode "
-      "MiB | prefill used pages | decode used pages | violations |\n"
-      "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n");
-  for (const Sample& s : samples)
-    std::printf(
-        "| %s | %.1f | %ld | %.1f | %.1f | %.1f | %.1f | %ld | %ld | "
-        "%ld |\n",
-        s.label.c_str(), s.t_s, s.done, s.requests_per_s, s.rss_kib[0] / 1024.0,
-        s.rss_kib[1] / 1024.0, s.rss_kib[2] / 1024.0, s.used_pages[0],
-        s.used_pages[1], s.violations);
+  constexpr TextTable::Align kRight = TextTable::kRight;
+  TextTable table({{"sample"},
+                   {"t (s)", kRight},
+                   {"done", kRight},
+                   {"req/s", kRight},
+                   {"router MiB", kRight},
+                   {"prefill MiB", kRight},
+                   {"decode MiB", kRight},
+                   {"prefill used pages", kRight},
+                   {"decode used pages", kRight},
+                   {"violations", kRight}},
+                  TextTable::Markdown());
+  const auto mib = [](long kib) {
+    return absl::StrFormat("%.1f", kib / 1024.0);
+  };
+  for (const Sample& s : samples) {
+    table.AddRow({s.label, absl::StrFormat("%.1f", s.t_s), absl::StrCat(s.done),
+                  absl::StrFormat("%.1f", s.requests_per_s), mib(s.rss_kib[0]),
+                  mib(s.rss_kib[1]), mib(s.rss_kib[2]),
+                  absl::StrCat(s.used_pages[0]), absl::StrCat(s.used_pages[1]),
+                  absl::StrCat(s.violations)});
+  }
+  std::printf("\n%s", table.ToString().c_str());
 }
 
 }  // namespace kvcanary::bench

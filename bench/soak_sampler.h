@@ -6,9 +6,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace kvcanary::bench {
 
@@ -58,10 +60,10 @@ class Sampler {
   void Loop(const std::atomic<bool>& stop);
   void Add(const std::string& label);
 
-  // REQUIRES: Loop has returned.
-  const std::vector<Sample>& samples() const { return samples_; }
+  // The samples so far (a copy).
+  std::vector<Sample> samples() const;
   // The "10%" sample. REQUIRES: Loop has returned.
-  const Sample& baseline() const { return samples_[baseline_]; }
+  Sample baseline() const;
 
  private:
   Sample Take(const std::string& label) const;
@@ -70,9 +72,9 @@ class Sampler {
   const Clock::time_point t0_;
   const std::atomic<long>* done_;
   const long requests_;
-  std::mutex mu_;
-  std::vector<Sample> samples_;  // guarded by mu_
-  size_t baseline_ = 0;          // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::vector<Sample> samples_ ABSL_GUARDED_BY(mu_);
+  size_t baseline_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // The samples as a Markdown table, sizes in MiB.

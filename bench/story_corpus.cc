@@ -3,16 +3,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "canaries/templates.h"
 #include "common/check.h"
+#include "common/file.h"
 #include "engine/core/engine.h"
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
@@ -38,11 +39,9 @@ uint64_t Fnv1a(absl::string_view bytes, uint64_t hash = 0xcbf29ce484222325) {
   return hash;
 }
 
+// "" for a file that cannot be read (the hash then says "no such model").
 std::string FileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  return bytes.str();
+  return ReadFile(path).value_or("");
 }
 
 // stories260K and tok512 from shared_dir/models, or the embedded default
@@ -124,7 +123,9 @@ constexpr absl::string_view kCacheHeader = "kvcanary-bench-corpus v1";
 // Reads a corpus written by WriteCache; false if there is none or it is
 // cut short or malformed.
 bool ReadCache(const std::string& path, StoryCorpus* corpus) {
-  std::ifstream in(path, std::ios::binary);
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  if (!bytes.ok()) return false;
+  std::istringstream in(*std::move(bytes));
   std::string line;
   if (!std::getline(in, line) || !absl::StartsWith(line, kCacheHeader))
     return false;
@@ -145,16 +146,12 @@ bool ReadCache(const std::string& path, StoryCorpus* corpus) {
 // Best effort: false if the corpus could not be kept (it is generated
 // again next run).
 bool WriteCache(const std::string& path, const StoryCorpus& corpus) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << kCacheHeader << " " << corpus.completions.size() << "\n";
-    for (const std::string& c : corpus.completions) {
-      out << c.size() << "\n" << c << "\n";
-    }
-    if (!out.good()) return false;
+  std::string out =
+      absl::StrCat(kCacheHeader, " ", corpus.completions.size(), "\n");
+  for (const std::string& c : corpus.completions) {
+    absl::StrAppend(&out, c.size(), "\n", c, "\n");
   }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+  return WriteFileAtomically(path, out, 0644).ok();
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <climits>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/check.h"
 #include "common/wire.h"
 
@@ -84,14 +86,8 @@ MarkerSeed DeriveMarkerSeed(absl::string_view secret_key,
 }
 
 std::string HexEncode(absl::Span<const uint8_t> bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * bytes.size());
-  for (uint8_t b : bytes) {
-    hex.push_back(kDigits[b >> 4]);
-    hex.push_back(kDigits[b & 0x0f]);
-  }
-  return hex;
+  return absl::BytesToHexString(absl::string_view(
+      reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 }  // namespace kvcanary

@@ -1,21 +1,16 @@
 #include "storage/ed25519_key.h"
 
-#include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 
 namespace kvcanary::storage {
@@ -45,15 +40,6 @@ std::string BioContents(BIO* bio) {
   char* data = nullptr;
   const long n = BIO_get_mem_data(bio, &data);
   return std::string(data, n > 0 ? static_cast<size_t>(n) : 0);
-}
-
-absl::Status ErrnoStatus(int err, const std::string& what) {
-  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(message);
-  if (err == EACCES || err == EPERM || err == EROFS) {
-    return absl::PermissionDeniedError(message);
-  }
-  return absl::InternalError(message);
 }
 
 }  // namespace
@@ -114,7 +100,7 @@ absl::StatusOr<Ed25519Key> Ed25519Key::FromRawPublic(absl::string_view raw) {
 }
 
 absl::StatusOr<Ed25519Key> Ed25519Key::ReadPemFile(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string pem, ReadWholeFile(path));
+  ASSIGN_OR_RETURN(const std::string pem, ReadFile(path));
   absl::StatusOr<Ed25519Key> key = FromPem(pem);
   if (!key.ok()) {
     return absl::InvalidArgumentError(
@@ -180,46 +166,6 @@ bool Ed25519Key::Verify(absl::string_view message,
                        message.size()) == 1;
   ERR_clear_error();
   return ok;
-}
-
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents, int mode) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                      static_cast<mode_t>(mode));
-  if (fd < 0) return ErrnoStatus(errno, tmp);
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      close(fd);
-      unlink(tmp.c_str());
-      return ErrnoStatus(err, tmp);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoStatus(err, tmp);
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return ErrnoStatus(err, path);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus(errno, path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return ErrnoStatus(errno, path);
-  return out.str();
 }
 
 }  // namespace kvcanary::storage

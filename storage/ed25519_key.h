@@ -57,13 +57,6 @@ class Ed25519Key {
   bool has_private_ = false;
 };
 
-// Writes `contents` to `path` through a temporary file and rename, with
-// permission `mode` (0600 for a private key). Errors name the path.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view contents, int mode);
-// The whole file; kNotFound / kPermissionDenied / kInternal naming the path.
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
-
 }  // namespace kvcanary::storage
 
 #endif  // KVCANARY_STORAGE_ED25519_KEY_H_

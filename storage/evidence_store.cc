@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/check.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 
 namespace kvcanary::storage {
@@ -192,12 +193,7 @@ std::string CanonicalText(int64_t seq, absl::string_view kind,
 
 std::string HashOf(absl::string_view prev_hash,
                    absl::string_view canonical_text) {
-  const std::string input = absl::StrCat(prev_hash, "\n", canonical_text);
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(),
-         digest);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(digest), sizeof digest));
+  return Sha256Hex(absl::StrCat(prev_hash, "\n", canonical_text));
 }
 
 // --- Filters -----------------------------------------------------------------

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 
 namespace kvcanary::storage {
@@ -58,7 +59,7 @@ absl::StatusOr<std::vector<std::string>> CheckpointFiles(
 // hashes; empty otherwise.
 std::vector<MerkleHash> ReadLeavesBeside(const std::string& checkpoint_file) {
   const fs::path file = fs::path(checkpoint_file).parent_path() / kLeavesFile;
-  absl::StatusOr<std::string> bytes = ReadWholeFile(file.string());
+  absl::StatusOr<std::string> bytes = ReadFile(file.string());
   if (!bytes.ok() || bytes->size() % 32 != 0) return {};
   std::vector<MerkleHash> leaves(bytes->size() / 32);
   for (size_t i = 0; i < leaves.size(); ++i) {
@@ -276,7 +277,7 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(
     absl::StatusOr<std::vector<std::string>> old = CheckpointFiles(dir);
     if (!old.ok()) continue;  // none yet
     for (const std::string& file : *old) {
-      ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(file));
+      ASSIGN_OR_RETURN(const std::string bytes, ReadFile(file));
       absl::StatusOr<Checkpoint> prev = OpenCheckpoint(bytes, key);
       if (!prev.ok()) continue;  // another key's, or not ours to honour
       absl::StatusOr<MerkleHash> root = tree.Root(prev->tree_size);
@@ -318,7 +319,7 @@ CheckpointVerdict Check(const std::string& file, const Ed25519Key& key,
                         const std::vector<StoredRow>* rows) {
   CheckpointVerdict v;
   v.path = file;
-  absl::StatusOr<std::string> bytes = ReadWholeFile(file);
+  absl::StatusOr<std::string> bytes = ReadFile(file);
   absl::StatusOr<Checkpoint> c =
       bytes.ok() ? OpenCheckpoint(*bytes, key) : bytes.status();
   if (!c.ok()) {

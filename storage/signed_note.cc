@@ -1,7 +1,7 @@
 #include "storage/signed_note.h"
 
-#include <openssl/sha.h>
-
+#include <array>
+#include <cstdint>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 
 namespace kvcanary::storage {
@@ -121,9 +122,7 @@ uint32_t NoteKeyId(absl::string_view name, const Ed25519Key& key) {
       name, "\n",
       absl::string_view(reinterpret_cast<const char*>(&kEd25519Type), 1),
       key.RawPublic());
-  unsigned char digest[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(input.data()), input.size(),
-         digest);
+  const std::array<uint8_t, 32> digest = Sha256(input);
   return (uint32_t{digest[0]} << 24) | (uint32_t{digest[1]} << 16) |
          (uint32_t{digest[2]} << 8) | uint32_t{digest[3]};
 }

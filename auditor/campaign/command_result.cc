@@ -1,7 +1,8 @@
 #include "auditor/campaign/command_result.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace kvcanary::auditor {
 
@@ -15,7 +16,7 @@ void StartResult(CampaignResult* r, const std::string& command,
                  AuditorMetrics* metrics) {
   r->command = command;
   metrics->SetCommandDetectors(detectors);
-  r->started_us = absl::ToUnixMicros(absl::Now());
+  r->started_us = NowUs();
   r->campaign_id = NewCampaignId();
   r->target = target;
   r->db_path = db_path;

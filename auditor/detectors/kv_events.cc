@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/random.h"
 #include "common/status_macros.h"
 
 namespace kvcanary::auditor::kv_events {
@@ -524,7 +525,7 @@ std::vector<Finding> KvEventsFindings(const KvEventsOutcome& o) {
 KvEventsCheck::KvEventsCheck(SubscriberOptions options)
     : options_(std::move(options)),
       subscriber_(options_, &ledger_),
-      rng_(std::random_device{}()) {}
+      rng_(RandomU64()) {}
 
 absl::Status KvEventsCheck::Start() { return subscriber_.Start(); }
 

@@ -13,6 +13,7 @@
 #include "auditor/evidence/tlog_commands.h"
 #include "auditor/result/finding.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "storage/evidence_tlog.h"
 #include "storage/merkle.h"
@@ -103,7 +104,7 @@ absl::Status WriteFiles(const std::string& dir,
     if (ec)
       return absl::InternalError(
           absl::StrCat(full.string(), ": ", ec.message()));
-    RETURN_IF_ERROR(storage::WriteFileAtomically(full.string(), bytes, 0644));
+    RETURN_IF_ERROR(WriteFileAtomically(full.string(), bytes, 0644));
   }
   return absl::OkStatus();
 }
@@ -143,7 +144,7 @@ absl::StatusOr<int64_t> EvidenceFiles(const LogSnapshot& s,
 
 absl::StatusOr<ExportedBundle> WriteBundle(const ExportOptions& o,
                                            const storage::Ed25519Key& key) {
-  const int64_t now_us = absl::ToUnixMicros(absl::Now());
+  const int64_t now_us = NowUs();
   ExportedBundle b;
   BundleHeader& h = b.header;
   h.origin = o.origin.empty() ? DefaultOrigin() : o.origin;

@@ -13,6 +13,7 @@
 #include "auditor/evidence/tlog_commands.h"
 #include "auditor/result/finding.h"
 #include "common/clock.h"
+#include "common/file.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -90,7 +91,7 @@ class Checker {
         Problem(rel, "", "not a regular file");
         continue;
       }
-      ASSIGN_OR_RETURN(files_[rel], storage::ReadWholeFile(it->path()));
+      ASSIGN_OR_RETURN(files_[rel], ReadFile(it->path()));
     }
     if (ec) return absl::InternalError(absl::StrCat(dir_, ": ", ec.message()));
     return absl::OkStatus();

@@ -11,6 +11,7 @@
 #include "auditor/evidence/tlog_commands.h"
 #include "auditor/result/finding.h"
 #include "auditor/result/incidents.h"
+#include "common/text_table.h"
 #include "nlohmann/json.hpp"
 #include "storage/evidence_store.h"
 
@@ -25,24 +26,28 @@ int Fail(const absl::Status& s) {
 
 // Raw finding rows, one line each, never cut mid-field.
 void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
-  std::printf("%-6s %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n", "SEQ",
-              "CAMPAIGN", "KIND", "SEVERITY", "DETECTOR", "WRITER", "READER",
-              "PROBE", "ENGINE_REQUEST/PAGE");
+  TextTable table({{"SEQ", TextTable::kLeft, 6},
+                   {"CAMPAIGN", TextTable::kLeft, 26},
+                   {"KIND", TextTable::kLeft, 26},
+                   {"SEVERITY", TextTable::kLeft, 9},
+                   {"DETECTOR", TextTable::kLeft, 12},
+                   {"WRITER", TextTable::kLeft, 12},
+                   {"READER", TextTable::kLeft, 12},
+                   {"PROBE", TextTable::kLeft, 6},
+                   {"ENGINE_REQUEST/PAGE"}},
+                  TextTable::Plain(1));
   for (const storage::EvidenceRow& r : rows) {
     const nlohmann::json& b = r.record.body;
     const nlohmann::json d = b.value("detail", nlohmann::json::object());
     std::string where = absl::StrCat(b.value("engine_request", uint64_t{0}));
     if (d.contains("page")) absl::StrAppend(&where, "/", d["page"].dump());
     auto dash = [](const std::string& s) { return s.empty() ? "-" : s; };
-    std::printf(
-        "%-6lld %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n",
-        static_cast<long long>(r.seq), r.record.campaign.c_str(),
-        b.value("kind", "").c_str(), b.value("severity", "").c_str(),
-        b.value("detector", "").c_str(), dash(b.value("writer", "")).c_str(),
-        dash(b.value("reader", "")).c_str(),
-        b.contains("probe") ? b["probe"].dump().c_str() : "-", where.c_str());
+    table.AddRow({absl::StrCat(r.seq), r.record.campaign, b.value("kind", ""),
+                  b.value("severity", ""), b.value("detector", ""),
+                  dash(b.value("writer", "")), dash(b.value("reader", "")),
+                  b.contains("probe") ? b["probe"].dump() : "-", where});
   }
-  std::printf("%zu finding rows\n", rows.size());
+  std::printf("%s%zu finding rows\n", table.ToString().c_str(), rows.size());
 }
 
 // The rows of `kind` (of `campaign`, if given).

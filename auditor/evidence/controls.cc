@@ -1,8 +1,6 @@
 #include "auditor/evidence/controls.h"
 
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -10,6 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "auditor/reports/report_util.h"
+#include "common/file.h"
+#include "common/status_macros.h"
 
 namespace kvcanary::auditor {
 std::string RecordString(const nlohmann::json& j, const char* key,
@@ -251,11 +251,8 @@ absl::StatusOr<std::vector<Control>> ParseControls(absl::string_view text) {
 }
 
 absl::StatusOr<std::vector<Control>> LoadControls(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseControls(ss.str());
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  return ParseControls(text);
 }
 
 bool IsOpenIncident(const json& incident) {

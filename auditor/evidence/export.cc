@@ -1,8 +1,6 @@
 #include "auditor/evidence/export.h"
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -13,6 +11,7 @@
 #include "auditor/evidence/controls.h"
 #include "auditor/evidence/controls_default.h"
 #include "auditor/evidence/oscal.h"
+#include "common/file.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -49,15 +48,13 @@ absl::StatusOr<std::map<std::string, std::string>> DerivedBundleFiles(
 int ExportCommand(ExportOptions o, const std::string& controls_path) {
   std::string controls_json = DefaultControlsJson();
   if (!controls_path.empty()) {
-    std::ifstream in(controls_path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    if (!in) {
-      std::fprintf(stderr, "kvcanary-auditor: --controls %s: unreadable\n",
-                   controls_path.c_str());
+    absl::StatusOr<std::string> text = ReadFile(controls_path);
+    if (!text.ok()) {
+      std::fprintf(stderr, "kvcanary-auditor: --controls %s\n",
+                   std::string(text.status().message()).c_str());
       return 2;
     }
-    controls_json = ss.str();
+    controls_json = *std::move(text);
   }
   // Checked before anything is read, so a bad map is a clear error.
   if (absl::Status s = ParseControls(controls_json).status(); !s.ok()) {

@@ -1,11 +1,10 @@
 #include "auditor/evidence/log.h"
 
-#include <random>
-
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/random.h"
 
 namespace kvcanary::auditor {
 
@@ -22,7 +21,7 @@ absl::Status EvidenceLog::Record(const std::string& kind, nlohmann::json body,
   storage::EvidenceRecord r;
   r.kind = kind;
   r.campaign = campaign_;
-  r.ts_us = absl::ToUnixMicros(absl::Now());
+  r.ts_us = NowUs();
   r.body = std::move(body);
   pending_.push_back(std::move(r));
   if (flush || pending_.size() >= 64) return Flush();
@@ -42,12 +41,9 @@ absl::Status EvidenceLog::Flush() {
 }
 
 std::string NewCampaignId() {
-  std::random_device rd;
-  std::string raw;
-  for (int i = 0; i < 4; ++i) raw.push_back(static_cast<char>(rd() & 0xff));
   return absl::StrCat(
       "c", absl::FormatTime("%Y%m%dT%H%M%S", absl::Now(), absl::UTCTimeZone()),
-      "-", absl::BytesToHexString(raw));
+      "-", RandomHex(4));
 }
 
 }  // namespace kvcanary::auditor

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "nlohmann/json.hpp"
 #include "storage/ed25519_key.h"
 #include "storage/evidence_tlog.h"
@@ -61,13 +62,11 @@ int Keygen(const KeygenOptions& o) {
   }
   absl::StatusOr<storage::Ed25519Key> key = storage::Ed25519Key::Generate();
   if (!key.ok()) return Error(key.status());
-  if (absl::Status s =
-          storage::WriteFileAtomically(o.out, key->PrivatePem(), 0600);
+  if (absl::Status s = WriteFileAtomically(o.out, key->PrivatePem(), 0600);
       !s.ok()) {
     return Error(s);
   }
-  if (absl::Status s =
-          storage::WriteFileAtomically(pub, key->PublicPem(), 0644);
+  if (absl::Status s = WriteFileAtomically(pub, key->PublicPem(), 0644);
       !s.ok()) {
     return Error(s);
   }

@@ -1,10 +1,10 @@
 #include "auditor/kv_events/ledger.h"
 
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "common/check.h"
+#include "common/random.h"
 
 namespace kvcanary::auditor::kv_events {
 namespace {
@@ -17,10 +17,7 @@ uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
   return x ^ (x >> 31);
 }
 
-uint64_t RandomKey() {
-  std::random_device rd;
-  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ 1;
-}
+uint64_t RandomKey() { return RandomU64(); }
 
 const char* BreakName(Break::Kind k) {
   switch (k) {

@@ -137,19 +137,19 @@ void AuditorMetrics::RegisterStreamCounters() {
 
 void AuditorMetrics::CountProbe(const std::string& kind,
                                 const std::string& outcome) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   probes_->Add({{"kind", kind}, {"outcome", outcome}}).Increment();
 }
 
 void AuditorMetrics::CountFinding(const std::string& kind,
                                   const std::string& severity) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   findings_->Add({{"kind", kind}, {"severity", severity}}).Increment();
 }
 
 void AuditorMetrics::SetPositiveControls(
     const std::map<std::string, bool>& passed) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   for (const char* d : kDetectorNames) {
     prometheus::Gauge& g = positive_control_->Add({{"detector", d}});
     auto it = passed.find(d);
@@ -162,18 +162,18 @@ void AuditorMetrics::SetPositiveControls(
 }
 
 void AuditorMetrics::SetCommandDetectors(std::vector<std::string> names) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   command_detectors_ = std::move(names);
 }
 
 void AuditorMetrics::CountTraceEvents(double consumed, double dropped) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   trace_consumed_->Increment(consumed);
   trace_dropped_->Increment(dropped);
 }
 
 void AuditorMetrics::CountKvEvents(const kv_events::LedgerStats& stream) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   kv_ingested_->Increment(static_cast<double>(stream.messages));
   kv_replayed_->Increment(static_cast<double>(stream.replayed_messages));
   kv_missing_->Increment(static_cast<double>(stream.missing_messages));
@@ -184,7 +184,7 @@ void AuditorMetrics::CountKvEvents(const kv_events::LedgerStats& stream) {
 void AuditorMetrics::CampaignEnded(
     Verdict verdict, const std::vector<DetectorCoverage>& detectors,
     double seconds, double unix_time) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   duration_->Set(seconds);
   for (Verdict v : kVerdicts) {
     last_verdict_->Add({{"verdict", VerdictName(v)}}).Set(v == verdict ? 1 : 0);
@@ -215,7 +215,7 @@ void AuditorMetrics::CampaignEnded(
 }
 
 std::string AuditorMetrics::Serialize() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

@@ -8,10 +8,11 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "auditor/kv_events/ledger.h"
 #include "auditor/result/coverage.h"
 #include "prometheus/counter.h"
@@ -25,6 +26,8 @@ namespace kvcanary::auditor {
 extern const std::vector<std::pair<const char*, const char*>>
     kFindingKindSeverities;
 
+// Thread-safe: every method takes mu_ (probes are counted from many
+// threads while /metrics serializes).
 class AuditorMetrics {
  public:
   AuditorMetrics();
@@ -73,8 +76,8 @@ class AuditorMetrics {
   prometheus::Counter* kv_restarts_;
   prometheus::Gauge* last_success_;
   prometheus::Gauge* duration_;
-  std::vector<std::string> command_detectors_;  // guarded by mu_
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
+  std::vector<std::string> command_detectors_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvcanary::auditor

@@ -7,26 +7,28 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "auditor/result/incidents.h"
+#include "common/text_table.h"
 
 namespace kvcanary::auditor {
 
 // The detector table: state, floor and coverage side by side.
 std::string DetectorTable(const std::vector<DetectorCoverage>& detectors) {
-  std::string out = absl::StrFormat("%-12s %-13s %-5s %-8s %s\n", "DETECTOR",
-                                    "STATE", "FLOOR", "REQUIRED", "COVERAGE");
+  TextTable table({{"DETECTOR", TextTable::kLeft, 12},
+                   {"STATE", TextTable::kLeft, 13},
+                   {"FLOOR", TextTable::kLeft, 5},
+                   {"REQUIRED", TextTable::kLeft, 8},
+                   {"COVERAGE"}},
+                  TextTable::Plain(1));
   for (const DetectorCoverage& d : detectors) {
-    absl::StrAppendFormat(
-        &out, "%-12s %-13s %-5d %-8s %s\n", d.name, DetectorStateName(d.state),
-        d.floor, d.required ? "yes" : "no",
-        d.coverage.empty() ? std::string("-")
-                           : absl::StrCat(d.CoverageText(), " (", d.unit, ")"));
-    if (!d.reason.empty())
-      absl::StrAppend(&out, "             ", d.reason, "\n");
-    for (const std::string& n : d.notes) {
-      absl::StrAppend(&out, "             note: ", n, "\n");
-    }
+    table.AddRow({d.name, DetectorStateName(d.state), absl::StrCat(d.floor),
+                  d.required ? "yes" : "no",
+                  d.coverage.empty()
+                      ? std::string("-")
+                      : absl::StrCat(d.CoverageText(), " (", d.unit, ")")});
+    if (!d.reason.empty()) table.AddNote(1, d.reason);
+    for (const std::string& n : d.notes) table.AddNote(1, "note: " + n);
   }
-  return out;
+  return table.ToString();
 }
 
 namespace {
@@ -45,6 +47,11 @@ void AppendCommandDetails(const CampaignResult& r, int max_lines,
     absl::StrAppendFormat(out, "%s", DetectorTable(r.detectors).c_str());
   }
   int passed = 0, skipped = 0, shown = 0;
+  TextTable failed({{"", TextTable::kLeft, 7},
+                    {"", TextTable::kLeft, 14},
+                    {"", TextTable::kLeft, 28},
+                    {""}},
+                   TextTable::Plain(1, "  "));
   for (const Check& c : r.checks) {
     if (c.state == "passed" || c.state == "skipped") {
       passed += c.state == "passed";
@@ -52,11 +59,10 @@ void AppendCommandDetails(const CampaignResult& r, int max_lines,
       continue;
     }
     if (shown++ < max_lines) {
-      absl::StrAppendFormat(out, "  %-7s %-14s %-28s %s\n", c.state.c_str(),
-                            c.check.c_str(), c.subject.c_str(),
-                            c.message.c_str());
+      failed.AddRow({c.state, c.check, c.subject, c.message});
     }
   }
+  absl::StrAppend(out, failed.ToString());
   if (!r.checks.empty()) {
     absl::StrAppendFormat(
         out, "checks: %zu: %d passed, %d skipped, %zu failed or in error%s\n",

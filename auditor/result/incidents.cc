@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "common/clock.h"
 #include "common/sha256.h"
+#include "common/text_table.h"
 
 namespace kvcanary::auditor {
 
@@ -187,35 +188,25 @@ std::vector<Incident> GroupIncidents(const std::string& campaign,
 
 std::string IncidentTable(const std::vector<Incident>& incidents,
                           int max_lines) {
-  std::vector<std::vector<std::string>> rows = {{"WRITER", "READER", "KIND",
-                                                 "SEVERITY", "ROWS", "REQUESTS",
-                                                 "PAGES", "WHERE", "ID"}};
+  TextTable table({{"WRITER"},
+                   {"READER"},
+                   {"KIND"},
+                   {"SEVERITY"},
+                   {"ROWS"},
+                   {"REQUESTS"},
+                   {"PAGES"},
+                   {"WHERE"},
+                   {"ID"}});
   const size_t shown =
       std::min(incidents.size(), static_cast<size_t>(std::max(0, max_lines)));
   for (size_t n = 0; n < shown; ++n) {
     const Incident& i = incidents[n];
-    rows.push_back({OrDash(i.writer), OrDash(i.reader), i.kind,
-                    SeverityName(i.severity), absl::StrCat(i.rows),
-                    absl::StrCat(i.requests.size()),
-                    absl::StrCat(i.pages.size()), Where(i.key), i.id});
+    table.AddRow({OrDash(i.writer), OrDash(i.reader), i.kind,
+                  SeverityName(i.severity), absl::StrCat(i.rows),
+                  absl::StrCat(i.requests.size()), absl::StrCat(i.pages.size()),
+                  Where(i.key), i.id});
   }
-  std::vector<size_t> width(rows[0].size(), 0);
-  for (const auto& r : rows) {
-    for (size_t c = 0; c < r.size(); ++c) {
-      width[c] = std::max(width[c], r[c].size());
-    }
-  }
-  std::string out;
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t c = 0; c < r.size(); ++c) {
-      absl::StrAppend(&line, r[c],
-                      c + 1 == r.size()
-                          ? ""
-                          : std::string(width[c] + 2 - r[c].size(), ' '));
-    }
-    absl::StrAppend(&out, line, "\n");
-  }
+  std::string out = table.ToString();
   if (shown < incidents.size()) {
     absl::StrAppend(&out, "... and ", incidents.size() - shown,
                     " more incidents\n");

@@ -3,13 +3,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/random.h"
 
 namespace kvcanary::auditor {
 namespace {
 constexpr absl::string_view kBoundaryUnit = " Tom had a red ball.";
 }  // namespace
 
-CacheBuster::CacheBuster() : rng_(std::random_device{}()) {}
+CacheBuster::CacheBuster() : rng_(RandomU64()) {}
 
 std::string CacheBuster::Next() {
   return absl::StrFormat("Ticket %010u.", rng_() % 10000000000ull);

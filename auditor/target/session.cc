@@ -75,8 +75,8 @@ void TargetSession::NoteTransport(const Completion& c) {
   }
   if (++consecutive_failures_ >= o_.max_consecutive_failures && down_.ok()) {
     down_ = absl::UnavailableError(absl::StrCat(
-        "target down at ", Rfc3339Utc(absl::ToUnixMicros(absl::Now())), ": ",
-        consecutive_failures_, " consecutive requests to ", o_.target,
+        "target down at ", Rfc3339Utc(NowUs()), ": ", consecutive_failures_,
+        " consecutive requests to ", o_.target,
         " got no HTTP answer (last: ", c.error.message(), ")"));
   }
 }

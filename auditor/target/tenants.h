@@ -13,11 +13,12 @@ struct AuditTenant {
   std::string name;
   std::string api_key;
 };
-// A tenants file: {"tenants": [{"id": "acme", "api_key": "sk-..."}]}; the
-// engine's format ("api_keys": [...], the first key is used) is accepted
-// too, so one file serves both. Errors name the file and the problem; at
-// least two tenants are required (a leak needs a victim and a reader), and
-// no two may share a name or a key.
+// A tenants file (common/tenants_file.h): {"tenants": [{"id": "acme",
+// "api_key": "sk-..."}]}, or the engine's "api_keys": [...] (the first key
+// is used), so one file serves both; fields the auditor does not know are
+// ignored. Errors name the file and the problem; at least two tenants are
+// required (a leak needs a victim and a reader), and no two may share a name
+// or a key.
 absl::StatusOr<std::vector<AuditTenant>> LoadAuditTenants(
     const std::string& path);
 

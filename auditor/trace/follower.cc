@@ -2,15 +2,14 @@
 
 #include <curl/curl.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "auditor/detectors/test_break.h"
 #include "auditor/target/http_client.h"
+#include "common/clock.h"
+#include "common/file.h"
 
 namespace kvcanary::auditor {
 
@@ -28,11 +27,9 @@ absl::StatusOr<std::vector<std::string>> NormalizeTraceUrls(
 
 absl::StatusOr<std::string> ReadTraceToken(const std::string& path) {
   if (path.empty()) return std::string();
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(ss.str()));
-  if (!in || token.empty()) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  std::string token(absl::StripAsciiWhitespace(text.ok() ? *text : ""));
+  if (token.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--trace-token-file ", path, ": unreadable or empty"));
   }
@@ -56,12 +53,11 @@ size_t TraceFollower::OnHeader(char* data, size_t size, size_t n, void* p) {
     long code = 0;
     const size_t sp = line.find(' ');
     if (sp != absl::string_view::npos) code = std::atol(line.data() + sp + 1);
-    std::lock_guard<std::mutex> lock(self->mu_);
+    absl::MutexLock lock(&self->mu_);
     self->http_status_ = code;
   } else if (line == "\r\n" || line == "\n") {
-    std::lock_guard<std::mutex> lock(self->mu_);
+    absl::MutexLock lock(&self->mu_);
     self->answered_ = true;
-    self->answered_cv_.notify_all();
   }
   return size * n;
 }
@@ -69,13 +65,13 @@ size_t TraceFollower::OnHeader(char* data, size_t size, size_t n, void* p) {
 size_t TraceFollower::OnData(char* data, size_t size, size_t n, void* p) {
   auto* self = static_cast<TraceFollower*>(p);
   {
-    std::lock_guard<std::mutex> lock(self->mu_);
+    absl::MutexLock lock(&self->mu_);
     if (self->http_status_ != 200) return size * n;  // an error body
   }
   self->reader_.Feed(absl::string_view(data, size * n));
   while (true) {
     auto event = self->reader_.Next();
-    std::lock_guard<std::mutex> lock(self->mu_);
+    absl::MutexLock lock(&self->mu_);
     if (!event.ok()) {
       self->status_ = event.status();
       return 0;  // aborts the transfer
@@ -85,7 +81,7 @@ size_t TraceFollower::OnData(char* data, size_t size, size_t n, void* p) {
     if ((*event)->type == TraceEventType::kPageRead && TestBroken("trace")) {
       continue;
     }
-    self->ledger_.Apply(**event, absl::ToUnixMicros(absl::Now()));
+    self->ledger_.Apply(**event, NowUs());
   }
   return size * n;
 }
@@ -96,9 +92,11 @@ int TraceFollower::OnProgress(void* p, long, long, long, long) {
 
 absl::Status TraceFollower::Start(absl::Duration connect_timeout) {
   thread_ = std::thread([this] { Run(); });
-  std::unique_lock<std::mutex> lock(mu_);
-  answered_cv_.wait_for(lock, absl::ToChronoMilliseconds(connect_timeout),
-                        [this] { return answered_ || !status_.ok(); });
+  absl::MutexLock lock(&mu_);
+  const auto answered_or_failed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return answered_ || !status_.ok();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&answered_or_failed), connect_timeout);
   // A refusal's body is short: the stream may have ended (status_ set)
   // before this thread looked; the answer's status is what tells.
   if (!status_.ok() && !(answered_ && http_status_ != 200)) return status_;
@@ -125,9 +123,8 @@ absl::Status TraceFollower::Start(absl::Duration connect_timeout) {
 void TraceFollower::Run() {
   CURL* curl = curl_easy_init();
   if (curl == nullptr) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     status_ = absl::InternalError("curl_easy_init failed");
-    answered_cv_.notify_all();
     return;
   }
   const std::string url = url_ + "/v1/trace";
@@ -162,7 +159,7 @@ void TraceFollower::Run() {
   const CURLcode rc = curl_easy_perform(curl);
   curl_easy_cleanup(curl);
   curl_slist_free_all(headers);
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (rc != CURLE_OK && !(rc == CURLE_ABORTED_BY_CALLBACK && stop_.load()) &&
       status_.ok()) {
     status_ = StatusFromCurl(rc, url, error);
@@ -171,7 +168,6 @@ void TraceFollower::Run() {
     status_ =
         absl::UnavailableError(absl::StrCat(url, ": the trace stream ended"));
   }
-  answered_cv_.notify_all();
 }
 
 absl::Status TraceFollower::Stop(absl::Duration grace) {
@@ -179,22 +175,22 @@ absl::Status TraceFollower::Stop(absl::Duration grace) {
   absl::SleepFor(grace);
   stop_ = true;
   thread_.join();
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return status_;
 }
 
 std::vector<LedgerFinding> TraceFollower::findings() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return ledger_.findings();
 }
 
 LedgerStats TraceFollower::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return ledger_.stats();
 }
 
 absl::flat_hash_map<uint64_t, uint32_t> TraceFollower::request_tenants() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return ledger_.request_tenants();
 }
 

@@ -6,8 +6,6 @@
 #define KVCANARY_AUDITOR_TRACE_FOLLOWER_H_
 
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "auditor/trace/shadow_ledger.h"
 #include "common/tls.h"
@@ -33,6 +32,9 @@ absl::StatusOr<std::string> ReadTraceToken(const std::string& path);
 absl::StatusOr<std::vector<std::string>> NormalizeTraceUrls(
     std::vector<std::string> urls);
 
+// Start, Stop and the destructor belong to one owning thread; findings(),
+// stats() and request_tenants() are thread-safe. libcurl's callbacks run on
+// the follower's own thread and share the answer and the ledger under mu_.
 class TraceFollower {
  public:
   // `token`: sent as "Authorization: Bearer <token>"; "" sends none.
@@ -71,13 +73,12 @@ class TraceFollower {
   const tls::Files tls_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  mutable std::mutex mu_;
-  std::condition_variable answered_cv_;
-  bool answered_ = false;   // guarded by mu_
-  long http_status_ = 0;    // guarded by mu_
-  absl::Status status_;     // guarded by mu_
+  mutable absl::Mutex mu_;
+  bool answered_ ABSL_GUARDED_BY(mu_) = false;
+  long http_status_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
   TraceLineReader reader_;  // follower thread only
-  ShadowLedger ledger_;     // guarded by mu_
+  ShadowLedger ledger_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvcanary::auditor

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "common/text_table.h"
 #include "engine/core/engine.h"
 
 namespace kvcanary::engine {
@@ -90,19 +91,25 @@ absl::StatusOr<std::vector<Request>> SubmitInWaves(Engine& engine,
 // request recorded a watermark violation.
 absl::Status ReportCleanRun(const Engine& engine,
                             const std::vector<Request>& requests, FILE* out) {
-  std::fprintf(out, "\n%-8s %-7s %-7s %-7s %-7s %-10s %s\n", "request",
-               "tenant", "prompt", "tokens", "finish", "violations",
-               "output hash");
+  TextTable table({{"request", TextTable::kLeft, 8},
+                   {"tenant", TextTable::kLeft, 7},
+                   {"prompt", TextTable::kLeft, 7},
+                   {"tokens", TextTable::kLeft, 7},
+                   {"finish", TextTable::kLeft, 7},
+                   {"violations", TextTable::kLeft, 10},
+                   {"output hash"}},
+                  TextTable::Plain(1));
   int violations = 0;
   for (const Request& r : requests) {
     const Sequence& s = *engine.Get(r.id);
     violations += static_cast<int>(s.violations.size());
-    std::fprintf(out, "%-8llu %-7u %-7zu %-7zu %-7s %-10zu %08x\n",
-                 static_cast<unsigned long long>(r.id.value()),
-                 r.tenant.value(), s.prompt.size(), s.output.size(),
-                 FinishReasonName(s.state.finish_reason()), s.violations.size(),
-                 Hash32(s.output));
+    table.AddRow({absl::StrCat(r.id.value()), absl::StrCat(r.tenant.value()),
+                  absl::StrCat(s.prompt.size()), absl::StrCat(s.output.size()),
+                  FinishReasonName(s.state.finish_reason()),
+                  absl::StrCat(s.violations.size()),
+                  absl::StrFormat("%08x", Hash32(s.output))});
   }
+  std::fprintf(out, "\n%s", table.ToString().c_str());
   std::fprintf(out,
                "clean run: %zu requests, %d watermark violations, %d pages in "
                "use after\n",

@@ -2,12 +2,12 @@
 
 #include <unistd.h>
 
-#include <fstream>
 #include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "engine/nodes/serve.h"
 #include "httplib.h"
@@ -119,9 +119,10 @@ absl::Status RunIncidentDemo(const std::vector<std::string>& model_args,
                              FILE* out) {
   const std::string tenants =
       absl::StrCat("/tmp/kvcanary-demo-tenants-", getpid(), ".json");
-  std::ofstream(tenants) << R"({"tenants": [
+  RETURN_IF_ERROR(WriteFileAtomically(tenants, R"({"tenants": [
       {"id": "acme", "api_keys": ["sk-acme-demo"]},
-      {"id": "globex", "api_keys": ["sk-globex-demo"]}]})";
+      {"id": "globex", "api_keys": ["sk-globex-demo"]}]})",
+                                      0644));
   std::fprintf(out,
                "\n== disaggregated: router + prefill + decode processes, "
                "tenants acme (1) "

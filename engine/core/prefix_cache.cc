@@ -1,12 +1,11 @@
 #include "engine/core/prefix_cache.h"
 
-#include <openssl/sha.h>
-
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/random.h"
+#include "common/sha256.h"
 #include "common/wire.h"
 
 namespace kvcanary::engine {
@@ -51,11 +50,8 @@ PrefixCache::PrefixCache(PagePool* pool, PrefixCacheMode mode, bool weak_keys,
                          TraceBus* trace)
     : pool_(pool), mode_(mode), weak_keys_(weak_keys), trace_(trace) {
   CHECK(mode != PrefixCacheMode::kOff);
-  std::random_device rd;
-  for (size_t i = 0; i < secret_.size(); i += 4) {
-    const uint32_t r = rd();
-    std::memcpy(secret_.data() + i, &r, 4);
-  }
+  const std::string secret = RandomBytes(static_cast<int>(secret_.size()));
+  std::memcpy(secret_.data(), secret.data(), secret_.size());
 }
 
 uint32_t PrefixCache::WeakHash(uint32_t parent, const int* tokens, int n) {
@@ -72,10 +68,7 @@ PrefixCache::Key PrefixCache::Salt(TenantId tenant) const {
   // Global mode: one salt for everybody (tenant 0 names nobody).
   PutFixed32(&in, mode_ == PrefixCacheMode::kGlobal ? kNoTenant.value()
                                                     : tenant.value());
-  Key salt;
-  SHA256(reinterpret_cast<const unsigned char*>(in.data()), in.size(),
-         salt.data());
-  return salt;
+  return Sha256(in);
 }
 
 std::vector<PrefixCache::Key> PrefixCache::Keys(TenantId tenant,
@@ -101,9 +94,7 @@ std::vector<PrefixCache::Key> PrefixCache::Keys(TenantId tenant,
   for (int p = 0; p < num_pages; ++p) {
     in.assign(reinterpret_cast<const char*>(parent.data()), parent.size());
     AppendTokens(tokens.data() + p * pt, pt, &in);
-    Key k;
-    SHA256(reinterpret_cast<const unsigned char*>(in.data()), in.size(),
-           k.data());
+    const Key k = Sha256(in);
     keys.push_back(k);
     parent = k;
   }

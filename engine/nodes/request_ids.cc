@@ -1,6 +1,6 @@
 #include "engine/nodes/request_ids.h"
 
-#include <random>
+#include "common/random.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -20,8 +20,7 @@ uint32_t RequestIdEpoch(RequestId id) {
 }
 
 uint32_t RandomRequestIdEpoch() {
-  std::random_device rd;
-  return rd() & kEpochMask;
+  return static_cast<uint32_t>(RandomU64()) & kEpochMask;
 }
 
 RequestIdSequence::RequestIdSequence(uint32_t epoch)

@@ -28,7 +28,7 @@ inline constexpr int kRequestIdEpochBits = 23;
 RequestId ComposeRequestId(uint32_t epoch, uint64_t n);
 // The epoch an id was given out under.
 uint32_t RequestIdEpoch(RequestId id);
-// A random epoch (std::random_device).
+// A random epoch (OpenSSL's RAND_bytes, common/random.h).
 uint32_t RandomRequestIdEpoch();
 
 // Thread-safe.

@@ -1,10 +1,10 @@
 #include "engine/nodes/supervisor_status.h"
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
+#include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::engine {
@@ -81,26 +81,13 @@ absl::StatusOr<SupervisorStatus> SupervisorStatus::Decode(
 absl::Status SupervisorStatus::WriteFile(const std::string& path) const {
   std::string text;
   EncodeTo(&text);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, text, 0644);
 }
 
 absl::StatusOr<SupervisorStatus> SupervisorStatus::ReadFile(
     const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream text;
-  text << f.rdbuf();
-  return Decode(text.str());
+  ASSIGN_OR_RETURN(const std::string text, ::kvcanary::ReadFile(path));
+  return Decode(text);
 }
 
 }  // namespace kvcanary::engine

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
+#include "common/tenants_file.h"
 
 namespace kvcanary::engine {
 
@@ -31,14 +32,15 @@ struct Tenant {
 // Immutable after loading; thread-safe for concurrent use.
 class TenantRegistry {
  public:
-  // kNotFound if `path` cannot be read; otherwise as Parse() with the path
-  // as source name.
+  // kNotFound naming the path if it cannot be read; otherwise as Parse()
+  // with the path as source name.
   static absl::StatusOr<TenantRegistry> LoadFile(const std::string& path);
-  // kInvalidArgument naming `source_name` and the JSON path of the problem:
-  // not JSON, missing or wrongly typed fields, unknown fields (a typo in a
-  // limit must not silently drop it), no tenants, an empty or duplicate
-  // tenant id, an empty key or one with whitespace or control characters,
-  // a key listed twice (within or across tenants).
+  // kInvalidArgument naming `source_name` and the JSON path of the problem
+  // (common/tenants_file.h's rules): not JSON, missing or wrongly typed
+  // fields, unknown fields (a typo in a limit must not silently drop it),
+  // no tenants, an empty or duplicate tenant id, an empty key or one with
+  // whitespace or control characters, a key listed twice (within or across
+  // tenants).
   static absl::StatusOr<TenantRegistry> Parse(absl::string_view json,
                                               absl::string_view source_name);
 
@@ -57,6 +59,8 @@ class TenantRegistry {
 
  private:
   TenantRegistry() = default;
+  // Tenant i of `entries` becomes TenantId(i + 1); the keys' text is wiped.
+  static TenantRegistry FromEntries(std::vector<TenantsFileEntry> entries);
 
   std::vector<Tenant> tenants_;  // tenants_[i].id == i + 1
   // SHA-256(key) as 32 raw bytes -> index into tenants_.

@@ -4,18 +4,16 @@
 #include <openssl/crypto.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
-#include <openssl/sha.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/file.h"
+#include "common/sha256.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -27,12 +25,6 @@ std::array<uint8_t, N> RandomBytes() {
   std::array<uint8_t, N> out;
   CHECK(RAND_bytes(out.data(), static_cast<int>(N)) == 1);
   return out;
-}
-
-std::array<uint8_t, SHA256_DIGEST_LENGTH> Sha256(absl::string_view s) {
-  std::array<uint8_t, SHA256_DIGEST_LENGTH> d;
-  SHA256(reinterpret_cast<const uint8_t*>(s.data()), s.size(), d.data());
-  return d;
 }
 
 }  // namespace
@@ -51,13 +43,13 @@ absl::StatusOr<SharedSecret> SharedSecret::FromFile(const std::string& path) {
         absl::StrCat("secret file ", path,
                      " is readable by group or others (chmod 600 it)"));
   }
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read secret file ", path));
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) {
+    return absl::Status(
+        text.status().code(),
+        absl::StrCat("cannot read secret file ", text.status().message()));
   }
-  std::string secret(absl::StripAsciiWhitespace(ss.str()));
+  std::string secret(absl::StripAsciiWhitespace(*text));
   if (secret.size() < kMinSecretBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("secret file ", path, " holds fewer than ",

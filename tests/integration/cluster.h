@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/random.h"
 #include "common/trace_event.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -66,11 +67,7 @@ inline std::string WriteSecretFile() {
   std::remove(path.c_str());
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return "";
-  static const char kHex[] = "0123456789abcdef";
-  std::string secret;
-  std::random_device rd;
-  for (int i = 0; i < 64; ++i) secret.push_back(kHex[rd() % 16]);
-  secret.push_back('\n');
+  const std::string secret = RandomHex(32) + "\n";
   const bool ok = write(fd, secret.data(), secret.size()) ==
                   static_cast<ssize_t>(secret.size());
   close(fd);

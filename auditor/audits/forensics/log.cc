@@ -2,14 +2,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/file.h"
 
 namespace kvcanary::auditor {
 
@@ -305,14 +304,13 @@ absl::StatusOr<LogFormat> LogFormat::Load(const std::string& name,
     return absl::InvalidArgumentError(absl::StrCat(
         "--format=", name, " needs --mapping FILE (docs/forensics.md)"));
   }
-  std::ifstream in(mapping_path);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read the mapping file ", mapping_path));
+  absl::StatusOr<std::string> text = ReadFile(mapping_path);
+  if (!text.ok()) {
+    return absl::Status(
+        text.status().code(),
+        absl::StrCat("cannot read the mapping file ", text.status().message()));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  const json mapping = json::parse(text.str(), nullptr, false);
+  const json mapping = json::parse(*text, nullptr, false);
   if (mapping.is_discarded()) {
     return absl::InvalidArgumentError(
         absl::StrCat("mapping file ", mapping_path, ": not JSON"));

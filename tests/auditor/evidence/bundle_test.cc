@@ -15,6 +15,7 @@
 #include "auditor/result/coverage.h"
 #include "auditor/result/finding.h"
 #include "auditor/result/incidents.h"
+#include "common/file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "storage/ed25519_key.h"
@@ -138,10 +139,8 @@ Fixture MakeLog(const std::string& name) {
   f.db = f.dir + "/evidence.db";
   f.key_path = f.dir + "/key.pem";
   f.pub_path = f.dir + "/key.pem.pub";
-  EXPECT_TRUE(
-      storage::WriteFileAtomically(f.key_path, f.key.PrivatePem(), 0600).ok());
-  EXPECT_TRUE(
-      storage::WriteFileAtomically(f.pub_path, f.key.PublicPem(), 0644).ok());
+  EXPECT_TRUE(WriteFileAtomically(f.key_path, f.key.PrivatePem(), 0600).ok());
+  EXPECT_TRUE(WriteFileAtomically(f.pub_path, f.key.PublicPem(), 0644).ok());
   auto store = storage::EvidenceStore::Open(f.db);
   EXPECT_TRUE(store.ok()) << store.status();
   // An earlier campaign outside both windows, then the two.
@@ -179,7 +178,7 @@ void ExpectEveryFlipFails(const std::string& out,
   ASSERT_GE(paths.size(), 7u);
   for (const std::string& rel : paths) {
     const std::string path = out + "/" + rel;
-    const std::string original = *storage::ReadWholeFile(path);
+    const std::string original = *ReadFile(path);
     ASSERT_FALSE(original.empty()) << rel;
     const size_t flips = std::min<size_t>(64, original.size());
     for (size_t i = 0; i < flips; ++i) {
@@ -241,12 +240,12 @@ TEST(BundleTest, NamesTheFieldOfAnEditedCampaign) {
   const std::string out = f.dir + "/b";
   ASSERT_TRUE(WriteBundle(Options(f, out, kT0 - 1, kT0 + 1), f.key).ok());
   const std::string path = out + "/" + CampaignPath(kWithFindings);
-  std::string doc = *storage::ReadWholeFile(path);
+  std::string doc = *ReadFile(path);
   // The last one: the top-level verdict (the first is /end/verdict).
   const size_t at = doc.rfind("\"verdict\": \"findings\"");
   ASSERT_NE(at, std::string::npos);
   doc.replace(at, 21, "\"verdict\": \"clean\"");
-  ASSERT_TRUE(storage::WriteFileAtomically(path, doc, 0644).ok());
+  ASSERT_TRUE(WriteFileAtomically(path, doc, 0644).ok());
   auto r = CheckBundle(out, f.pub);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->ok);

@@ -20,7 +20,7 @@
 #include "auditor/target/completion.h"
 #include "auditor/target/http_client.h"
 #include "auditor/target/multi_client.h"
-#include "auditor/target/session.h"
+#include "auditor/target/target.h"
 #include "auditor/trace/join.h"
 #include "canaries/marker.h"
 #include "canaries/scanner.h"
@@ -120,7 +120,7 @@ class Campaign {
   const CampaignOptions& o_;
   AuditorMetrics* metrics_;
   const std::string key_;
-  TargetSession session_;
+  Target session_;
   std::unique_ptr<EvidenceLog> log_;
   canaries::MarkerScanner scanner_;
   std::vector<canaries::Marker> control_markers_;  // one per tenant
@@ -558,7 +558,7 @@ absl::Status Campaign::Steps() {
   json floors = json::object();
   for (const char* d : kDetectorNames) floors[d] = Floor(d);
   RETURN_IF_ERROR(Record("campaign_start",
-                         {{"target", o_.target},
+                         {{"target", session_.root()},
                           {"tenants", r_.tenants},
                           {"trace_nodes", o_.trace_urls},
                           {"duration_s", absl::ToDoubleSeconds(o_.duration)},
@@ -662,7 +662,7 @@ void Campaign::Finish(const absl::Status& run) {
 CampaignResult Campaign::Run() {
   r_.started_us = NowUs();
   r_.campaign_id = NewCampaignId();
-  r_.target = o_.target;
+  r_.target = session_.root();
   r_.db_path = o_.db_path;
   for (const AuditTenant& t : o_.tenants) r_.tenants.push_back(t.name);
   tallies_.assign(o_.tenants.size(), TenantTally{});

@@ -230,7 +230,8 @@ TEST(CampaignTest, ATargetThatDiesMidCampaignIsAnErrorNamingIt) {
 }
 
 // A wrong key for the third of four tenants, on a server whose /v1/models
-// needs no key: refused at the start, the tenant named.
+// needs no key: refused at the start, the tenant named. (The last of four:
+// tests/auditor/audits/*, issue 22 (c).)
 TEST(CampaignTest, AWrongKeyForAnyTenantIsAnErrorNamingIt) {
   FakeTargetOptions fo = Fake(Flavor::kLlamaCpp);
   fo.api_keys = {{"sk-a", "acme"},
@@ -249,6 +250,41 @@ TEST(CampaignTest, AWrongKeyForAnyTenantIsAnErrorNamingIt) {
   EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
   ASSERT_FALSE(r.reasons.empty());
   EXPECT_NE(r.reasons[0].find("'initech'"), std::string::npos) << r.reasons[0];
+}
+
+// Issue 22 (c): the last of four, before any probe.
+TEST(CampaignTest, AWrongKeyForTheLastOfFourTenantsIsAnErrorBeforeAnyProbe) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.api_keys = {{"sk-a", "acme"},
+                 {"sk-g", "globex"},
+                 {"sk-i", "initech"},
+                 {"sk-u", "umbrella"}};
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "wrong-last-key");
+  o.tenants = {{"acme", "sk-a"},
+               {"globex", "sk-g"},
+               {"initech", "sk-i"},
+               {"umbrella", "sk-WRONG"}};
+  const CampaignResult r = RunCampaign(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 2);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_NE(r.reasons[0].find("'umbrella'"), std::string::npos) << r.reasons[0];
+  EXPECT_EQ(r.probes, 0);
+  EXPECT_EQ(target.completions(), 4);  // one key check per tenant
+}
+
+// Issue 22 (d): the base URL as the OpenAI SDKs take it.
+TEST(CampaignTest, ABaseUrlEndingInV1Works) {
+  FakeTarget target(Fake(Flavor::kLlamaCpp));  // limit in /props, the root
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url() + "/v1/", "v1"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.limit.source, "advertised");
+  EXPECT_NE(r.limit.where.find("/props"), std::string::npos);
+  EXPECT_EQ(r.target, target.url());
 }
 
 // A key refused mid-run (rotated, revoked): that tenant is not covered,

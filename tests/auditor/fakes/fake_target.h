@@ -107,6 +107,10 @@ struct FakeTargetOptions {
   // (usage.prompt_tokens_details.cached_tokens and timings.cache_n); TGI and
   // Ollama never do. Off by default, as on the real servers.
   bool report_cached_tokens = false;
+  // llama.cpp: usage.prompt_tokens_details.cached_tokens as builds with
+  // usage_json_oaicompat send it; false: only `timings` (prompt_n, cache_n),
+  // as earlier builds do (tools/server/server-task.cpp @ 00efb3e1).
+  bool llama_prompt_tokens_details = true;
   // The cache's KV events, as vLLM publishes them (tests/auditor/
   // fake_kv_publisher.h puts them on a stream): called, outside the fake's
   // lock, with the blocks a request stored, chained in order.

@@ -568,6 +568,16 @@ TEST(FakeTargetTest, CacheHitsAreReportedOnlyWhereTheFlavorReportsThem) {
       EXPECT_EQ(j["timings"]["prompt_n"], 16);
     }
   }
+  // llama.cpp builds before usage_json_oaicompat: timings only.
+  FakeTargetOptions o = Opts(Flavor::kLlamaCpp, 128);
+  o.shared_prompt_cache = true;
+  o.llama_prompt_tokens_details = false;
+  FakeTarget t(o);
+  Complete(t, request);
+  const json j = Parse(Complete(t, request));
+  EXPECT_FALSE(j["usage"].contains("prompt_tokens_details"));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 64);
+  EXPECT_EQ(j["timings"]["prompt_n"], 16);
 }
 
 TEST(FakeTargetTest, StopsListeningAfterDieAfterCompletions) {

@@ -37,8 +37,8 @@
 #include "storage/evidence_store.h"
 
 ABSL_FLAG(std::string, target, "",
-          "Base URL of the OpenAI-compatible endpoint to audit (http or "
-          "https).");
+          "Base URL of the OpenAI-compatible endpoint to audit: "
+          "http(s)://host:port, with or without /v1 (as OpenAI SDKs take it).");
 ABSL_FLAG(
     std::string, tenants, "",
     "Tenants file, {\"tenants\": [{\"id\", \"api_key\"}]}, whose keys the "
@@ -351,13 +351,9 @@ absl::Status CheckSeconds(const char* name, double value) {
 absl::StatusOr<TargetOptions> TargetFromFlags(bool tenants_required) {
   TargetOptions o;
   o.target = absl::GetFlag(FLAGS_target);
-  while (!o.target.empty() && o.target.back() == '/') o.target.pop_back();
   if (o.target.empty())
     return absl::InvalidArgumentError("--target is required");
-  if (o.target.rfind("http://", 0) != 0 && o.target.rfind("https://", 0) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--target '", o.target, "' is not an http(s) URL"));
-  }
+  if (auto url = ParseTargetUrl(o.target); !url.ok()) return url.status();
   if (absl::GetFlag(FLAGS_tenants).empty()) {
     if (tenants_required) {
       return absl::InvalidArgumentError("--tenants is required");

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "auditor/campaign/plant_calibration.h"
 #include "auditor/detectors/detectors.h"
 #include "canaries/templates.h"
 #include "common/sha256.h"
@@ -43,10 +44,6 @@ class Calibrator {
     return send_(t, prompt, max_tokens, stream);
   }
   const AuditTenant& first() const { return o_.tenants[0]; }
-  canaries::Marker Marker(int tenant, int counter) const {
-    return PlantMarker(o_.secret_key, o_.tenants[tenant].name, o_.campaign_id,
-                       counter);
-  }
 
   // Prompt tokens per boundary unit: must be linear in the units. Five
   // prefixes of one unit show how much a unique prefix's count varies; the
@@ -83,6 +80,18 @@ class Calibrator {
     }
     c_.unit_tokens = unit;
     c_.base_tokens = median - unit;
+    if (unit == 1) return;  // units alone hit every length
+    // A one-token pad word, so the limit can be measured to the token.
+    for (const std::string& pad : PadCandidates()) {
+      if (CountPadWorks(pad, unit, buster_.Next(),
+                        [this](const std::string& p) {
+                          const Completion c = Send(first(), p, 1, false);
+                          return c.usable ? c.prompt_tokens : -1;
+                        })) {
+        c_.pad = pad;
+        return;
+      }
+    }
   }
 
   void Limit() {
@@ -122,20 +131,40 @@ class Calibrator {
     }
   }
 
+  // The limit measured (auditor/target/limits.h): whole up to the lower
+  // bound, refused or cut from the upper, both re-checked; count prompts
+  // built to the token where a pad word exists.
   void Ladder() {
+    LimitMeasureOptions mo;
+    mo.shortest_tokens = c_.base_tokens;
+    mo.grain_tokens = c_.unit_tokens;
+    mo.tolerance = c_.tolerance;
+    mo.max_tokens = o_.max_ladder_tokens;
     LadderResult r = MeasureLimit(
-        [this](int units) {
+        [this](int tokens) {
+          LadderStep s;
+          const std::optional<CountFill> f =
+              CountFillFor(c_.base_tokens, c_.unit_tokens, c_.pad, tokens);
+          if (!f.has_value()) {
+            s.predicted = -1;
+            return s;
+          }
+          s.predicted = f->predicted;
           const Completion c =
-              Send(first(), BoundaryPrompt(buster_.Next(), units),
+              Send(first(), CountPrompt(buster_.Next(), *f, c_.pad),
                    kBoundaryMaxTokens, false);
-          return LadderAnswer{c.status, c.usable ? c.prompt_tokens : -1};
+          s.answer = {c.status, c.usable ? c.prompt_tokens : -1};
+          return s;
         },
-        c_.base_tokens, c_.unit_tokens, c_.tolerance, o_.max_ladder_tokens);
+        mo);
     c_.limit.source = r.found ? "measured" : "unknown";
     c_.limit.where = absl::StrCat("ladder: ", r.how);
     // Measured with the boundary probes' own tokens to generate: the same
     // prompts past it are refused (or cut) again.
-    if (r.found) c_.limit.prompt_tokens = c_.limit.refuse_above = r.limit;
+    if (r.found) {
+      c_.limit.prompt_tokens = r.limit;
+      c_.limit.refuse_above = r.upper - 1;
+    }
     if (r.truncates) {
       BoundaryObservation obs;
       obs.predicted_prompt_tokens = r.truncated.predicted;
@@ -218,34 +247,6 @@ class Calibrator {
     }
   }
 
-  // The prompt tokens of `text` alone, or -1 if it was not answered whole.
-  int Measure(const AuditTenant& t, const std::string& text) {
-    const Completion c = Send(t, text, kPlantMaxTokens, false);
-    return c.usable && c.prompt_tokens > 0 ? c.prompt_tokens : -1;
-  }
-
-  // `story` markers as story paragraphs, then `compact` more in the
-  // compact form: the paragraphs are what a small model repeats, the
-  // compact sentences fill what is left of the limit.
-  std::string PlantText(const std::vector<canaries::Marker>& markers,
-                        int story) {
-    const std::vector<canaries::Marker> a(markers.begin(),
-                                          markers.begin() + story);
-    const std::vector<canaries::Marker> b(markers.begin() + story,
-                                          markers.end());
-    if (b.empty()) return canaries::PlantPrompt(a);
-    if (a.empty()) return canaries::CompactPlantPrompt(b);
-    return absl::StrCat(canaries::PlantPrompt(a), "\n",
-                        canaries::CompactPlantPrompt(b));
-  }
-
-  // A plant's markers: `story` paragraphs, then `compact` sentences; and
-  // what one more marker costs in each form (0: unknown).
-  struct PlantMix {
-    int story = 0, compact = 0;
-    int per_story = 0, per_compact = 0;
-  };
-
   // The input limit plants are sized to; 0 if there is none.
   int PlantLimit() const {
     if (c_.limit.prompt_tokens > 0) return c_.limit.prompt_tokens;
@@ -254,119 +255,17 @@ class Calibrator {
                : 0;
   }
 
-  // Measures what a marker costs in each form and fits the most markers to
-  // the budget; nullopt (plant_failure set) if not even one fits.
-  std::optional<PlantMix> SizePlants(int limit) {
-    PlantSizing& s = c_.sizing;
-    s.budget_tokens = limit - std::max(8, limit / 16);
-    // The cost of a marker in each form, from plants of one and two alone.
-    const std::vector<canaries::Marker> two = {Marker(0, 0), Marker(0, 1)};
-    const int story1 = Measure(first(), PlantText({two[0]}, 1));
-    const int story2 = Measure(first(), PlantText(two, 2));
-    const int compact1 = Measure(first(), PlantText({two[0]}, 0));
-    const int compact2 = Measure(first(), PlantText(two, 0));
-    s.measured += 4;
-    // A second marker's cost is known only if both plants were measured;
-    // otherwise a form holds one marker of that kind at most.
-    PlantMix mix;
-    mix.per_story = story2 > story1 && story1 > 0 ? story2 - story1 : 0;
-    mix.per_compact =
-        compact2 > compact1 && compact1 > 0 ? compact2 - compact1 : 0;
-    int used = 0;
-    if (story1 > 0 && story1 <= s.budget_tokens) {
-      mix.story = mix.per_story == 0
-                      ? 1
-                      : (s.budget_tokens - story1) / mix.per_story + 1;
-      used = story1 + (mix.story - 1) * mix.per_story;
-    } else if (compact1 > 0 && compact1 <= s.budget_tokens) {
-      mix.compact = 1;
-      used = compact1;
-    }
-    if (mix.story + mix.compact == 0) {
-      c_.plant_failure =
-          absl::StrCat("a plant of one marker does not fit the limit of ",
-                       limit, " tokens even in the compact form");
-      return std::nullopt;
-    }
-    if (mix.per_compact > 0) {
-      mix.compact += (s.budget_tokens - used) / mix.per_compact;
-    }
-    s.form = mix.story == 0     ? "compact"
-             : mix.compact == 0 ? "story"
-                                : "story+compact";
-    s.markers_per_plant = mix.story + mix.compact;
-    return mix;
-  }
-
-  // A plant of tenant `t` from its markers *counter on that comes back
-  // whole and under `limit`, and *counter moved past them; nullopt if none.
-  std::optional<Plant> BuildPlant(int t, int limit, const PlantMix& mix,
-                                  int* counter) {
-    const int smallest_per =
-        std::max(1, mix.per_compact > 0
-                        ? std::min(mix.per_compact, std::max(mix.per_story, 1))
-                        : mix.per_story);
-    // A plant that does not come back whole and under the limit is rebuilt
-    // smaller, by about its overshoot; a few tries at most.
-    int total = mix.story + mix.compact;
-    for (int attempt = 0; attempt < 4 && total >= 1; ++attempt) {
-      std::vector<canaries::Marker> markers;
-      for (int k = 0; k < total; ++k)
-        markers.push_back(Marker(t, *counter + k));
-      Plant plant;
-      plant.text = PlantText(markers, std::min(mix.story, total));
-      plant.prompt_tokens = Measure(o_.tenants[t], plant.text);
-      ++c_.sizing.measured;
-      // At the limit itself a silently cut plant would look whole.
-      if (plant.prompt_tokens > 0 && plant.prompt_tokens < limit) {
-        for (const canaries::Marker& mk : markers) {
-          plant.marker_ids.push_back(mk.id);
-        }
-        *counter += total;
-        return plant;
-      }
-      const int over = plant.prompt_tokens - (limit - 1);
-      total -= plant.prompt_tokens > 0
-                   ? std::max(1, (over + smallest_per - 1) / smallest_per)
-                   : 1;
-    }
-    return std::nullopt;
-  }
-
   void Plants() {
     const int limit = PlantLimit();
     if (limit <= 0) {
       c_.plant_failure = "no input limit to size plants to";
       return;
     }
-    const std::optional<PlantMix> mix = SizePlants(limit);
-    if (!mix.has_value()) return;
-    PlantSizing& s = c_.sizing;
-    // Fewer markers per plant, more plants: about as many markers in all.
-    const int plants_per_tenant =
-        std::max(o_.plants_per_tenant,
-                 std::min(2 * o_.plants_per_tenant,
-                          2 * o_.plants_per_tenant / s.markers_per_plant));
-    std::vector<int> sizes;
-    for (size_t t = 0; t < o_.tenants.size(); ++t) {
-      int counter = 0;
-      for (int p = 0; p < plants_per_tenant; ++p) {
-        std::optional<Plant> plant =
-            BuildPlant(static_cast<int>(t), limit, *mix, &counter);
-        if (plant.has_value()) {
-          sizes.push_back(plant->prompt_tokens);
-          c_.plants[t].push_back(*std::move(plant));
-        }
-        if (c_.plants[t].size() != static_cast<size_t>(p + 1)) ++s.dropped;
-      }
-    }
-    if (sizes.empty()) {
-      c_.plant_failure = "no plant was answered whole alone";
-      return;
-    }
-    std::sort(sizes.begin(), sizes.end());
-    s.median_tokens = sizes[sizes.size() / 2];
-    s.fill = static_cast<double>(s.median_tokens) / limit;
+    CalibratePlants(
+        o_, limit,
+        [this](const AuditTenant& t, const std::string& prompt, int max_tokens,
+               bool stream) { return Send(t, prompt, max_tokens, stream); },
+        &c_);
   }
 
   void Latency() {
@@ -431,6 +330,7 @@ json Calibration::ToEvidence() const {
     json list = json::array();
     for (const Plant& p : plants[t]) {
       list.push_back({{"markers", p.marker_ids},
+                      {"predicted_tokens", p.predicted_tokens},
                       {"prompt_tokens", p.prompt_tokens},
                       {"sha256", Sha256Hex(p.text)}});
     }
@@ -443,6 +343,7 @@ json Calibration::ToEvidence() const {
   json out = {{"unit_tokens", unit_tokens},
               {"base_tokens", base_tokens},
               {"tolerance", tolerance},
+              {"pad", pad.empty() ? json(nullptr) : json(pad)},
               {"limit",
                {{"prompt_tokens", limit.prompt_tokens},
                 {"refuse_above", limit.refuse_above},
@@ -465,6 +366,11 @@ json Calibration::ToEvidence() const {
                 {"median_tokens", sizing.median_tokens},
                 {"fill", sizing.fill},
                 {"dropped", sizing.dropped},
+                {"cut_alone", sizing.cut},
+                {"join_paragraph", join_paragraph},
+                {"join_sentence", join_sentence},
+                {"join_word", join_word},
+                {"tolerance", plant_tolerance},
                 {"per_tenant", plants_json},
                 {"failure", plant_failure}}},
               {"latency",

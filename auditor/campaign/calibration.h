@@ -32,12 +32,16 @@ inline constexpr int kPlantMaxTokens = 4;
 inline constexpr int kGoldenMaxTokens = 32;
 inline constexpr int kEchoMaxTokens = 24;
 
-// One plant: its exact text and the prompt tokens the target reported for
-// it alone. Under load it counts as accepted whole only with that count.
+// One plant: its exact text, the prompt tokens the auditor predicts for it
+// (its two halves' counts alone, plus the calibrated join), and what the
+// target reported for it alone. It is kept only if that count was whole by
+// the prediction; under load it counts as accepted whole only when the
+// target's count matches the prediction within plant_tolerance.
 struct Plant {
   std::string text;
   std::vector<std::string> marker_ids;
-  int prompt_tokens = 0;
+  int predicted_tokens = 0;
+  int prompt_tokens = 0;  // reported alone
 };
 
 struct PlantSizing {
@@ -49,12 +53,15 @@ struct PlantSizing {
   int median_tokens = 0;
   double fill = 0;  // median_tokens / limit
   int measured = 0, dropped = 0;
+  int cut = 0;  // plants the target cut alone (prompt_truncated findings)
 };
 
 struct Calibration {
   // Prompt tokens = base + units × unit_tokens (± tolerance, how much the
-  // unique prefixes vary) for BoundaryPrompt.
+  // unique prefixes vary) for BoundaryPrompt; + pads where a one-token pad
+  // word was found (CountPrompt, auditor/target/prompts.h).
   int unit_tokens = 0, base_tokens = 0, tolerance = 0;
+  std::string pad;
   TargetLimit limit;
   std::optional<LadderResult> ladder;  // when measured
   int at_limit_units = 0;              // the longest prompt within the limit
@@ -72,6 +79,12 @@ struct Calibration {
 
   std::vector<std::vector<Plant>> plants;  // per tenant
   PlantSizing sizing;
+  // A plant's count = its halves' counts alone + the join of the break it
+  // was split at (a paragraph's "\n", a sentence's or a word's " "),
+  // measured on plants of one and two markers; within plant_tolerance
+  // (tolerance plus how much a join varied between the texts measured).
+  int join_paragraph = 0, join_sentence = 0, join_word = 0;
+  int plant_tolerance = 0;
   std::string plant_failure;
 
   LatencyModel latency;

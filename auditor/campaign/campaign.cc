@@ -20,7 +20,7 @@
 #include "auditor/target/completion.h"
 #include "auditor/target/http_client.h"
 #include "auditor/target/multi_client.h"
-#include "auditor/target/session.h"
+#include "auditor/target/target.h"
 #include "auditor/trace/join.h"
 #include "canaries/marker.h"
 #include "canaries/scanner.h"
@@ -53,7 +53,7 @@ struct InFlight {
   bool stream = false;
   int golden_variant = -1;
   bool baseline = false;  // sent in the same-tenant baseline phase
-  int predicted = 0;      // prompt tokens: measured (plants) or calibrated
+  int predicted = 0;      // prompt tokens the calibration predicts
   std::vector<std::string> marker_ids;
   std::string prompt;  // what was sent: a run of a marker it holds is no leak
   std::string prompt_sha;
@@ -100,8 +100,9 @@ class Campaign {
   // The probe's evidence row and counts.
   absl::Status RecordProbe(int64_t id, const InFlight& f, const Completion& c);
   // Per kind: coverage and findings (appended to *found, which holds the
-  // output scan's).
-  void JudgePlant(const InFlight& f, const Completion& c,
+  // output scan's). JudgePlant returns false for a plant that was cut: its
+  // answer is never coverage.
+  bool JudgePlant(const InFlight& f, const Completion& c,
                   std::vector<Finding>* found);
   void JudgeGoldenProbe(const InFlight& f, const Completion& c,
                         std::vector<Finding>* found);
@@ -120,7 +121,7 @@ class Campaign {
   const CampaignOptions& o_;
   AuditorMetrics* metrics_;
   const std::string key_;
-  TargetSession session_;
+  Target session_;
   std::unique_ptr<EvidenceLog> log_;
   canaries::MarkerScanner scanner_;
   std::vector<canaries::Marker> control_markers_;  // one per tenant
@@ -200,7 +201,7 @@ std::string Campaign::ProbePrompt(uint64_t id, InFlight* f, int* max_tokens) {
       const Plant& p = plants[n.plant_cursor++ % plants.size()];
       prompt = p.text;
       f->marker_ids = p.marker_ids;
-      f->predicted = p.prompt_tokens;
+      f->predicted = p.predicted_tokens;
       *max_tokens = kPlantMaxTokens;
       break;
     }
@@ -282,24 +283,28 @@ absl::Status Campaign::RecordProbe(int64_t id, const InFlight& f,
   return Record("probe", std::move(probe));
 }
 
-void Campaign::JudgePlant(const InFlight& f, const Completion& c,
+bool Campaign::JudgePlant(const InFlight& f, const Completion& c,
                           std::vector<Finding>* found) {
   TenantTally& n = tallies_[f.tenant];
   ++n.plants_sent;
-  // Whole: the count measured for this very text alone.
-  if (c.usable && c.prompt_tokens == f.predicted) ++n.plants_whole;
-  if (c.usable && c.prompt_tokens >= 0 &&
-      c.prompt_tokens < f.predicted - cal_.tolerance) {
-    // Whole alone, cut under load: part of the prompt was not processed.
-    BoundaryObservation o{f.predicted,
-                          0,
-                          200,
-                          c.prompt_tokens,
-                          cal_.tolerance,
-                          o_.tenants[f.tenant].name,
-                          "plant"};
-    for (Finding& b : JudgeBoundary(o)) found->push_back(std::move(b));
-  }
+  // Whole only when the target's count matches the auditor's own
+  // prediction (auditor/target/limits.h JudgeCount).
+  const CountFate fate =
+      c.usable ? JudgeCount(f.predicted, c.prompt_tokens, cal_.plant_tolerance)
+               : CountFate::kUnknown;
+  if (fate == CountFate::kWhole) ++n.plants_whole;
+  if (fate != CountFate::kCut) return true;
+  // Cut: part of the prompt was not processed. A finding, never coverage.
+  ++n.plants_cut;
+  BoundaryObservation o{f.predicted,
+                        0,
+                        200,
+                        c.prompt_tokens,
+                        cal_.plant_tolerance,
+                        o_.tenants[f.tenant].name,
+                        "plant"};
+  for (Finding& b : JudgeBoundary(o)) found->push_back(std::move(b));
+  return false;
 }
 
 void Campaign::JudgeGoldenProbe(const InFlight& f, const Completion& c,
@@ -366,10 +371,10 @@ absl::Status Campaign::Judge(int64_t id, const InFlight& f,
     found =
         ScanOutput(scanner_, c.text, tenant, ProbeKindName(f.kind), f.prompt);
   }
-  if (c.usable && !c.text.empty()) ++tallies_[f.tenant].scanned;
+  bool covers = c.usable && !c.text.empty();
   switch (f.kind) {
     case ProbeKind::kPlant:
-      JudgePlant(f, c, &found);
+      covers = JudgePlant(f, c, &found) && covers;
       break;
     case ProbeKind::kGolden:
       JudgeGoldenProbe(f, c, &found);
@@ -388,6 +393,7 @@ absl::Status Campaign::Judge(int64_t id, const InFlight& f,
     case ProbeKind::kSniff:
       break;
   }
+  if (covers) ++tallies_[f.tenant].scanned;
   for (Finding& x : found) {
     x.probe = id;
     x.engine_request = c.engine_request;
@@ -558,7 +564,7 @@ absl::Status Campaign::Steps() {
   json floors = json::object();
   for (const char* d : kDetectorNames) floors[d] = Floor(d);
   RETURN_IF_ERROR(Record("campaign_start",
-                         {{"target", o_.target},
+                         {{"target", session_.root()},
                           {"tenants", r_.tenants},
                           {"trace_nodes", o_.trace_urls},
                           {"duration_s", absl::ToDoubleSeconds(o_.duration)},
@@ -662,7 +668,7 @@ void Campaign::Finish(const absl::Status& run) {
 CampaignResult Campaign::Run() {
   r_.started_us = NowUs();
   r_.campaign_id = NewCampaignId();
-  r_.target = o_.target;
+  r_.target = session_.root();
   r_.db_path = o_.db_path;
   for (const AuditTenant& t : o_.tenants) r_.tenants.push_back(t.name);
   tallies_.assign(o_.tenants.size(), TenantTally{});

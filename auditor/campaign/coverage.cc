@@ -41,16 +41,19 @@ DetectorCoverage OutputScan(const CoverageInputs& in) {
                                 ")"));
     }
   }
-  int64_t scanned = 0, sent = 0, whole = 0;
+  int64_t scanned = 0, sent = 0, whole = 0, cut = 0;
   for (const TenantTally& t : in.tallies) {
     scanned += t.scanned;
     sent += t.plants_sent;
     whole += t.plants_whole;
+    cut += t.plants_cut;
   }
   d.stats = {{"answers_scanned", scanned},
              {"markers_registered", in.markers_registered},
              {"plants_sent", sent},
              {"plants_whole", whole},
+             {"plants_cut", cut},
+             {"plants_cut_alone", cal.sizing.cut},
              {"plant_form", cal.sizing.form},
              {"markers_per_plant", cal.sizing.markers_per_plant},
              {"plant_prompt_tokens", cal.sizing.median_tokens},

@@ -21,13 +21,16 @@ namespace kvcanary::auditor {
 // Per tenant, what its probes gave the detectors.
 struct TenantTally {
   int plants_sent = 0;
-  int plants_whole = 0;  // 200 with the prompt_tokens measured alone
-  int scanned = 0;       // usable answers with text, scanned for markers
-  int golden = 0;        // golden answers compared
-  int echo = 0;          // echo answers checked
-  int boundary = 0;      // answers judged at or past the limit
-  int latency = 0;       // cache-busted first tokens judged
-  int refused = 0;       // 401/403 during the run
+  // 200 with prompt_tokens within plant_tolerance of the prediction.
+  int plants_whole = 0;
+  int plants_cut = 0;  // 200 with fewer: findings, never coverage
+  // Usable answers with text, scanned for markers (a cut plant's never).
+  int scanned = 0;
+  int golden = 0;    // golden answers compared
+  int echo = 0;      // echo answers checked
+  int boundary = 0;  // answers judged at or past the limit
+  int latency = 0;   // cache-busted first tokens judged
+  int refused = 0;   // 401/403 during the run
   std::set<int> golden_variants;
   // Cursors of the probe loop (which plant or variant is next).
   int plant_cursor = 0, golden_cursor = 0;

@@ -361,8 +361,8 @@ struct Sent {
   double ttft_ms = 0;
 };
 
-Sent SendOne(TargetSession& session, const AuditTenant& t,
-             const std::string& prompt, bool report_full) {
+Sent SendOne(Target& session, const AuditTenant& t, const std::string& prompt,
+             bool report_full) {
   // vLLM's per-request switch to report every block, hits included.
   const json extra =
       report_full ? json{{"kv_cache_report_mode", "full"}} : json(nullptr);
@@ -400,9 +400,8 @@ PairObservation Observed(const Ledger& ledger, const std::array<Mark, 4>& m,
 }  // namespace
 
 absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
-    TargetSession& session, const AuditTenant& writer,
-    const AuditTenant& reader, Subscriber& subscriber, Ledger& ledger,
-    const KvEventsProbeOptions& options,
+    Target& session, const AuditTenant& writer, const AuditTenant& reader,
+    Subscriber& subscriber, Ledger& ledger, const KvEventsProbeOptions& options,
     const std::function<std::string(int units)>& fresh_prefix,
     EvidenceLog* log) {
   KvEventsOutcome out;
@@ -542,7 +541,7 @@ std::string KvEventsCheck::FreshPrefix(int units) {
   return p;
 }
 
-absl::StatusOr<KvEventsOutcome> KvEventsCheck::Run(TargetSession& session,
+absl::StatusOr<KvEventsOutcome> KvEventsCheck::Run(Target& session,
                                                    const AuditTenant& writer,
                                                    const AuditTenant& reader,
                                                    int prefix_units,

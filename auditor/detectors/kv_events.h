@@ -33,7 +33,7 @@
 #include "auditor/result/coverage.h"
 #include "auditor/result/finding.h"
 #include "auditor/target/prompts.h"
-#include "auditor/target/session.h"
+#include "auditor/target/target.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::auditor::kv_events {
@@ -111,9 +111,8 @@ struct KvEventsOutcome {
 // pair in `log` (may be null). Errors only where the target or the log
 // failed; a pair that could not be judged is in the outcome as such.
 absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
-    TargetSession& session, const AuditTenant& writer,
-    const AuditTenant& reader, Subscriber& subscriber, Ledger& ledger,
-    const KvEventsProbeOptions& options,
+    Target& session, const AuditTenant& writer, const AuditTenant& reader,
+    Subscriber& subscriber, Ledger& ledger, const KvEventsProbeOptions& options,
     const std::function<std::string(int units)>& fresh_prefix,
     EvidenceLog* log);
 
@@ -135,7 +134,7 @@ class KvEventsCheck {
   // The pairs (options' pairs) between tenants `writer` and `reader`, B's
   // probe `prefix_units` letters (P and its witness); stops following the
   // stream after.
-  absl::StatusOr<KvEventsOutcome> Run(TargetSession& session,
+  absl::StatusOr<KvEventsOutcome> Run(Target& session,
                                       const AuditTenant& writer,
                                       const AuditTenant& reader,
                                       int prefix_units, EvidenceLog* log);

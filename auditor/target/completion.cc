@@ -1,5 +1,6 @@
 #include "auditor/target/completion.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -86,9 +87,22 @@ enum class Taken {
   kChoice,  // at least one choice carrying a text, delta or message string
 };
 
+// llama.cpp's `timings` (on the last chunk of a stream, or the body):
+// prompt_n is the prompt tokens it evaluated.
+void TakeTimings(const json& j, Completion* c) {
+  auto t = j.find("timings");
+  if (t == j.end() || !t->is_object()) return;
+  auto n = t->find("prompt_n");
+  if (n != t->end() && n->is_number_integer() && n->get<int64_t>() >= 0 &&
+      n->get<int64_t>() < (1ll << 31)) {
+    c->evaluated_tokens = n->get<int>();
+  }
+}
+
 // Accumulates a completion object into *c.
 Taken Take(const json& j, Completion* c) {
   if (!j.is_object()) return Taken::kNone;
+  TakeTimings(j, c);
   const bool has_choices = j.contains("choices") && j["choices"].is_array();
   const bool has_usage = j.contains("usage") && j["usage"].is_object();
   if (!has_choices && !has_usage) return Taken::kNone;
@@ -130,6 +144,7 @@ Taken Take(const json& j, Completion* c) {
         u["prompt_tokens_details"].contains("cached_tokens") &&
         u["prompt_tokens_details"]["cached_tokens"].is_number_integer()) {
       c->cached_tokens = u["prompt_tokens_details"]["cached_tokens"].get<int>();
+      c->cached_from = CachedTokensFrom::kPromptTokensDetails;
     }
   }
   return taken;
@@ -234,7 +249,29 @@ void ReadStream(const std::string& body, Completion* c) {
   c->usable = true;
 }
 
+// Cached tokens from llama.cpp's timings where usage said nothing of them.
+void CachedFromTimings(Completion* c) {
+  if (c->cached_from != CachedTokensFrom::kNone || c->evaluated_tokens < 0 ||
+      c->prompt_tokens < 0) {
+    return;
+  }
+  c->cached_tokens = std::max(0, c->prompt_tokens - c->evaluated_tokens);
+  c->cached_from = CachedTokensFrom::kTimings;
+}
+
 }  // namespace
+
+const char* CachedTokensFromName(CachedTokensFrom from) {
+  switch (from) {
+    case CachedTokensFrom::kPromptTokensDetails:
+      return "usage.prompt_tokens_details.cached_tokens";
+    case CachedTokensFrom::kTimings:
+      return "timings.prompt_n";
+    case CachedTokensFrom::kNone:
+      break;
+  }
+  return "not reported";
+}
 
 int ErrorObjectStatus(const json& error, const json& outer) {
   auto code_of = [](const json& j) -> int {
@@ -291,6 +328,7 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
   } else {
     ReadStream(r.body, &c);
   }
+  CachedFromTimings(&c);
   return c;
 }
 

@@ -21,6 +21,24 @@ namespace kvcanary::auditor {
 inline constexpr absl::string_view kEngineRequestIdHeader =
     "x-kvcanary-request-id";
 
+// Where Completion::cached_tokens came from (docs/targets.md, "Cached
+// tokens").
+enum class CachedTokensFrom {
+  kNone,  // not reported: never read as 0
+  // usage.prompt_tokens_details.cached_tokens: vLLM (with
+  // --enable-prompt-tokens-details), SGLang (--enable-cache-report, only
+  // when > 0), OpenAI, llama.cpp builds with usage_json_oaicompat.
+  kPromptTokensDetails,
+  // usage.prompt_tokens - timings.prompt_n: llama.cpp's server, whose
+  // `timings.prompt_n` counts the prompt tokens it evaluated (the rest came
+  // from its slot's cache) and whose older builds send no
+  // prompt_tokens_details.
+  kTimings,
+};
+// "usage.prompt_tokens_details.cached_tokens", "timings.prompt_n" or
+// "not reported".
+const char* CachedTokensFromName(CachedTokensFrom from);
+
 // What a completion probe got back.
 struct Completion {
   // The HTTP status; for an error reported inside a 200 body or stream, the
@@ -30,8 +48,12 @@ struct Completion {
   bool http_ok_error = false;  // HTTP 200, but the body or stream was an error
   bool usable = false;         // a 200 with a well-formed completion
   std::string text;
-  int prompt_tokens = -1;       // usage.prompt_tokens; -1: not reported
-  int cached_tokens = -1;       // usage.prompt_tokens_details.cached_tokens
+  int prompt_tokens = -1;  // usage.prompt_tokens; -1: not reported
+  // Prompt tokens served from the target's cache, however it reports them
+  // (cached_from); -1: not reported.
+  int cached_tokens = -1;
+  CachedTokensFrom cached_from = CachedTokensFrom::kNone;
+  int evaluated_tokens = -1;    // llama.cpp's timings.prompt_n; -1: none
   std::string response_id;      // the body's "id" ("" if none)
   uint64_t engine_request = 0;  // kEngineRequestIdHeader; 0: not reported
   double ttft_ms = 0;
@@ -39,7 +61,9 @@ struct Completion {
   absl::Status error;  // transport error, or why the answer is not usable
 };
 
-// Parses `r` (`stream`: an SSE stream that must end with [DONE]). A 200
+// Parses `r` (`stream`: an SSE stream that must end with [DONE]). Cached
+// tokens from usage.prompt_tokens_details.cached_tokens where present, else
+// usage.prompt_tokens - timings.prompt_n where both are (in any chunk). A 200
 // without a completion (or a stream without [DONE]) is not usable, with the
 // reason. An error object in a 200 answer — a body `{"error": ...}`, a
 // stream line `error: {...}`, an `event: error` event, or a `data:` chunk

@@ -122,6 +122,38 @@ absl::StatusOr<HttpResponse> HttpClient::Get(
   return Perform(url, nullptr, headers, timeout);
 }
 
+absl::Status HttpClient::Connect(const std::string& url,
+                                 absl::Duration timeout) const {
+  if (timeout <= absl::ZeroDuration() || timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(url, ": timeout must be positive and finite, got ",
+                     absl::FormatDuration(timeout)));
+  }
+  RETURN_IF_ERROR(EnsureCurlGlobalInit());
+  std::unique_ptr<CURL, CurlEasyDeleter> curl(curl_easy_init());
+  if (curl == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(url, ": curl_easy_init failed"));
+  }
+  char error_buffer[CURL_ERROR_SIZE] = {0};
+  const long timeout_ms =  // NOLINT(runtime/int): curl's type
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout));
+  CURL* handle = curl.get();
+#define KVC_SETOPT(option, value) \
+  RETURN_IF_ERROR(SetOption(handle, option, #option, value, url))
+  KVC_SETOPT(CURLOPT_URL, url.c_str());
+  KVC_SETOPT(CURLOPT_PROTOCOLS_STR, "http,https");
+  KVC_SETOPT(CURLOPT_NOSIGNAL, 1L);
+  KVC_SETOPT(CURLOPT_CONNECT_ONLY, 1L);  // connect (and handshake) only
+  KVC_SETOPT(CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
+  KVC_SETOPT(CURLOPT_TIMEOUT_MS, timeout_ms);
+  KVC_SETOPT(CURLOPT_ERRORBUFFER, error_buffer);
+#undef KVC_SETOPT
+  const CURLcode rc = curl_easy_perform(handle);
+  if (rc != CURLE_OK) return StatusFromCurl(rc, url, error_buffer);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<HttpResponse> HttpClient::Perform(
     const std::string& url, const absl::string_view* body,
     const std::vector<std::string>& headers, absl::Duration timeout) const {

@@ -64,6 +64,13 @@ class HttpClient {
                                    const std::vector<std::string>& headers,
                                    absl::Duration timeout) const;
 
+  // Opens a connection to `url`'s host and port — the TCP connect and, for
+  // https://, the TLS handshake — then closes it without sending a request;
+  // `timeout` bounds both. OK once connected, else as StatusFromCurl (a
+  // handshake not done in time: kDeadlineExceeded; a peer that answered it
+  // with something other than TLS: kInternal, curl's SSL connect error).
+  absl::Status Connect(const std::string& url, absl::Duration timeout) const;
+
  private:
   // `body` null: GET.
   absl::StatusOr<HttpResponse> Perform(const std::string& url,

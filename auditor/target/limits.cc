@@ -1,6 +1,7 @@
 #include "auditor/target/limits.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -214,100 +215,178 @@ TargetLimit AdvertisedLimit(const HttpClient& http, const std::string& target,
   return out;
 }
 
-LadderResult MeasureLimit(const std::function<LadderAnswer(int units)>& send,
-                          int base_tokens, int unit_tokens, int tolerance,
-                          int max_tokens) {
-  LadderResult r;
-  enum Kind { kWhole, kRefused, kTruncated, kOther };
-  auto step = [&](int units) {
-    LadderStep s;
-    s.units = units;
-    s.predicted = base_tokens + units * unit_tokens;
-    s.answer = send(units);
-    r.steps.push_back(s);
+CountFate JudgeCount(int predicted, int reported, int tolerance) {
+  if (reported < 0) return CountFate::kUnknown;
+  const int diff = reported - predicted;
+  if (diff < -tolerance) return CountFate::kCut;
+  if (diff > tolerance) return CountFate::kOver;
+  return CountFate::kWhole;
+}
+
+const char* CountFateName(CountFate fate) {
+  switch (fate) {
+    case CountFate::kWhole:
+      return "whole";
+    case CountFate::kCut:
+      return "cut";
+    case CountFate::kOver:
+      return "over";
+    case CountFate::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+namespace {
+
+bool Bad(const std::string& fate) { return fate == "cut" || fate == "refused"; }
+
+// Sends one prompt of `tokens` and judges it against its prediction.
+class Measurement {
+ public:
+  Measurement(const LimitProbe& send, const LimitMeasureOptions& o)
+      : send_(send), o_(o) {}
+
+  LadderResult Run() {
+    if (!Ladder() || !Bisect() || !Recheck()) return std::move(r_);
+    r_.found = true;
+    const LadderStep& u = upper_step_;
+    r_.how = absl::StrCat(
+        "processed whole up to ", r_.limit, " prompt tokens; ",
+        u.fate == "cut" ? absl::StrCat("cut from ", r_.upper, " (a prompt of ",
+                                       r_.upper, " tokens came back as ",
+                                       u.answer.prompt_tokens, ", HTTP 200)")
+                        : absl::StrCat("refused (HTTP ", u.answer.status,
+                                       ") from ", r_.upper),
+        r_.upper - r_.limit > 1
+            ? absl::StrCat("; ", r_.limit + 1, " to ", r_.upper - 1,
+                           " not tried (the filler's grain)")
+            : "",
+        "; both bounds held when sent again");
+    return std::move(r_);
+  }
+
+ private:
+  // Sends a prompt of about `tokens` and judges it; nullopt if none was
+  // built.
+  std::optional<LadderStep> Step(int tokens) {
+    LadderStep s = send_(tokens);
+    if (s.predicted < 0) return std::nullopt;
     const LadderAnswer& a = s.answer;
-    if (a.status == 200) {
-      // A 200 without a count (garbage, a proxy's page) proves nothing.
-      if (a.prompt_tokens < 0) return kOther;
-      if (a.prompt_tokens < s.predicted - tolerance) {
-        if (!r.truncates) r.truncated = s;
-        r.truncates = true;
-        return kTruncated;
-      }
-      r.largest_units = std::max(r.largest_units, units);
-      return kWhole;
-    }
-    if (a.status == 400 || a.status == 413 || a.status == 422) return kRefused;
-    return kOther;
-  };
-  int lo = 0, hi = 0;
-  int refused_status = 0;
-  for (int units = 1;; units *= 2) {
-    if (base_tokens + units * unit_tokens > max_tokens) break;
-    const Kind k = step(units);
-    if (k == kWhole) {
-      lo = units;
-      continue;
-    }
-    if (k == kOther) {
-      r.refused_other = true;
-      r.how = absl::StrCat("the ladder stopped at ", r.steps.back().predicted,
-                           " tokens: HTTP ", r.steps.back().answer.status);
-      return r;
-    }
-    if (k == kRefused) refused_status = r.steps.back().answer.status;
-    hi = units;
-    break;
-  }
-  if (hi == 0) {
-    r.how =
-        absl::StrCat("no refusal or truncation up to ", max_tokens, " tokens");
-    r.limit = lo > 0 ? base_tokens + lo * unit_tokens : 0;
-    return r;
-  }
-  while (hi - lo > 1) {
-    const int mid = lo + (hi - lo) / 2;
-    const Kind k = step(mid);
-    if (k == kWhole) {
-      lo = mid;
-    } else if (k == kOther) {
-      r.refused_other = true;
-      r.how = absl::StrCat("the ladder stopped at ", r.steps.back().predicted,
-                           " tokens: HTTP ", r.steps.back().answer.status);
-      return r;
+    const CountFate count =
+        JudgeCount(s.predicted, a.prompt_tokens, o_.tolerance);
+    if (a.status == 200 &&
+        (count == CountFate::kWhole || count == CountFate::kCut)) {
+      s.fate = CountFateName(count);
+    } else if (a.status == 400 || a.status == 413 || a.status == 422) {
+      s.fate = "refused";
+      r_.refused_status = a.status;
     } else {
-      if (k == kRefused) refused_status = r.steps.back().answer.status;
-      hi = mid;
+      s.fate = "other";
+    }
+    if (s.fate == "cut" && !r_.truncates) {
+      r_.truncates = true;
+      r_.truncated = s;
+    }
+    r_.steps.push_back(s);
+    return s;
+  }
+
+  // Notes a step's bound; false (and `how`) for an answer that ends it.
+  bool Note(const LadderStep& s) {
+    if (s.fate == "whole") {
+      r_.limit = std::max(r_.limit, s.predicted);
+    } else if (Bad(s.fate)) {
+      if (r_.upper == 0 || s.predicted < r_.upper) {
+        r_.upper = s.predicted;
+        upper_step_ = s;
+      }
+    } else {
+      r_.refused_other = true;
+      r_.how = absl::StrCat(
+          "the measurement stopped at a prompt of ", s.predicted,
+          " tokens: HTTP ", s.answer.status,
+          s.answer.status == 200
+              ? absl::StrCat(" counting ", s.answer.prompt_tokens, " tokens")
+              : "");
+      return false;
+    }
+    return true;
+  }
+
+  bool Ladder() {
+    for (int64_t step = o_.grain_tokens;
+         o_.shortest_tokens + step <= o_.max_tokens; step *= 2) {
+      const std::optional<LadderStep> s =
+          Step(o_.shortest_tokens + static_cast<int>(step));
+      if (!s.has_value()) break;
+      if (!Note(*s)) return false;
+      if (Bad(s->fate)) return true;
+    }
+    r_.how = absl::StrCat("no refusal or truncation up to ", o_.max_tokens,
+                          " tokens");
+    return false;
+  }
+
+  bool Bisect() {
+    while (true) {
+      const int floor = std::max(r_.limit, o_.shortest_tokens);
+      if (r_.upper - floor <= 1) return true;
+      const std::optional<LadderStep> s = Step(floor + (r_.upper - floor) / 2);
+      // The filler cannot build a prompt between the bounds: its grain.
+      if (!s.has_value() || s->predicted <= r_.limit ||
+          s->predicted >= r_.upper) {
+        return true;
+      }
+      if (!Note(*s)) return false;
     }
   }
-  r.found = true;
-  const int first_bad = base_tokens + hi * unit_tokens;
-  if (r.truncates) {
-    r.limit = r.truncated.answer.prompt_tokens;
-    r.how = absl::StrCat("usage.prompt_tokens stops growing at ", r.limit,
-                         " (a prompt of ", r.truncated.predicted,
-                         " tokens answered with HTTP 200)");
-  } else {
-    r.limit = lo > 0 ? base_tokens + lo * unit_tokens : 0;
-    r.how = absl::StrCat("refused (HTTP ", refused_status, ") from ", first_bad,
-                         " tokens; ", r.limit, " accepted");
+
+  // Both bounds once more, with fresh prompts of the same lengths.
+  bool Recheck() {
+    const std::optional<LadderStep> low =
+        r_.limit > 0 ? Step(r_.limit) : std::nullopt;
+    const std::optional<LadderStep> high = Step(r_.upper);
+    std::string what;
+    if (r_.limit > 0 && (!low.has_value() || low->fate != "whole")) {
+      what =
+          absl::StrCat(r_.limit, " tokens, processed whole before, came back ",
+                       low.has_value() ? low->fate : "unbuilt");
+    } else if (!high.has_value() || !Bad(high->fate)) {
+      what = absl::StrCat(r_.upper, " tokens, ", upper_step_.fate,
+                          " before, came back ",
+                          high.has_value() ? high->fate : "unbuilt");
+    }
+    if (what.empty()) return true;
+    r_.how = absl::StrCat(
+        "processed whole up to ", r_.limit, " and not from ", r_.upper,
+        ", but the bounds did not hold when sent again (", what, ")");
+    return false;
   }
-  return r;
+
+  const LimitProbe& send_;
+  const LimitMeasureOptions& o_;
+  LadderResult r_;
+  LadderStep upper_step_;
+};
+
+}  // namespace
+
+LadderResult MeasureLimit(const LimitProbe& send,
+                          const LimitMeasureOptions& options) {
+  return Measurement(send, options).Run();
 }
 
 nlohmann::json LadderResult::ToJson() const {
   nlohmann::json out_steps = nlohmann::json::array();
   for (const LadderStep& s : steps) {
-    out_steps.push_back({{"units", s.units},
-                         {"predicted", s.predicted},
+    out_steps.push_back({{"predicted", s.predicted},
                          {"status", s.answer.status},
-                         {"prompt_tokens", s.answer.prompt_tokens}});
+                         {"prompt_tokens", s.answer.prompt_tokens},
+                         {"fate", s.fate}});
   }
-  return {{"found", found},
-          {"limit", limit},
-          {"truncates", truncates},
-          {"how", how},
-          {"steps", out_steps}};
+  return {{"found", found},         {"limit", limit}, {"upper", upper},
+          {"truncates", truncates}, {"how", how},     {"steps", out_steps}};
 }
 
 }  // namespace kvcanary::auditor

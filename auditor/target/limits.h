@@ -1,9 +1,10 @@
 // A target's input limit, as it is: read from where the widely used servers
 // advertise it (docs/targets.md says which field of which server), or
-// measured with a ladder of prompt lengths — where do answers become 4xx,
-// or where does usage.prompt_tokens stop growing (a server that silently
-// keeps part of an over-long prompt). The auditor has no tokenizer: every
-// count here is one the target reported.
+// measured: bounded by the longest prompt seen processed whole and the
+// shortest seen refused or cut (a server that silently keeps part of an
+// over-long prompt), narrowed by bisection and re-checked. The auditor has no
+// tokenizer: every count here is one the target reported, set against the
+// auditor's own prediction of the prompt it built.
 #ifndef KVCANARY_AUDITOR_TARGET_LIMITS_H_
 #define KVCANARY_AUDITOR_TARGET_LIMITS_H_
 
@@ -69,41 +70,77 @@ TargetLimit AdvertisedLimit(const HttpClient& http, const std::string& target,
                             const nlohmann::json& model_entry,
                             const std::string& model, absl::Duration timeout);
 
-// What one ladder step got back.
+// What a reported prompt count says of a prompt whose count the auditor
+// predicted from its own calibration (never from a count the target
+// reported for that very prompt, which a truncating server already cut).
+enum class CountFate {
+  kUnknown,  // no count reported
+  kWhole,    // processed whole: within `tolerance` of the prediction
+  kCut,      // fewer: part of the prompt was not processed
+  kOver,     // more: the prediction does not hold for this prompt
+};
+// `reported` < 0: kUnknown.
+CountFate JudgeCount(int predicted, int reported, int tolerance);
+// unknown, whole, cut, over.
+const char* CountFateName(CountFate fate);
+
+// What one measurement prompt got back.
 struct LadderAnswer {
   int status = 0;          // 0: no HTTP answer (transport error)
   int prompt_tokens = -1;  // usage.prompt_tokens of a 200; -1 none
 };
+
+// One prompt the measurement sent.
 struct LadderStep {
-  int units = 0;
-  int predicted = 0;  // base + units × unit_tokens
+  int predicted = 0;  // its prompt tokens, by the caller's filler (-1: none)
   LadderAnswer answer;
+  // whole (a 200 counting `predicted` within the tolerance), cut (a 200
+  // counting fewer), refused (400, 413, 422) or other (anything else: a
+  // count above the prediction, another status, no count, no answer).
+  std::string fate;
 };
+
+// Builds and sends, alone, a prompt of `tokens` prompt tokens — exactly
+// where the caller's filler can hit it, else the nearest below — and
+// returns what it sent and got (predicted -1: nothing that short).
+using LimitProbe = std::function<LadderStep(int tokens)>;
+
+struct LimitMeasureOptions {
+  int shortest_tokens = 0;  // the shortest prompt the filler builds
+  int grain_tokens = 1;     // the filler's unit: the ladder's first step
+  int tolerance = 0;        // how much a prompt's count may vary (calibrated)
+  int max_tokens = 16384;   // the ladder's ceiling
+};
+
 struct LadderResult {
-  bool found = false;          // a refusal or a truncation bounds the limit
-  int limit = 0;               // most prompt tokens processed whole (0: none)
-  int largest_units = 0;       // units of the largest prompt processed whole
-  bool truncates = false;      // a 200 reported fewer tokens than were sent
-  LadderStep truncated;        // the first such step
-  bool refused_other = false;  // a status other than 200/400/413/422 stopped it
-  std::string how;             // for people: what bounded it
+  // Both bounds seen, and both held when sent again.
+  bool found = false;
+  int limit = 0;           // the longest prompt seen processed whole (0: none)
+  int upper = 0;           // the shortest prompt seen cut or refused (0: none)
+  bool truncates = false;  // some 200 counted fewer tokens than were sent
+  LadderStep truncated;    // the first such step
+  int refused_status = 0;  // the status of a refusal seen (0: none)
+  bool refused_other = false;  // an `other` answer stopped the measurement
+  std::string how;             // for people: what bounds it, and how it held
   std::vector<LadderStep> steps;
 
-  // For evidence: found, limit, truncates, how, and each step's units,
-  // prediction, status and prompt_tokens.
+  // For evidence: found, limit, upper, truncates, how, and each step's
+  // prediction, status, prompt_tokens and fate.
   nlohmann::json ToJson() const;
 };
 
-// Doubles the prompt (1, 2, 4, ... units of `unit_tokens`, on top of
-// `base_tokens`) until an answer is a refusal (400, 413, 422), a 200 whose
-// prompt_tokens falls short of the prediction by more than `tolerance`, or
-// the prediction passes `max_tokens`; then bisects between the last whole
-// answer and the first that was not. Any other status, a 200 without a
-// count, or a transport error ends the ladder (refused_other). `send(units)`
-// sends one prompt alone.
-LadderResult MeasureLimit(const std::function<LadderAnswer(int units)>& send,
-                          int base_tokens, int unit_tokens, int tolerance,
-                          int max_tokens);
+// Measures a limit that is advertised nowhere. The lower bound is the
+// longest prompt seen processed whole, the upper the shortest seen cut or
+// refused — never a count the target reported for a cut prompt, which says
+// only what it kept. Grows the prompt (shortest + grain × 1, 2, 4, ...)
+// until one is cut or refused or the next would pass max_tokens; bisects
+// between the bounds until they are one token apart or the filler cannot
+// build a prompt between them; then sends both bounds once more, and
+// `found` only if the longest whole prompt is whole again and the shortest
+// cut or refused one is cut or refused again. An `other` answer ends the
+// measurement (refused_other).
+LadderResult MeasureLimit(const LimitProbe& send,
+                          const LimitMeasureOptions& options);
 
 }  // namespace kvcanary::auditor
 

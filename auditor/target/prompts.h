@@ -5,8 +5,11 @@
 #ifndef KVCANARY_AUDITOR_TARGET_PROMPTS_H_
 #define KVCANARY_AUDITOR_TARGET_PROMPTS_H_
 
+#include <functional>
+#include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace kvcanary::auditor {
 
@@ -27,6 +30,33 @@ class CacheBuster {
 // The boundary prompts' unit of text: plain words, so tokenizers count it
 // the same way every time it is repeated. `prefix` comes first.
 std::string BoundaryPrompt(const std::string& prefix, int units);
+
+// Count prompts: BoundaryPrompt(prefix, units), then `pads` copies of a
+// one-token pad word where one was found, so that every length can be hit:
+// base + units × unit_tokens + pads prompt tokens.
+struct CountFill {
+  int units = 0;
+  int pads = 0;
+  int predicted = 0;
+};
+// The fill of `tokens`: exactly with a pad, else the nearest below
+// (at_least: at or above). nullopt below `base` or without a unit.
+std::optional<CountFill> CountFillFor(int base, int unit_tokens,
+                                      const std::string& pad, int tokens,
+                                      bool at_least = false);
+std::string CountPrompt(const std::string& prefix, const CountFill& fill,
+                        const std::string& pad);
+
+// Words that may count one token wherever they follow the filler, in the
+// order tried: " a", " the", ...
+const std::vector<std::string>& PadCandidates();
+
+// Whether `pad` counts one token after two units of filler, however many
+// follow (1 and unit_tokens - 1 of them), after `prefix`. `count(prompt)`
+// sends a prompt alone and returns its usage.prompt_tokens (-1: none).
+bool CountPadWorks(const std::string& pad, int unit_tokens,
+                   const std::string& prefix,
+                   const std::function<int(const std::string&)>& count);
 
 }  // namespace kvcanary::auditor
 

@@ -23,16 +23,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// The first tenant sweeps; the next `load` send traffic under load; only
-// their keys are checked.
-TargetOptions SessionOptions(const AcceptOptions& o) {
-  TargetOptions t = o.target;
-  if (t.tenants.size() > static_cast<size_t>(o.load) + 1) {
-    t.tenants.resize(o.load + 1);
-  }
-  return t;
-}
-
 // Cuts `why` to one line's worth for a reason.
 std::string Brief(const std::string& why) {
   constexpr size_t kMax = 160;
@@ -72,10 +62,7 @@ void Fail(DetectorCoverage* d, const std::string& why) {
 class Accept {
  public:
   Accept(const AcceptOptions& o, AuditorMetrics* metrics)
-      : o_(o),
-        metrics_(metrics),
-        key_(RandomHex(32)),
-        session_(SessionOptions(o)) {}
+      : o_(o), metrics_(metrics), key_(RandomHex(32)), session_(o.target) {}
 
   CampaignResult Run();
 
@@ -101,7 +88,7 @@ class Accept {
   const AcceptOptions& o_;
   AuditorMetrics* metrics_;
   const std::string key_;
-  TargetSession session_;
+  Target session_;
   std::unique_ptr<EvidenceLog> log_;
   AcceptCalibration cal_;
   std::unique_ptr<AcceptSweep> sweep_;
@@ -116,7 +103,7 @@ absl::Status Accept::Steps() {
   ASSIGN_OR_RETURN(log_, EvidenceLog::Open(o_.db_path, r_.campaign_id));
   RETURN_IF_ERROR(log_->Record("campaign_start",
                                {{"command", "accept"},
-                                {"target", o_.target.target},
+                                {"target", session_.root()},
                                 {"tenants", r_.tenants},
                                 {"page_tokens", o_.page_tokens},
                                 {"repeats", o_.repeats},
@@ -305,6 +292,10 @@ json Accept::Summary() const {
     (l.length.past ? past : within).push_back(l.length.tokens);
   }
   json d = json::object();
+  // Every key was checked; the first tenant sweeps, the next `load` load.
+  std::vector<std::pair<int, std::string>> used = {{0, "sweeps"}};
+  for (int i = 1; i <= o_.load; ++i) used.push_back({i, "load"});
+  d["tenants"] = TenantsUsedText(session_.options().tenants, used);
   d["limit"] = absl::StrCat(
       cal_.limit.prompt_tokens > 0 ? absl::StrCat(cal_.limit.prompt_tokens,
                                                   " prompt tokens, refuse "
@@ -505,7 +496,7 @@ void Accept::Finish(const absl::Status& run) {
 }
 
 CampaignResult Accept::Run() {
-  StartResult(&r_, "accept", o_.target.target, session_.options().tenants,
+  StartResult(&r_, "accept", session_.root(), session_.options().tenants,
               o_.db_path, {"echo", "golden", "boundary"}, metrics_);
   absl::Status s = Steps();
   if (s.ok() && log_ != nullptr) s = log_->Flush();

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "auditor/reports/metrics.h"
 #include "auditor/result/result.h"
-#include "auditor/target/session.h"
+#include "auditor/target/target.h"
 
 namespace kvcanary::auditor {
 

@@ -100,43 +100,43 @@ class AcceptCalibrator {
     Ladder();
   }
 
+  // The limit measured (auditor/target/limits.h) with count prompts built
+  // to the token where a pad word exists: whole up to the lower bound,
+  // refused or cut from the upper, both re-checked.
   void Ladder() {
     const int base = m().base[PromptKind::kCount];
+    LimitMeasureOptions lo;
+    lo.shortest_tokens = base;
+    lo.grain_tokens = m().unit_tokens;
+    lo.tolerance = m().tolerance;
+    lo.max_tokens = o_.max_ladder_tokens;
     LadderResult r = MeasureLimit(
-        [this](int units) {
+        [this](int tokens) {
+          LadderStep s;
+          const std::optional<Fill> f =
+              FillFor(m(), PromptKind::kCount, tokens);
+          if (!f.has_value()) {
+            s.predicted = -1;
+            return s;
+          }
+          s.predicted = f->predicted;
           const Completion c =
-              Send(BoundaryPrompt(buster_.Next(), units), kBoundaryMaxTokens);
-          return LadderAnswer{c.status, c.usable ? c.prompt_tokens : -1};
+              Send(BuildAcceptPrompt(PromptKind::kCount, buster_.Next(), *f,
+                                     m().pad, nullptr),
+                   kBoundaryMaxTokens);
+          s.answer = {c.status, c.usable ? c.prompt_tokens : -1};
+          return s;
         },
-        base, m().unit_tokens, m().tolerance, o_.max_ladder_tokens);
+        lo);
     c_.limit.source = r.found ? "measured" : "unknown";
     c_.limit.where = absl::StrCat("ladder: ", r.how);
     if (!r.found) {
       c_.limit_failure = absl::StrCat("no input limit: ", c_.limit.where,
                                       " (state it with --max-prompt-tokens)");
-    } else if (r.truncates) {
-      // Counts stop growing there: the most the target processes.
-      c_.limit.prompt_tokens = c_.limit.refuse_above = r.limit;
     } else {
-      // Whole at r.limit, refused from the first refused step on: the gap
-      // between them bisected to the token where pads allow.
-      int refused = 0;
-      for (const LadderStep& s : r.steps) {
-        if (s.answer.status != 200 && (refused == 0 || s.predicted < refused)) {
-          refused = s.predicted;
-        }
-      }
-      int whole = r.limit;
-      Refine(&whole, &refused);
-      c_.limit.prompt_tokens = whole;
-      c_.limit.refuse_above = refused - 1;
-      if (whole == refused - 1) {
-        absl::StrAppend(&c_.limit.where, "; to the token: ", whole,
-                        " processed whole, ", refused, " refused");
-      } else {
-        absl::StrAppend(&c_.limit.where, "; ", whole, " to ", refused - 1,
-                        " not swept (the filler's grain)");
-      }
+      // Whole up to r.limit; refused or cut from r.upper on.
+      c_.limit.prompt_tokens = r.limit;
+      c_.limit.refuse_above = r.upper - 1;
     }
     if (r.truncates) {
       BoundaryObservation obs;
@@ -149,30 +149,6 @@ class AcceptCalibrator {
       for (Finding& f : JudgeBoundary(obs)) c_.findings.push_back(std::move(f));
     }
     c_.ladder = std::move(r);
-  }
-
-  // Bisects between `whole` (processed whole) and `refused` prompt tokens
-  // with count prompts hit exactly by pads; narrows both.
-  void Refine(int* whole, int* refused) {
-    if (m().tolerance != 0 || (m().pad.empty() && m().unit_tokens > 1)) {
-      return;
-    }
-    while (*refused - *whole > 1) {
-      const int mid = *whole + (*refused - *whole) / 2;
-      auto f = FillFor(m(), PromptKind::kCount, mid);
-      if (!f.has_value() || f->predicted != mid) break;
-      const Completion c =
-          Send(BuildAcceptPrompt(PromptKind::kCount, buster_.Next(), *f,
-                                 m().pad, nullptr),
-               kBoundaryMaxTokens);
-      if (c.usable && c.prompt_tokens == mid) {
-        *whole = mid;
-      } else if (c.status == 400 || c.status == 413 || c.status == 422) {
-        *refused = mid;
-      } else {
-        return;  // neither: the ladder's answer stands
-      }
-    }
   }
 
   // A nonce the model echoes in the short echo prompt, alone. Nonces
@@ -260,17 +236,9 @@ class AcceptCalibrator {
 
   bool PadWorks(const std::string& pad) {
     const int unit = m().unit_tokens;
-    // One prefix for all three: the same text but for the pads.
-    const std::string prefix = buster_.Next();
-    const Fill none{2, 0, 0};
-    const int c0 = Count(
-        BuildAcceptPrompt(PromptKind::kCount, prefix, none, pad, nullptr));
-    std::set<int> counts = {1, unit - 1};
-    for (int n : counts) {
-      const Fill padded{2, n, 0};
-      const int cn = Count(
-          BuildAcceptPrompt(PromptKind::kCount, prefix, padded, pad, nullptr));
-      if (c0 <= 0 || cn != c0 + n) return false;
+    if (!CountPadWorks(pad, unit, buster_.Next(),
+                       [this](const std::string& p) { return Count(p); })) {
+      return false;
     }
     // Around each kind's own text too (within the prefix tolerance).
     for (const auto& [kind, base] : m().base) {

@@ -154,12 +154,6 @@ bool NonceStandsOut(const canaries::Marker& nonce) {
   return true;
 }
 
-const std::vector<std::string>& PadCandidates() {
-  static const auto* kPads = new std::vector<std::string>{
-      " a", " the", " and", " to", " it", " he", " was", " I"};
-  return *kPads;
-}
-
 std::vector<SweepLength> PlanLengths(int page_tokens, int shortest,
                                      int within_max, int refuse_above,
                                      int max_past_extra) {

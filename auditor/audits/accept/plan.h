@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "auditor/target/prompts.h"  // PadCandidates
 #include "canaries/marker.h"
 
 namespace kvcanary::auditor {
@@ -75,9 +76,6 @@ std::string ShortEchoPrompt(const std::string& prefix,
 // questions, the echo block around the nonce): only such a nonce proves,
 // by coming back, that its part of the prompt was read.
 bool NonceStandsOut(const canaries::Marker& nonce);
-
-// Candidate pad words, most likely one token first.
-const std::vector<std::string>& PadCandidates();
 
 // One length the sweep covers and why.
 struct SweepLength {

@@ -63,7 +63,7 @@ std::string UnusableWhy(const Completion& c) {
 }
 
 AcceptSweep::AcceptSweep(const AcceptOptions& options,
-                         const AcceptCalibration& cal, TargetSession* session,
+                         const AcceptCalibration& cal, Target* session,
                          EvidenceLog* log, AuditorMetrics* metrics)
     : o_(options),
       cal_(cal),

@@ -21,7 +21,7 @@
 #include "auditor/audits/accept/plan.h"
 #include "auditor/evidence/log.h"
 #include "auditor/result/result.h"
-#include "auditor/target/session.h"
+#include "auditor/target/target.h"
 
 namespace kvcanary::auditor {
 
@@ -70,8 +70,7 @@ class AcceptSweep {
   // The first of session's tenants sweeps; the next `options.load` load.
   // `log` may be null (no evidence rows).
   AcceptSweep(const AcceptOptions& options, const AcceptCalibration& cal,
-              TargetSession* session, EvidenceLog* log,
-              AuditorMetrics* metrics);
+              Target* session, EvidenceLog* log, AuditorMetrics* metrics);
 
   // Plans the lengths from the calibration; then Run() sends them.
   void Plan();
@@ -125,7 +124,7 @@ class AcceptSweep {
 
   const AcceptOptions& o_;
   const AcceptCalibration& cal_;
-  TargetSession* session_;
+  Target* session_;
   EvidenceLog* log_;
   AuditorMetrics* metrics_;
   CacheBuster buster_;

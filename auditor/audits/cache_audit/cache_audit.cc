@@ -56,17 +56,12 @@ class CacheAudit {
   CacheAudit(const CacheAuditOptions& o, AuditorMetrics* metrics)
       : o_(o),
         metrics_(metrics),
-        session_(Session(o.target)),
+        session_(o.target),
         rng_(o.seed != 0 ? o.seed : std::random_device{}()) {}
 
   CampaignResult Run();
 
  private:
-  // Tenants A (writer, index 0) and B (reader, index 1) only.
-  static TargetOptions Session(TargetOptions t) {
-    if (t.tenants.size() > 2) t.tenants.resize(2);
-    return t;
-  }
   const AuditTenant& tenant(int i) const {
     return session_.options().tenants[i];
   }
@@ -97,7 +92,7 @@ class CacheAudit {
 
   const CacheAuditOptions& o_;
   AuditorMetrics* metrics_;
-  TargetSession session_;
+  Target session_;
   std::mt19937_64 rng_;
   CacheBuster buster_;
   std::unique_ptr<EvidenceLog> log_;
@@ -128,7 +123,7 @@ absl::Status CacheAudit::AddFinding(Finding f) {
 absl::Status CacheAudit::KeyCheck(const Completion& c, int who) const {
   if (!KeyRefused(c.status)) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat(
-      "target ", o_.target.target, " refused tenant '", tenant(who).name,
+      "target ", session_.root(), " refused tenant '", tenant(who).name,
       "' key (HTTP ", c.status,
       ") during the audit: check the tenants file (a key revoked mid-run "
       "makes every later sample meaningless)"));
@@ -189,6 +184,7 @@ Completion CacheAudit::Send(RequestKind kind, int who,
     row["prompt_tokens"] = c.prompt_tokens;
     row["cached_tokens"] =
         c.cached_tokens >= 0 ? json(c.cached_tokens) : json(nullptr);
+    row["cached_tokens_from"] = CachedTokensFromName(c.cached_from);
   }
   (void)Record("probe", std::move(row));  // a failed append is retried
   return c;
@@ -303,6 +299,9 @@ absl::Status CacheAudit::Sample(CacheArm arm, int round) {
   }
   s.ttft_ms.push_back(c.ttft_ms);
   s.cached_tokens.push_back(c.cached_tokens);
+  if (c.cached_from != CachedTokensFrom::kNone) {
+    out_.cached_from = CachedTokensFromName(c.cached_from);
+  }
   if (arm == CacheArm::kCross) cross_probe_ids_.push_back(id);
   return absl::OkStatus();
 }
@@ -385,7 +384,7 @@ absl::Status CacheAudit::Steps() {
   ASSIGN_OR_RETURN(log_, EvidenceLog::Open(o_.db_path, r_.campaign_id));
   RETURN_IF_ERROR(Record("campaign_start",
                          {{"command", "cache-audit"},
-                          {"target", o_.target.target},
+                          {"target", session_.root()},
                           {"tenants", r_.tenants},
                           {"alpha", o_.alpha},
                           {"alpha_per_look", plan.alpha_per_look},
@@ -433,6 +432,9 @@ void CacheAudit::Finish(const absl::Status& run) {
   if (run.ok()) {
     r_.detectors = {CacheTimingCoverage(out_), CachedTokensCoverage(out_)};
     r_.details = CacheAuditDetails(out_);
+    // Every key was checked; two are used.
+    r_.details["tenants"] = TenantsUsedText(
+        session_.options().tenants, {{0, "A, writer"}, {1, "B, reader"}});
     if (kv_out_.has_value()) {
       r_.detectors.push_back(kv_events::KvEventsCoverage(*kv_out_));
       r_.details["kv_events"] = kv_out_->ToJson();
@@ -463,7 +465,7 @@ void CacheAudit::Finish(const absl::Status& run) {
 CampaignResult CacheAudit::Run() {
   std::vector<std::string> detectors = {"cache_timing", "cached_tokens"};
   if (!o_.kv_events.endpoint.empty()) detectors.push_back("kv_events");
-  StartResult(&r_, "cache-audit", o_.target.target, session_.options().tenants,
+  StartResult(&r_, "cache-audit", session_.root(), session_.options().tenants,
               o_.db_path, detectors, metrics_);
   absl::Status s = Steps();
   if (s.ok() && log_ != nullptr) s = log_->Flush();

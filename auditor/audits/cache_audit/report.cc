@@ -166,8 +166,9 @@ DetectorCoverage CachedTokensCoverage(const CacheAuditOutcome& o) {
   d.findings = Fired(o, "cached_tokens");
   if (!c.any_reported) {
     d.disabled =
-        "the target reported no usage.prompt_tokens_details.cached_tokens "
-        "(not reported, which is not 'no hit')";
+        "the target reported no cached tokens (neither "
+        "usage.prompt_tokens_details.cached_tokens nor llama.cpp's "
+        "timings.prompt_n; not reported, which is not 'no hit')";
   } else if (!c.usable) {
     d.AddFailure(absl::StrCat(
         "never-seen prefixes reported up to ", c.control_max,
@@ -177,7 +178,9 @@ DetectorCoverage CachedTokensCoverage(const CacheAuditOutcome& o) {
                               c.reported[ArmIndex(CacheArm::kSame)],
                               " reported): the count cannot show one"));
   }
+  if (c.any_reported) d.notes.push_back("counts from " + o.cached_from);
   d.stats = {{"threshold", c.threshold},
+             {"from", o.cached_from},
              {"control_max", c.control_max},
              {"same_hits", c.hits[ArmIndex(CacheArm::kSame)]},
              {"cross_hits", c.hits[ArmIndex(CacheArm::kCross)]}};
@@ -233,6 +236,7 @@ json CacheAuditDetails(const CacheAuditOutcome& o) {
       {"arms", arms},
       {"tests", t.ToJson()},
       {"cached_tokens", o.cached.ToJson()},
+      {"cached_tokens_from", o.cached_from},
       {"plan",
        {{"method",
          "one-sided two-sample Kolmogorov-Smirnov (the first arm faster), "

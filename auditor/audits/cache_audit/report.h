@@ -35,6 +35,9 @@ struct CacheAuditOutcome {
   ArmSamples arms[kCacheArms];
   LookTests tests;  // at the last look taken
   CachedTokensSignal cached;
+  // Where the counts came from (CachedTokensFromName): the
+  // prompt_tokens_details field, or llama.cpp's timings.prompt_n.
+  std::string cached_from = "not reported";
   std::optional<SharingLevel> level;  // unset: the run stopped early
   // Signals that found B reading A's prefix: cache_timing, cached_tokens,
   // cache_refusal (B's probes of A's prefixes refused more than misses).

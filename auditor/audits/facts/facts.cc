@@ -87,7 +87,7 @@ class Facts {
   const FactsOptions& o_;
   AuditorMetrics* metrics_;
   const std::string key_;
-  TargetSession session_;
+  Target session_;
   canaries::MarkerScanner scanner_;
   const absl::Duration read_timeout_;
   std::unique_ptr<EvidenceLog> log_;
@@ -106,21 +106,14 @@ absl::Status Facts::AddFinding(Finding f) {
   return Record("finding", std::move(body), /*flush=*/true);
 }
 
-// With tenants: the model, the advertised limit and every key checked with
-// a completion (TargetSession). A refused key or an unreachable target
-// stops the command; a target that completes nothing only rules out the
-// plant.
+// The base URL and its scheme; with tenants, the model, the advertised
+// limit and every key checked with a completion (Target), as every command
+// does: any failure (a refused key, an unreachable target, one that is not
+// an OpenAI-compatible API) stops the command before its first read.
 absl::Status Facts::Discover() {
+  RETURN_IF_ERROR(session_.Connect());
   if (tenants().empty()) return absl::OkStatus();
-  absl::Status s = session_.Discover();
-  if (s.code() == absl::StatusCode::kPermissionDenied ||
-      s.code() == absl::StatusCode::kUnavailable) {
-    return s;
-  }
-  if (!s.ok()) {
-    run_.no_plant = absl::StrCat("discovery failed: ", s.message());
-    return absl::OkStatus();
-  }
+  RETURN_IF_ERROR(session_.Discover());
   model_ = session_.model();
   r_.limit = session_.advertised();
   run_.no_plant.clear();
@@ -142,10 +135,9 @@ std::vector<ReadSpec> Facts::Specs(
     const std::vector<const AuditTenant*>& readers, bool with_no_key) const {
   std::vector<ReadSpec> specs;
   for (const std::string& path : FactsTargetPaths()) {
-    if (with_no_key)
-      specs.push_back({o_.target.target, path, kNoKeyReader, ""});
+    if (with_no_key) specs.push_back({session_.root(), path, kNoKeyReader, ""});
     for (const AuditTenant* t : readers) {
-      specs.push_back({o_.target.target, path, t->name, t->api_key});
+      specs.push_back({session_.root(), path, t->name, t->api_key});
     }
   }
   for (const std::string& url : o_.node_urls) {
@@ -178,7 +170,7 @@ absl::Status Facts::ReadBefore() {
   }
   if (!any) {
     return absl::UnavailableError(
-        absl::StrCat("target ", o_.target.target,
+        absl::StrCat("target ", session_.root(),
                      " unreachable: no endpoint answered (", why, ")"));
   }
   if (model_.empty()) model_ = o_.target.model;
@@ -211,7 +203,7 @@ BehaviourProbe Facts::SendBehaviour(const std::string& kind,
     body["stream_options"] = {{"include_usage", true}};
   }
   ProbeRequest req;
-  req.url = o_.target.target + "/v1/completions";
+  req.url = session_.url().Api("/completions");
   req.body = body.dump();
   if (reader != nullptr) req.headers = session_.Headers(*reader);
   req.timeout = o_.target.request_timeout;
@@ -367,7 +359,7 @@ absl::Status Facts::Steps() {
   ASSIGN_OR_RETURN(log_, EvidenceLog::Open(o_.db_path, r_.campaign_id));
   RETURN_IF_ERROR(Record("campaign_start",
                          {{"command", "facts"},
-                          {"target", o_.target.target},
+                          {"target", session_.root()},
                           {"tenants", r_.tenants},
                           {"trace_nodes", o_.node_urls},
                           {"paths", FactsTargetPaths()},
@@ -404,7 +396,7 @@ absl::Status Facts::Steps() {
 }
 
 CampaignResult Facts::Run() {
-  StartResult(&r_, "facts", o_.target.target, tenants(), o_.db_path,
+  StartResult(&r_, "facts", session_.root(), tenants(), o_.db_path,
               {std::begin(kFactsDetectorNames), std::end(kFactsDetectorNames)},
               metrics_);
   run_.target = r_.target;

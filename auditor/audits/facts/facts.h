@@ -16,7 +16,7 @@
 
 #include "auditor/reports/metrics.h"
 #include "auditor/result/result.h"
-#include "auditor/target/session.h"
+#include "auditor/target/target.h"
 
 namespace kvcanary::auditor {
 

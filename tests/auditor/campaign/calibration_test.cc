@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "auditor/campaign/plant_calibration.h"
 #include "auditor/target/limits.h"
 #include "gtest/gtest.h"
 
@@ -27,6 +28,9 @@ int Tokens(const std::string& text) {
 struct SimTarget {
   int limit = 256;
   bool keep_tail = false;  // else refuse past the limit
+  // Else: keep the first 4 and the last ones, dropping whole blocks of
+  // (limit + 1 - 4) / 2 tokens (llama.cpp's context shift).
+  bool keep_head_and_tail = false;
   double per_token_ms = 0.1;
   bool flat = false;  // a constant first-token time (a cache, a fixed delay)
   bool echo = true;
@@ -37,11 +41,15 @@ struct SimTarget {
     Completion c;
     int n = Tokens(prompt);
     if (n > limit) {
-      if (!keep_tail) {
+      if (keep_head_and_tail) {
+        const int block = (limit + 1 - 4) / 2;
+        n -= (n - 4 - block) / block * block;
+      } else if (!keep_tail) {
         c.status = 400;
         return c;
+      } else {
+        n = limit;
       }
-      n = limit;
     }
     c.status = 200;
     c.usable = true;
@@ -74,9 +82,13 @@ TEST(CalibrationTest, UnadvertisedRefusingLimitIsMeasured) {
   SimTarget target;
   const Calibration c = Calibrate(Options(), target);
   EXPECT_EQ(c.limit.source, "measured");
-  EXPECT_LE(c.limit.prompt_tokens, 256);
-  EXPECT_GT(c.limit.prompt_tokens, 256 - c.unit_tokens);
-  EXPECT_NE(c.limit.where.find("refused (HTTP 400)"), std::string::npos)
+  // To the token: the filler's units are 6 tokens, its pad word one.
+  EXPECT_EQ(c.unit_tokens, 6);
+  EXPECT_EQ(c.pad, " a");
+  EXPECT_EQ(c.limit.prompt_tokens, 256);
+  EXPECT_EQ(c.limit.refuse_above, 256);
+  EXPECT_NE(c.limit.where.find("refused (HTTP 400) from 257"),
+            std::string::npos)
       << c.limit.where;
   EXPECT_TRUE(c.findings.empty());
   EXPECT_GT(c.base_tokens + c.past_limit_units * c.unit_tokens, 256);
@@ -89,7 +101,7 @@ TEST(CalibrationTest, SilentTailKeepingIsMeasuredAndIsAFinding) {
   const Calibration c = Calibrate(Options(), target);
   EXPECT_EQ(c.limit.source, "measured");
   EXPECT_EQ(c.limit.prompt_tokens, 256);
-  EXPECT_NE(c.limit.where.find("stops growing at 256"), std::string::npos)
+  EXPECT_NE(c.limit.where.find("cut from 257"), std::string::npos)
       << c.limit.where;
   ASSERT_EQ(c.findings.size(), 1u);
   EXPECT_EQ(c.findings[0].kind, "prompt_truncated");
@@ -111,7 +123,67 @@ TEST(CalibrationTest, PlantsFillTheLimitAndAreMeasuredWhole) {
     ASSERT_EQ(plants.size(), 4u);
     for (const Plant& p : plants) {
       EXPECT_EQ(p.prompt_tokens, Tokens(p.text));
+      // The auditor's own prediction, from the plant's halves.
+      EXPECT_EQ(p.predicted_tokens, Tokens(p.text));
       EXPECT_LT(p.prompt_tokens, 1000);
+    }
+  }
+  EXPECT_EQ(c.plant_tolerance, 0);
+  EXPECT_EQ(c.sizing.cut, 0);
+}
+
+// The server: it keeps the head and tail of an over-long prompt
+// and advertises nothing. The measured limit is the longest prompt seen
+// whole (the shortest cut one is one token longer), never a count it
+// reported for a cut prompt, which varies with the prompt's length.
+TEST(CalibrationTest, HeadAndTailKeepingIsMeasuredToItsTrueLimit) {
+  SimTarget target;
+  target.limit = 127;
+  target.keep_head_and_tail = true;
+  const Calibration c = Calibrate(Options(), target);
+  EXPECT_EQ(c.limit.source, "measured") << c.limit.where;
+  EXPECT_EQ(c.limit.prompt_tokens, 127) << c.limit.where;
+  EXPECT_EQ(c.limit.refuse_above, 127) << c.limit.where;
+  ASSERT_TRUE(c.ladder.has_value());
+  EXPECT_TRUE(c.ladder->found);
+  EXPECT_EQ(c.ladder->upper, 128);
+  EXPECT_NE(c.limit.where.find("both bounds held"), std::string::npos)
+      << c.limit.where;
+  // At-limit probes are processed whole; past-limit ones are past it.
+  EXPECT_LE(c.base_tokens + c.at_limit_units * c.unit_tokens, 127);
+  EXPECT_GT(c.base_tokens + c.past_limit_units * c.unit_tokens, 128);
+  // Plants sized under it are whole.
+  EXPECT_TRUE(c.plant_failure.empty()) << c.plant_failure;
+  EXPECT_EQ(c.sizing.cut, 0);
+  for (const Plant& p : c.plants[0]) EXPECT_LE(Tokens(p.text), 127);
+}
+
+// A stated limit the target does not honour: plants sized to it come back
+// cut. Each cut is a prompt_truncated finding and never a plant; the plants
+// kept are whole by the auditor's prediction.
+TEST(CalibrationTest, PlantsTheTargetCutsAloneAreFindingsNeverPlants) {
+  SimTarget target;
+  target.limit = 300;
+  target.keep_head_and_tail = true;
+  CalibrationOptions o = Options();
+  o.flag_limit = 2000;
+  const Calibration c = Calibrate(o, target);
+  EXPECT_GT(c.sizing.cut, 0);
+  int plant_findings = 0;
+  for (const Finding& f : c.findings) {
+    if (f.group.value("template", "") != "plant") continue;
+    ++plant_findings;
+    EXPECT_EQ(f.kind, "prompt_truncated");
+    EXPECT_LT(f.detail["reported_prompt_tokens"].get<int>(),
+              f.detail["predicted_prompt_tokens"].get<int>());
+  }
+  EXPECT_EQ(plant_findings, c.sizing.cut);
+  EXPECT_TRUE(c.plant_failure.empty()) << c.plant_failure;
+  for (const auto& plants : c.plants) {
+    EXPECT_FALSE(plants.empty());
+    for (const Plant& p : plants) {
+      EXPECT_LE(Tokens(p.text), 300);
+      EXPECT_EQ(p.predicted_tokens, Tokens(p.text));
     }
   }
 }
@@ -196,41 +268,30 @@ TEST(CalibrationTest, AModelThatNeverEchoesDisablesEcho) {
   EXPECT_TRUE(e.nonces[1].has_value());
 }
 
-TEST(LadderTest, BisectsToTheLastWholeLength) {
-  std::vector<int> sent;
-  const LadderResult r = MeasureLimit(
-      [&](int units) {
-        sent.push_back(units);
-        const int tokens = 10 + 5 * units;
-        return tokens > 300 ? LadderAnswer{400, -1} : LadderAnswer{200, tokens};
-      },
-      10, 5, 0, 100000);
-  EXPECT_TRUE(r.found);
-  EXPECT_EQ(r.limit, 300);
-  EXPECT_EQ(r.largest_units, 58);
-  EXPECT_LT(sent.size(), 16u);
-}
-
-TEST(LadderTest, NoBoundBelowTheCeilingIsNotFound) {
-  const LadderResult r = MeasureLimit(
-      [](int units) {
-        return LadderAnswer{200, 10 + 5 * units};
-      },
-      10, 5, 0, 2000);
-  EXPECT_FALSE(r.found);
-  EXPECT_NE(r.how.find("no refusal or truncation up to 2000"),
-            std::string::npos);
-}
-
-TEST(LadderTest, AnotherStatusStopsTheLadder) {
-  const LadderResult r = MeasureLimit(
-      [](int units) {
-        return units > 4 ? LadderAnswer{503, -1} : LadderAnswer{200, units};
-      },
-      0, 1, 0, 1000);
-  EXPECT_FALSE(r.found);
-  EXPECT_TRUE(r.refused_other);
-  EXPECT_NE(r.how.find("HTTP 503"), std::string::npos);
+TEST(PlantSplitTest, SplitsAtTheParagraphOrSentenceNearestTheMiddle) {
+  const std::string two =
+      "Once upon a time, there was a cat. The cat knew a secret song: a b. "
+      "Every day the cat sang it.\nOnce upon a time, there was a dog. The dog "
+      "knew a secret song: c d. Every day the dog sang it.";
+  const bool breaks[kPlantBreaks] = {true, true, false};
+  auto s = SplitPlant(two, breaks);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->kind, PlantBreak::kParagraph);
+  EXPECT_EQ(two[s->at], '\n');
+  const bool sentences[kPlantBreaks] = {false, true, false};
+  s = SplitPlant(two, sentences);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->kind, PlantBreak::kSentence);
+  EXPECT_EQ(two.substr(s->at + 1, 4), "The ");
+  // One sentence: only between two words.
+  EXPECT_FALSE(SplitPlant("The song: a b c.", breaks).has_value());
+  const bool words[kPlantBreaks] = {false, false, true};
+  s = SplitPlant("The song: a b c.", words);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->kind, PlantBreak::kWord);
+  EXPECT_EQ(s->at, 11u);  // between "a" and "b"
+  const bool none[kPlantBreaks] = {false, false, false};
+  EXPECT_FALSE(SplitPlant(two, none).has_value());
 }
 
 TEST(LatencyFitTest, NeedsThreeLengthsAGoodFitAndAMeasurablePrefill) {

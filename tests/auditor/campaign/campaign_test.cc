@@ -147,8 +147,8 @@ TEST(CampaignTest, OllamaStyleSilentTruncationPastItsWindowIsAFinding) {
   EXPECT_GT(Count(r, "prompt_truncated"), 0);
 }
 
-// (a) No limit advertised, and over-long prompts silently cut to their
-// tail: the ladder measures the limit, and the cut is a finding.
+// No limit advertised, and over-long prompts silently cut to their tail:
+// the limit is measured, and the cut is a finding.
 TEST(CampaignTest, SilentTailKeepingIsAFindingWithTheMeasuredLimit) {
   FakeTargetOptions fo = Fake(Flavor::kOllama);
   fo.advertise_limit = false;
@@ -159,7 +159,8 @@ TEST(CampaignTest, SilentTailKeepingIsAFindingWithTheMeasuredLimit) {
   ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
   EXPECT_EQ(r.limit.source, "measured");
   EXPECT_EQ(r.limit.prompt_tokens, 400) << r.limit.where;
-  EXPECT_NE(r.limit.where.find("stops growing"), std::string::npos);
+  EXPECT_NE(r.limit.where.find("cut from 401"), std::string::npos)
+      << r.limit.where;
   EXPECT_GT(Count(r, "prompt_truncated"), 0) << Explain(r);
   bool ladder = false;
   for (const Finding& f : r.findings) {
@@ -169,6 +170,113 @@ TEST(CampaignTest, SilentTailKeepingIsAFindingWithTheMeasuredLimit) {
   EXPECT_TRUE(ladder);
   // Plants were sized under the measured limit and landed whole.
   EXPECT_GT(r.plants.accepted_whole, 0);
+  EXPECT_LE(r.plants.prompt_tokens, 400);
+}
+
+// Issue 22 (a): a server that keeps the head and tail of an over-long
+// prompt (llama.cpp's context shift) and advertises no limit anywhere (its
+// /props hidden behind a gateway). What it reports for a cut prompt varies
+// with the prompt's length (a 500-token prompt comes back as about 300):
+// the limit is where prompts stop being whole, and no prompt it processed
+// whole is called past the limit.
+TEST(CampaignTest, HeadAndTailKeepingIsMeasuredToItsTrueLimit) {
+  FakeTargetOptions fo = Fake(Flavor::kLlamaCpp);
+  fo.advertise_limit = false;
+  fo.over_limit = OverLimit::kKeepHeadAndTail;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "head-tail"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(r.limit.source, "measured") << r.limit.where;
+  EXPECT_EQ(r.limit.prompt_tokens, 400) << r.limit.where;
+  EXPECT_EQ(r.limit.refuse_above, 400) << r.limit.where;
+  EXPECT_NE(r.limit.where.find("both bounds held"), std::string::npos)
+      << r.limit.where;
+  // Every boundary row is for a prompt the server cut: none for one it
+  // processed whole.
+  int accepted = 0;
+  for (const Finding& f : r.findings) {
+    if (f.detector != "boundary") continue;
+    const int predicted = f.detail["predicted_prompt_tokens"].get<int>();
+    const int reported = f.detail["reported_prompt_tokens"].get<int>();
+    EXPECT_GT(predicted, 400) << f.ToJson().dump();
+    EXPECT_LT(reported, predicted) << f.ToJson().dump();
+    accepted += f.kind == "boundary_accepted";
+  }
+  EXPECT_GT(accepted, 0);  // past-limit prompts were cut, not refused
+  EXPECT_GT(Count(r, "prompt_truncated"), 0);
+  // Plants under the measured limit: every one sent came back whole.
+  EXPECT_GT(r.plants.accepted_whole, 0);
+  EXPECT_EQ(r.plants.accepted_whole, r.plants.sent);
+  const DetectorCoverage* latency = Detector(r, "latency");
+  ASSERT_NE(latency, nullptr);
+  EXPECT_EQ(latency->state, DetectorState::kActive) << latency->reason;
+}
+
+// Issue 22 (b): plants the server cuts. Alone every plant is whole; with
+// other requests in flight this server's window shrinks to 200 tokens and
+// it keeps the head and tail of what is longer. A cut plant is a
+// prompt_truncated finding and never coverage: not accepted whole, not an
+// answer scanned for the output scan's floor.
+TEST(CampaignTest, PlantsCutUnderLoadAreFindingsAndNeverCoverage) {
+  FakeTargetOptions fo = Fake(Flavor::kLlamaCpp);
+  fo.over_limit = OverLimit::kKeepHeadAndTail;
+  fo.busy_limit_tokens = 200;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "plants-cut"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  const DetectorCoverage* scan = Detector(r, "output_scan");
+  ASSERT_NE(scan, nullptr);
+  const int64_t sent = scan->stats["plants_sent"].get<int64_t>();
+  const int64_t whole = scan->stats["plants_whole"].get<int64_t>();
+  const int64_t cut = scan->stats["plants_cut"].get<int64_t>();
+  EXPECT_GT(cut, 0) << Explain(r);
+  EXPECT_EQ(whole + cut, sent);  // every plant answered with a count
+  EXPECT_EQ(r.plants.accepted_whole, whole);
+  int coverage = 0;
+  for (const auto& [tenant, n] : scan->coverage) coverage += n;
+  EXPECT_EQ(coverage, whole);
+  // A cut plant's answer is not one scanned for the floor.
+  EXPECT_LE(scan->stats["answers_scanned"].get<int64_t>(), r.usable - cut);
+  int plant_rows = 0;
+  for (const Finding& f : r.findings) {
+    if (f.group.value("template", "") != "plant") continue;
+    ++plant_rows;
+    EXPECT_EQ(f.kind, "prompt_truncated");
+    EXPECT_LT(f.detail["reported_prompt_tokens"].get<int>(),
+              f.detail["predicted_prompt_tokens"].get<int>());
+  }
+  EXPECT_EQ(plant_rows, cut);
+}
+
+// Issue 22 (b), the plants' own calibration: a stated limit (here
+// --max-prompt-tokens) the server does not honour. Plants sized to it are
+// cut alone: findings, and rebuilt no larger than what was kept, so the
+// plants the campaign sends are whole.
+TEST(CampaignTest, PlantsCutAloneAreFindingsAndRebuiltSmaller) {
+  FakeTargetOptions fo = Fake(Flavor::kLlamaCpp);
+  fo.advertise_limit = false;
+  fo.over_limit = OverLimit::kKeepHeadAndTail;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "plants-cut-alone");
+  o.max_prompt_tokens = 1600;
+  const CampaignResult r = RunCampaign(o, &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  const DetectorCoverage* scan = Detector(r, "output_scan");
+  ASSERT_NE(scan, nullptr);
+  EXPECT_GT(scan->stats["plants_cut_alone"].get<int>(), 0);
+  int plant_rows = 0;
+  for (const Finding& f : r.findings) {
+    plant_rows += f.kind == "prompt_truncated" &&
+                  f.group.value("template", "") == "plant";
+  }
+  EXPECT_EQ(plant_rows, scan->stats["plants_cut_alone"].get<int>());
+  EXPECT_GT(r.plants.accepted_whole, 0);
+  EXPECT_EQ(r.plants.accepted_whole, r.plants.sent);
   EXPECT_LE(r.plants.prompt_tokens, 400);
 }
 
@@ -230,7 +338,8 @@ TEST(CampaignTest, ATargetThatDiesMidCampaignIsAnErrorNamingIt) {
 }
 
 // A wrong key for the third of four tenants, on a server whose /v1/models
-// needs no key: refused at the start, the tenant named.
+// needs no key: refused at the start, the tenant named. (The last of four:
+// tests/auditor/audits/*, issue 22 (c).)
 TEST(CampaignTest, AWrongKeyForAnyTenantIsAnErrorNamingIt) {
   FakeTargetOptions fo = Fake(Flavor::kLlamaCpp);
   fo.api_keys = {{"sk-a", "acme"},
@@ -249,6 +358,41 @@ TEST(CampaignTest, AWrongKeyForAnyTenantIsAnErrorNamingIt) {
   EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
   ASSERT_FALSE(r.reasons.empty());
   EXPECT_NE(r.reasons[0].find("'initech'"), std::string::npos) << r.reasons[0];
+}
+
+// Issue 22 (c): the last of four, before any probe.
+TEST(CampaignTest, AWrongKeyForTheLastOfFourTenantsIsAnErrorBeforeAnyProbe) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.api_keys = {{"sk-a", "acme"},
+                 {"sk-g", "globex"},
+                 {"sk-i", "initech"},
+                 {"sk-u", "umbrella"}};
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "wrong-last-key");
+  o.tenants = {{"acme", "sk-a"},
+               {"globex", "sk-g"},
+               {"initech", "sk-i"},
+               {"umbrella", "sk-WRONG"}};
+  const CampaignResult r = RunCampaign(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 2);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_NE(r.reasons[0].find("'umbrella'"), std::string::npos) << r.reasons[0];
+  EXPECT_EQ(r.probes, 0);
+  EXPECT_EQ(target.completions(), 4);  // one key check per tenant
+}
+
+// Issue 22 (d): the base URL as the OpenAI SDKs take it.
+TEST(CampaignTest, ABaseUrlEndingInV1Works) {
+  FakeTarget target(Fake(Flavor::kLlamaCpp));  // limit in /props, the root
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url() + "/v1/", "v1"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.limit.source, "advertised");
+  EXPECT_NE(r.limit.where.find("/props"), std::string::npos);
+  EXPECT_EQ(r.target, target.url());
 }
 
 // A key refused mid-run (rotated, revoked): that tenant is not covered,

@@ -150,20 +150,26 @@ struct Plan {
   std::vector<Tok> toks;  // every prompt token, BOS not included
   int sent = 0;           // 1 + toks.size()
   bool over = false;      // refused (kReject, kErrorInStream)
+  bool cut = false;       // processed in part (kKeep*)
   bool bos = true;
   size_t first = 0, last = 0;
+  // kKeepHeadAndTail: toks[0, head) are kept too, before toks[first, last).
+  size_t head = 0;
   int processed() const {
-    return (bos ? 1 : 0) + static_cast<int>(last - first);
+    return (bos ? 1 : 0) + static_cast<int>(head + last - first);
   }
 };
 
-Plan MakePlan(absl::string_view prompt, const FakeTargetOptions& o) {
+// `limit`: the most prompt tokens processed now (options.limit_tokens, or
+// busy_limit_tokens under load).
+Plan MakePlan(absl::string_view prompt, const FakeTargetOptions& o, int limit) {
   Plan p;
   p.toks = Tokenize(prompt);
   p.sent = 1 + static_cast<int>(p.toks.size());
   p.last = p.toks.size();
-  const int limit = o.limit_tokens;
   if (p.sent <= limit) return p;
+  p.cut = o.over_limit != OverLimit::kReject &&
+          o.over_limit != OverLimit::kErrorInStream;
   switch (o.over_limit) {
     case OverLimit::kReject:
     case OverLimit::kErrorInStream:
@@ -176,11 +182,36 @@ Plan MakePlan(absl::string_view prompt, const FakeTargetOptions& o) {
     case OverLimit::kKeepHead:  // BOS and the first limit - 1 tokens kept
       p.last = limit - 1;
       break;
+    case OverLimit::kKeepHeadAndTail: {
+      // llama.cpp's context shift on a prompt: n_keep (BOS included), then
+      // whole blocks of half the rest of the window dropped.
+      const int n_ctx = limit + 1;
+      const int n_keep = std::clamp(o.keep_head_tokens, 1, n_ctx / 2);
+      const int block = (n_ctx - n_keep) / 2;
+      const int erased = (p.sent - n_keep - block) / block;
+      p.head = static_cast<size_t>(n_keep - 1);  // BOS is one of n_keep
+      p.first = p.head + static_cast<size_t>(erased * block);
+      break;
+    }
   }
   return p;
 }
 
 // --- Answers ---
+
+// The tokens processed, as text, BOS first where kept: what the cache keys.
+std::vector<std::string> ProcessedTokens(absl::string_view prompt,
+                                         const Plan& plan) {
+  std::vector<std::string> tokens;
+  if (plan.bos) tokens.push_back("\x02<s>");
+  auto add = [&](size_t i) {
+    const Tok& t = plan.toks[i];
+    tokens.emplace_back(prompt.substr(t.begin, t.end - t.begin));
+  };
+  for (size_t i = 0; i < plan.head; ++i) add(i);
+  for (size_t i = plan.first; i < plan.last; ++i) add(i);
+  return tokens;
+}
 
 // The tail of the processed prompt, or filler words.
 std::vector<std::string> OutputPieces(absl::string_view prompt, const Plan& p,
@@ -279,6 +310,8 @@ std::string FakeTarget::url() const {
 }
 
 int FakeTarget::completions() const { return completions_.load(); }
+
+int FakeTarget::truncated() const { return truncated_.load(); }
 
 int FakeTarget::cached_tokens_served() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -379,7 +412,13 @@ int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
 
 void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
                                   bool chat) {
+  // In flight before counted: a request counted is one being handled.
+  const int others = in_flight_++;
   const int n = ++completions_;
+  struct Leave {
+    std::atomic<int>* n;
+    ~Leave() { --*n; }
+  } leave{&in_flight_};
   if (options_.die_after_completions > 0 &&
       n >= options_.die_after_completions) {
     Stop();  // this request is still answered; new connections are refused
@@ -391,7 +430,10 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     SendReply(res, Refusal(options_.flavor, problem));
     return;
   }
-  const Plan plan = MakePlan(r.prompt, options_);
+  const bool busy = options_.busy_limit_tokens > 0 && others > 0;
+  const Plan plan =
+      MakePlan(r.prompt, options_,
+               busy ? options_.busy_limit_tokens : options_.limit_tokens);
   if (plan.over) {
     const bool in_stream =
         r.stream && (options_.over_limit == OverLimit::kErrorInStream ||
@@ -404,15 +446,11 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     return;
   }
 
+  if (plan.cut) ++truncated_;
   Answer a;
   a.prompt_tokens = plan.processed();
   if (options_.shared_prompt_cache || options_.per_key_prompt_cache) {
-    std::vector<std::string> tokens;
-    if (plan.bos) tokens.push_back("\x02<s>");
-    for (size_t i = plan.first; i < plan.last; ++i) {
-      const Tok& t = plan.toks[i];
-      tokens.emplace_back(r.prompt.substr(t.begin, t.end - t.begin));
-    }
+    const std::vector<std::string> tokens = ProcessedTokens(r.prompt, plan);
     // Per key: salted by the whole Authorization value ("-" for none), so
     // requests without a key share one cache of their own.
     const std::string salt =

@@ -61,6 +61,15 @@ enum class OverLimit {
   // Silently keep the first `limit_tokens` tokens (BOS kept): SGLang's
   // --allow-auto-truncate.
   kKeepHead,
+  // Silently keep the head and the tail, as llama.cpp's server (builds
+  // through 2024, and later ones with --context-shift) cuts a prompt that
+  // fills its window n_ctx = limit_tokens + 1: keep the first
+  // `keep_head_tokens` (n_keep, BOS included), drop erased_blocks ×
+  // n_block_size tokens after them (n_block_size = (n_ctx - n_keep) / 2,
+  // erased_blocks = (n_prompt - n_keep - n_block_size) / n_block_size),
+  // keep the rest. HTTP 200; usage.prompt_tokens is what was kept, which
+  // varies with the prompt's length (docs/targets.md, llama.cpp).
+  kKeepHeadAndTail,
   // Non-streamed: the flavor's 4xx. Streamed: HTTP 200, then the error the
   // flavor's way — `data: {"error": {...}}` (vLLM, SGLang, Ollama), an
   // `error: {...}` SSE line (llama.cpp builds before 2025-09), a
@@ -79,6 +88,12 @@ struct FakeTargetOptions {
   int limit_tokens = 512;
   bool advertise_limit = true;  // where this flavor does (false: nowhere)
   OverLimit over_limit = OverLimit::kReject;
+  int keep_head_tokens = 4;  // n_keep of kKeepHeadAndTail, BOS included
+  // > 0: while another completion request is being handled, this is the
+  // most prompt tokens processed instead of limit_tokens, and over_limit
+  // applies past it (a server whose window shrinks under load: what the
+  // auditor must see under load that it cannot see alone).
+  int busy_limit_tokens = 0;
   // Bearer key -> tenant; empty: accept any key, or none.
   std::map<std::string, std::string> api_keys;
   // /v1/models answers without a key when false (as llama.cpp, TGI and
@@ -107,6 +122,10 @@ struct FakeTargetOptions {
   // (usage.prompt_tokens_details.cached_tokens and timings.cache_n); TGI and
   // Ollama never do. Off by default, as on the real servers.
   bool report_cached_tokens = false;
+  // llama.cpp: usage.prompt_tokens_details.cached_tokens as builds with
+  // usage_json_oaicompat send it; false: only `timings` (prompt_n, cache_n),
+  // as earlier builds do (tools/server/server-task.cpp @ 00efb3e1).
+  bool llama_prompt_tokens_details = true;
   // The cache's KV events, as vLLM publishes them (tests/auditor/
   // fake_kv_publisher.h puts them on a stream): called, outside the fake's
   // lock, with the blocks a request stored, chained in order.
@@ -160,7 +179,10 @@ class FakeTarget {
   const FakeTargetOptions& options() const { return options_; }
   int completions() const;           // completion requests received so far
   int cached_tokens_served() const;  // prompt tokens served from the cache
-  void Stop();                       // stop listening now; idempotent
+  // Completion requests whose prompt was cut (kKeepTail, kKeepHead,
+  // kKeepHeadAndTail) so far.
+  int truncated() const;
+  void Stop();  // stop listening now; idempotent
 
  private:
   void Route();
@@ -179,6 +201,8 @@ class FakeTarget {
   std::unique_ptr<http::Server> server_;
   int port_ = 0;
   std::atomic<int> completions_{0};
+  std::atomic<int> truncated_{0};
+  std::atomic<int> in_flight_{0};  // completion requests being handled
   std::atomic<bool> stopped_{false};
 
   mutable std::mutex mu_;

@@ -202,10 +202,11 @@ json Usage(const FakeTargetOptions& o, const Answer& a) {
   json u = {{"prompt_tokens", a.prompt_tokens},
             {"completion_tokens", completion},
             {"total_tokens", a.prompt_tokens + completion}};
-  const bool details = (o.flavor == Flavor::kVllm && o.report_cached_tokens) ||
-                       (o.flavor == Flavor::kSglang && o.report_cached_tokens &&
-                        a.cached_tokens > 0) ||
-                       o.flavor == Flavor::kLlamaCpp;
+  const bool details =
+      (o.flavor == Flavor::kVllm && o.report_cached_tokens) ||
+      (o.flavor == Flavor::kSglang && o.report_cached_tokens &&
+       a.cached_tokens > 0) ||
+      (o.flavor == Flavor::kLlamaCpp && o.llama_prompt_tokens_details);
   if (details)
     u["prompt_tokens_details"] = {{"cached_tokens", a.cached_tokens}};
   return u;

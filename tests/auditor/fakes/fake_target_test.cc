@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -328,6 +330,48 @@ TEST(FakeTargetTest, KeepHeadKeepsTheStartOfThePrompt) {
   EXPECT_EQ(j["choices"][0]["text"], " w29 w30");  // BOS + w0..w30
 }
 
+// llama.cpp's context shift (n_ctx = 33, n_keep = 4): the first 4 tokens
+// (BOS, w0..w2) and the tail past whole dropped blocks of 14. What it
+// reports varies with the prompt's length.
+TEST(FakeTargetTest, KeepHeadAndTailDropsWholeBlocksAfterTheHead) {
+  FakeTargetOptions o = Opts(Flavor::kLlamaCpp, 32);
+  o.over_limit = OverLimit::kKeepHeadAndTail;
+  FakeTarget t(o);
+  for (const auto& [words, kept] : std::vector<std::pair<int, int>>{
+           {31, 32}, {32, 19}, {45, 18}, {60, 19}}) {
+    SCOPED_TRACE(words);
+    const json j =
+        Parse(Complete(t, {{"prompt", Words(words)}, {"max_tokens", 2}}));
+    EXPECT_EQ(j["usage"]["prompt_tokens"], kept);
+    EXPECT_EQ(j["choices"][0]["text"],
+              absl::StrCat(" w", words - 2, " w", words - 1));
+  }
+  EXPECT_EQ(t.truncated(), 3);
+}
+
+// A window that shrinks while another request is being handled.
+TEST(FakeTargetTest, BusyLimitAppliesOnlyWithAnotherRequestInFlight) {
+  FakeTargetOptions o = Opts(Flavor::kVllm, 64);
+  o.busy_limit_tokens = 16;
+  // 61 tokens: 0.6 s of prefill, so the second request arrives during it.
+  o.prefill_us_per_token = 10000;
+  FakeTarget t(o);
+  const json alone =
+      Parse(Complete(t, {{"prompt", Words(40)}, {"max_tokens", 1}}));
+  EXPECT_EQ(alone["usage"]["prompt_tokens"], 41);
+  Got first;
+  std::thread slow([&] {
+    first = Complete(t, {{"prompt", Words(60)}, {"max_tokens", 1}});
+  });
+  // Wait until the slow request is being handled, then send another.
+  while (t.completions() < 2)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const Got busy = Complete(t, {{"prompt", Words(40)}, {"max_tokens", 1}});
+  slow.join();
+  EXPECT_EQ(busy.status, 400) << busy.body;  // past 16 tokens: refused
+  EXPECT_EQ(first.status, 200) << first.body;
+}
+
 TEST(FakeTargetTest, AnswersAreDeterministicAndEchoTheNonce) {
   FakeTarget t(Opts(Flavor::kLlamaCpp, 256));
   const json echo = {
@@ -568,6 +612,16 @@ TEST(FakeTargetTest, CacheHitsAreReportedOnlyWhereTheFlavorReportsThem) {
       EXPECT_EQ(j["timings"]["prompt_n"], 16);
     }
   }
+  // llama.cpp builds before usage_json_oaicompat: timings only.
+  FakeTargetOptions o = Opts(Flavor::kLlamaCpp, 128);
+  o.shared_prompt_cache = true;
+  o.llama_prompt_tokens_details = false;
+  FakeTarget t(o);
+  Complete(t, request);
+  const json j = Parse(Complete(t, request));
+  EXPECT_FALSE(j["usage"].contains("prompt_tokens_details"));
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 64);
+  EXPECT_EQ(j["timings"]["prompt_n"], 16);
 }
 
 TEST(FakeTargetTest, StopsListeningAfterDieAfterCompletions) {

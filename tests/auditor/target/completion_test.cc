@@ -44,6 +44,57 @@ TEST(CompletionTest, StreamWithUsageInAFinalChunkWithoutChoices) {
   EXPECT_EQ(c.prompt_tokens, 12);
 }
 
+// llama.cpp's server: prompt_tokens is the whole prompt, timings.prompt_n
+// what it evaluated; builds before usage_json_oaicompat send no
+// prompt_tokens_details. A repeat its slot holds evaluates 1 of 106.
+TEST(CompletionTest, LlamaCppTimingsGiveCachedTokensWhereUsageHasNone) {
+  const Completion plain = ParseCompletion(
+      Response(200,
+               R"({"choices":[{"text":" x"}],"usage":{"prompt_tokens":106,)"
+               R"("completion_tokens":1},"timings":{"cache_n":105,)"
+               R"("prompt_n":1,"prompt_ms":0.4}})"),
+      false);
+  ASSERT_TRUE(plain.usable) << plain.error;
+  EXPECT_EQ(plain.cached_tokens, 105);
+  EXPECT_EQ(plain.cached_from, CachedTokensFrom::kTimings);
+  EXPECT_EQ(plain.evaluated_tokens, 1);
+  EXPECT_STREQ(CachedTokensFromName(plain.cached_from), "timings.prompt_n");
+  // Streamed: timings on the last chunk, usage in the one before or the same.
+  const Completion stream = ParseCompletion(
+      Response(200, R"(data: {"choices":[{"text":"a","finish_reason":null}]})"
+                    "\n\n"
+                    R"(data: {"choices":[],"usage":{"prompt_tokens":40},)"
+                    R"("timings":{"prompt_n":40,"cache_n":0}})"
+                    "\n\n"
+                    "data: [DONE]\n\n"),
+      true);
+  ASSERT_TRUE(stream.usable) << stream.error;
+  EXPECT_EQ(stream.cached_tokens, 0);
+  EXPECT_EQ(stream.cached_from, CachedTokensFrom::kTimings);
+}
+
+TEST(CompletionTest, PromptTokensDetailsWinOverTimingsAndNeitherIsUnknown) {
+  const Completion both = ParseCompletion(
+      Response(200, R"({"choices":[{"text":" x"}],"usage":{"prompt_tokens":50,)"
+                    R"("prompt_tokens_details":{"cached_tokens":32}},)"
+                    R"("timings":{"prompt_n":20}})"),
+      false);
+  EXPECT_EQ(both.cached_tokens, 32);
+  EXPECT_EQ(both.cached_from, CachedTokensFrom::kPromptTokensDetails);
+  // Timings without a prompt count say nothing of the cache.
+  const Completion no_count = ParseCompletion(
+      Response(200, R"({"choices":[{"text":" x"}],"timings":{"prompt_n":3}})"),
+      false);
+  EXPECT_EQ(no_count.cached_tokens, -1);
+  EXPECT_EQ(no_count.cached_from, CachedTokensFrom::kNone);
+  const Completion none = ParseCompletion(
+      Response(200,
+               R"({"choices":[{"text":" x"}],"usage":{"prompt_tokens":9}})"),
+      false);
+  EXPECT_EQ(none.cached_tokens, -1);
+  EXPECT_STREQ(CachedTokensFromName(none.cached_from), "not reported");
+}
+
 TEST(CompletionTest, ChatDeltasAreText) {
   const Completion c = ParseCompletion(
       Response(200,

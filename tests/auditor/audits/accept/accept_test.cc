@@ -338,6 +338,73 @@ TEST(AcceptTest, UnadvertisedLimitIsMeasuredByTheLadder) {
   EXPECT_EQ(FindCheck(r, "prompt_tokens", "length 96")->state, "passed");
 }
 
+// Issue 22 (a): a server that keeps the head and tail of an over-long
+// prompt and advertises no limit. The sweep's limit is its true one; no
+// length it processed whole is called "not refused".
+TEST(AcceptTest, HeadAndTailKeepingIsSweptToItsTrueLimit) {
+  FakeTargetOptions fo = Fake(OverLimit::kKeepHeadAndTail);
+  fo.flavor = Flavor::kLlamaCpp;
+  fo.advertise_limit = false;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunAccept(Options(target.url(), "head-tail"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(r.limit.source, "measured") << r.limit.where;
+  EXPECT_EQ(r.limit.prompt_tokens, 96) << r.limit.where;
+  EXPECT_EQ(r.limit.refuse_above, 96) << r.limit.where;
+  EXPECT_EQ(FindCheck(r, "prompt_tokens", "length 96")->state, "passed");
+  const std::vector<const Check*> failed = Failed(r);
+  ASSERT_FALSE(failed.empty());
+  EXPECT_EQ(failed[0]->subject, "length 97");
+  for (const Check* c : failed) {
+    EXPECT_GT(std::stoi(c->subject.substr(7)), 96)
+        << c->check << " " << c->subject << ": " << c->message;
+  }
+  for (const Finding& f : r.findings) {
+    if (f.detector != "boundary") continue;
+    EXPECT_GT(f.detail["predicted_prompt_tokens"].get<int>(), 96)
+        << f.ToJson().dump();
+  }
+  EXPECT_GT(Count(r, "boundary_accepted"), 0);
+}
+
+// Issue 22 (c): every key in the tenants file is checked before the sweep,
+// used or not; the last of four wrong is exit 2 naming it.
+TEST(AcceptTest, AWrongKeyForTheLastOfFourTenantsIsAnErrorNamingIt) {
+  FakeTargetOptions fo = Fake();
+  fo.api_keys = {{"sk-a", "acme"},
+                 {"sk-g", "globex"},
+                 {"sk-i", "initech"},
+                 {"sk-u", "umbrella"}};
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  AcceptOptions o = Options(target.url(), "wrong-last-key");
+  o.target.tenants.push_back({"umbrella", "sk-WRONG"});
+  const CampaignResult r = RunAccept(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 2);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_NE(r.reasons[0].find("'umbrella'"), std::string::npos) << r.reasons[0];
+  EXPECT_EQ(target.completions(), 4);  // the key checks, nothing more
+}
+
+// Issue 22 (d), and a command that uses fewer tenants than the file holds
+// says which it used.
+TEST(AcceptTest, ABaseUrlEndingInV1WorksAndTheTenantsUsedAreNamed) {
+  FakeTarget target(Fake());
+  AuditorMetrics metrics;
+  AcceptOptions o = Options(target.url() + "/v1", "v1");
+  o.load = 1;
+  const CampaignResult r = RunAccept(o, &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.target, target.url());
+  EXPECT_EQ(r.details["tenants"],
+            "3 keys checked; used: acme (sweeps), globex (load); not used: "
+            "initech");
+  EXPECT_EQ(r.tenants, (std::vector<std::string>{"acme", "globex", "initech"}));
+}
+
 TEST(AcceptTest, AKeyRefusedMidSweepIsInconclusiveNamingTheTenant) {
   FakeTargetOptions fo = Fake();
   fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}, {"sk-i", "initech"}};

@@ -540,6 +540,55 @@ TEST(FactsTest, ReadsEachFlavorsOwnFields) {
   }
 }
 
+// Issue 22 (c): every key is checked before the first read; a wrong key
+// for the last of four tenants stops facts with exit 2 naming it, as every
+// command does.
+TEST(FactsTest, AWrongKeyForTheLastOfFourTenantsIsAnErrorNamingIt) {
+  FakeTargetOptions fo;
+  fo.flavor = Flavor::kLlamaCpp;
+  fo.api_keys = {{"sk-a", "acme"},
+                 {"sk-g", "globex"},
+                 {"sk-i", "initech"},
+                 {"sk-u", "umbrella"}};
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r = RunFacts(Options(target.url(),
+                                            {{"acme", "sk-a"},
+                                             {"globex", "sk-g"},
+                                             {"initech", "sk-i"},
+                                             {"umbrella", "sk-WRONG"}},
+                                            "wrong-last-key"),
+                                    &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 2);
+  ASSERT_FALSE(r.reasons.empty());
+  EXPECT_TRUE(absl::StrContains(r.reasons[0], "'umbrella'")) << r.reasons[0];
+}
+
+// Issue 22 (d): --target .../v1 (the OpenAI SDKs' base_url) reads the same
+// endpoints as the server's root, and a target that is not an
+// OpenAI-compatible API is an error (exit 2) as for every command.
+TEST(FactsTest, ABaseUrlEndingInV1ReadsTheServersRoot) {
+  FakeTargetOptions fo;
+  fo.flavor = Flavor::kLlamaCpp;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunFacts(Options(target.url() + "/v1",
+                       {{"acme", "sk-a"}, {"globex", "sk-g"}}, "v1"),
+               &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.target, target.url());
+  EXPECT_EQ(r.details["engine"], "llama.cpp");  // from /props, at the root
+  EXPECT_EQ(r.details["context_tokens"], AdvertisedContext(fo));
+  // A path that is not an OpenAI API: no model list there.
+  const CampaignResult bad = RunFacts(
+      Options(target.url() + "/nothing", {{"acme", "sk-a"}}, "not-openai"),
+      &metrics);
+  EXPECT_EQ(bad.verdict, Verdict::kError) << Explain(bad);
+  EXPECT_EQ(bad.exit_code(), 2);
+}
+
 // --- The pieces ---
 
 TEST(FactsTableTest, FirstSourceWinsAgreeingOnesAreAlsoAndOthersConflict) {

@@ -23,11 +23,23 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-// Raw finding rows, one line each, never cut mid-field.
+// A prompt-token count of a finding's detail, "-" when it has none (the
+// detail's -1 for no count, 0 for no limit).
+std::string TokenCount(const nlohmann::json& detail, const char* key) {
+  if (!detail.is_object() || !detail.contains(key)) return "-";
+  const nlohmann::json& v = detail[key];
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0) return "-";
+  return absl::StrCat(v.get<int64_t>());
+}
+
+// Raw finding rows, one line each, never cut mid-field. Boundary and
+// truncation rows show the prompt tokens sent (the auditor's prediction),
+// those the target reported, and the limit they were judged against.
 void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
-  std::printf("%-6s %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n", "SEQ",
-              "CAMPAIGN", "KIND", "SEVERITY", "DETECTOR", "WRITER", "READER",
-              "PROBE", "ENGINE_REQUEST/PAGE");
+  std::printf(
+      "%-6s %-26s %-26s %-9s %-12s %-12s %-12s %-6s %-6s %-8s %-6s %s\n", "SEQ",
+      "CAMPAIGN", "KIND", "SEVERITY", "DETECTOR", "WRITER", "READER", "PROBE",
+      "SENT", "REPORTED", "LIMIT", "ENGINE_REQUEST/PAGE");
   for (const storage::EvidenceRow& r : rows) {
     const nlohmann::json& b = r.record.body;
     const nlohmann::json d = b.value("detail", nlohmann::json::object());
@@ -35,14 +47,52 @@ void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
     if (d.contains("page")) absl::StrAppend(&where, "/", d["page"].dump());
     auto dash = [](const std::string& s) { return s.empty() ? "-" : s; };
     std::printf(
-        "%-6lld %-26s %-26s %-9s %-12s %-12s %-12s %-6s %s\n",
+        "%-6lld %-26s %-26s %-9s %-12s %-12s %-12s %-6s %-6s %-8s %-6s %s\n",
         static_cast<long long>(r.seq), r.record.campaign.c_str(),
         b.value("kind", "").c_str(), b.value("severity", "").c_str(),
         b.value("detector", "").c_str(), dash(b.value("writer", "")).c_str(),
         dash(b.value("reader", "")).c_str(),
-        b.contains("probe") ? b["probe"].dump().c_str() : "-", where.c_str());
+        b.contains("probe") ? b["probe"].dump().c_str() : "-",
+        TokenCount(d, "predicted_prompt_tokens").c_str(),
+        TokenCount(d, "reported_prompt_tokens").c_str(),
+        TokenCount(d, "limit").c_str(), where.c_str());
   }
   std::printf("%zu finding rows\n", rows.size());
+}
+
+// The raw finding rows as a JSON array, each with its seq and campaign.
+void PrintRowsJson(const std::vector<storage::EvidenceRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const storage::EvidenceRow& r : rows) {
+    nlohmann::json j = r.record.body;
+    j["seq"] = r.seq;
+    j["campaign"] = r.record.campaign;
+    out.push_back(std::move(j));
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+// Each campaign's incidents: its `incident` rows, or, for a campaign that
+// ended before grouping (killed, or an error), its finding rows grouped
+// here.
+std::map<std::string, std::vector<Incident>> IncidentsByCampaign(
+    const std::vector<storage::EvidenceRow>& incident_rows,
+    const std::vector<storage::EvidenceRow>& finding_rows) {
+  std::map<std::string, std::vector<Incident>> incidents;
+  for (const storage::EvidenceRow& r : incident_rows) {
+    incidents[r.record.campaign].push_back(Incident::FromJson(r.record.body));
+  }
+  std::map<std::string, std::vector<Finding>> ungrouped;
+  for (const storage::EvidenceRow& r : finding_rows) {
+    if (!incidents.count(r.record.campaign)) {
+      ungrouped[r.record.campaign].push_back(Finding::FromJson(r.record.body));
+    }
+  }
+  for (auto& [campaign, rows] : ungrouped) {
+    JoinWriters(&rows);
+    incidents[campaign] = GroupIncidents(campaign, rows);
+  }
+  return incidents;
 }
 
 // The rows of `kind` (of `campaign`, if given).
@@ -70,16 +120,9 @@ int FindingsCommand(const FindingsOptions& o) {
   if (o.rows) {
     if (format == "table") {
       PrintRows(*findings);
-      return 0;
+    } else {
+      PrintRowsJson(*findings);
     }
-    nlohmann::json out = nlohmann::json::array();
-    for (const storage::EvidenceRow& r : *findings) {
-      nlohmann::json j = r.record.body;
-      j["seq"] = r.seq;
-      j["campaign"] = r.record.campaign;
-      out.push_back(std::move(j));
-    }
-    std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
   auto starts = Rows(**store, o.campaign, "campaign_start");
@@ -90,22 +133,8 @@ int FindingsCommand(const FindingsOptions& o) {
                 : !ends.ok() ? ends.status()
                              : incident_rows.status());
   }
-  std::map<std::string, std::vector<Incident>> incidents;
-  for (const storage::EvidenceRow& r : *incident_rows) {
-    incidents[r.record.campaign].push_back(Incident::FromJson(r.record.body));
-  }
-  // A campaign that ended before grouping (killed, or an error) still has
-  // its finding rows: grouped here.
-  std::map<std::string, std::vector<Finding>> ungrouped;
-  for (const storage::EvidenceRow& r : *findings) {
-    if (!incidents.count(r.record.campaign)) {
-      ungrouped[r.record.campaign].push_back(Finding::FromJson(r.record.body));
-    }
-  }
-  for (auto& [campaign, rows] : ungrouped) {
-    JoinWriters(&rows);
-    incidents[campaign] = GroupIncidents(campaign, rows);
-  }
+  std::map<std::string, std::vector<Incident>> incidents =
+      IncidentsByCampaign(*incident_rows, *findings);
   const bool writer_active = storage::EvidenceStore::WriterActive(o.db);
   std::map<std::string, nlohmann::json> end_of;
   for (const storage::EvidenceRow& e : *ends) {
@@ -116,17 +145,27 @@ int FindingsCommand(const FindingsOptions& o) {
     const std::string& c = start.record.campaign;
     const auto& list = incidents[c];
     const auto end = end_of.find(c);
-    const std::string verdict =
+    std::string verdict =
         end != end_of.end()
             ? end->second.value("verdict", end->second.value("result", "?"))
         : writer_active ? "no end recorded yet (a writer holds the database)"
                         : "interrupted (no end recorded, no writer holds the "
                           "database)";
+    // The error that stopped it, beside its verdict.
+    const nlohmann::json error =
+        end != end_of.end() ? end->second.value("error", nlohmann::json())
+                            : nlohmann::json();
     if (format == "json") {
       nlohmann::json is = nlohmann::json::array();
       for (const Incident& i : list) is.push_back(i.ToJson());
-      out.push_back({{"campaign", c}, {"verdict", verdict}, {"incidents", is}});
+      out.push_back({{"campaign", c},
+                     {"verdict", verdict},
+                     {"error", error},
+                     {"incidents", is}});
       continue;
+    }
+    if (error.is_object()) {
+      absl::StrAppend(&verdict, " (error: ", error.value("message", ""), ")");
     }
     std::printf("campaign %s: %s, %zu incidents\n", c.c_str(), verdict.c_str(),
                 list.size());

@@ -107,6 +107,7 @@ json Incident(const std::string& id, const std::string& detector,
   return {{"id", id},
           {"detector", detector},
           {"kind", kind},
+          {"kinds", {{kind, rows}}},
           {"severity", severity},
           {"writer", writer},
           {"reader", reader},
@@ -357,7 +358,9 @@ TEST(CampaignResultSchemaTest, RejectsMistypedFieldsAndUnknownFields) {
   typo["exitcode"] = 0;
   json version3 = CleanResult();
   version3["schema_version"] = 3;
-  for (const json& doc : {bad_time, bad_severity, typo, version3}) {
+  json no_kinds = FindingsResult();
+  no_kinds["incidents"][0].erase("kinds");
+  for (const json& doc : {bad_time, bad_severity, typo, version3, no_kinds}) {
     std::string errors;
     EXPECT_EQ(Validate(doc, &errors), 1) << doc.dump().substr(0, 300);
   }

@@ -500,9 +500,8 @@ int Conclude(const CampaignResult& r, const AuditorMetrics& metrics) {
       return Fail(s);
     }
   }
-  if (r.verdict == Verdict::kError) {
-    std::fprintf(stderr, "kvcanary-auditor: %s\n",
-                 r.reasons.empty() ? "error" : r.reasons[0].c_str());
+  if (!r.error.empty()) {  // beside any verdict, findings included
+    std::fprintf(stderr, "kvcanary-auditor: %s\n", r.error.c_str());
   }
   return r.exit_code();
 }

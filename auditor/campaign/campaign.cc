@@ -585,6 +585,7 @@ absl::Status Campaign::Steps() {
     kv_ = std::make_unique<kv_events::KvEventsCheck>(o_.kv_events);
     RETURN_IF_ERROR(kv_->Start());
   }
+  r_.audit_started = true;  // the start checks passed: calibration probes
   CalibrationOptions co;
   co.tenants = o_.tenants;
   co.secret_key = key_;
@@ -596,11 +597,12 @@ absl::Status Campaign::Steps() {
                               int max_tokens, bool stream) {
     return session_.SendAlone(t, prompt, max_tokens, stream);
   });
+  // Its findings are kept even if the target died during it.
+  for (Finding f : cal_.findings)
+    RETURN_IF_ERROR(AddFinding(std::move(f), true));
   RETURN_IF_ERROR(session_.down());
   r_.limit = cal_.limit;
   RETURN_IF_ERROR(Record("calibration", cal_.ToEvidence(), true));
-  for (Finding f : cal_.findings)
-    RETURN_IF_ERROR(AddFinding(std::move(f), true));
   BuildScanner();
   RETURN_IF_ERROR(scanner_.Compile());
   Controls();
@@ -641,10 +643,7 @@ void Campaign::Finish(const absl::Status& run) {
   }
   const std::vector<std::string> problems =
       run.ok() ? TenantProblems(in) : std::vector<std::string>{};
-  const VerdictDecision v =
-      DecideVerdict(run, r_.findings.size(), r_.detectors, problems);
-  r_.verdict = v.verdict;
-  r_.reasons = v.reasons;
+  DecideResult(&r_, run, problems);
   const PlantSizing& sizing = cal_.sizing;
   r_.plants.form = sizing.form;
   r_.plants.markers_per_plant = sizing.markers_per_plant;

@@ -62,9 +62,10 @@ struct CampaignOptions {
 };
 
 // Runs one campaign. Never fails silently: a campaign that could not run
-// (the target or a trace node unreachable, a key refused at the start, the
-// evidence store unwritable, the target down mid-run) is verdict `error`
-// with the reason; everything else is judged by DecideVerdict.
+// or stopped early (the target or a trace node unreachable, a key refused
+// at the start, the evidence store unwritable, the target down mid-run)
+// has the reason in `error`, and its verdict is DecideVerdict's: `error`,
+// unless findings proven after its start checks outrank it.
 CampaignResult RunCampaign(const CampaignOptions& options,
                            AuditorMetrics* metrics);
 

@@ -23,6 +23,32 @@ void StartResult(CampaignResult* r, const std::string& command,
   for (const AuditTenant& t : tenants) r->tenants.push_back(t.name);
 }
 
+void DecideResult(CampaignResult* r, const absl::Status& run,
+                  const std::vector<std::string>& problems) {
+  VerdictDecision v = DecideVerdict(run, r->audit_started, r->findings.size(),
+                                    r->detectors, problems);
+  r->verdict = v.verdict;
+  r->reasons = std::move(v.reasons);
+  r->error = std::move(v.error);
+}
+
+namespace {
+
+// An error found once the verdict was decided (the `campaign_end` row):
+// beside the first error, and the verdict decided again by the same rule.
+void LateError(CampaignResult* r, const absl::Status& s) {
+  const VerdictDecision late =
+      DecideVerdict(s, r->audit_started, r->findings.size(), {}, {});
+  r->error = r->error.empty() ? late.error
+                              : absl::StrCat(r->error, "; then ", late.error);
+  if (late.verdict == Verdict::kError && r->verdict != Verdict::kError) {
+    r->verdict = Verdict::kError;
+    r->reasons = late.reasons;
+  }
+}
+
+}  // namespace
+
 void SealResult(CampaignResult* r, EvidenceLog* log, json end,
                 AuditorMetrics* metrics) {
   r->elapsed = absl::Microseconds(r->ended_us - r->started_us);
@@ -44,16 +70,17 @@ void SealResult(CampaignResult* r, EvidenceLog* log, json end,
     end["findings"] = r->findings.size();
     end["incidents"] = r->incidents.size();
     end["elapsed_ms"] = absl::ToDoubleMilliseconds(r->elapsed);
+    end["error"] = r->ErrorJson();
     absl::Status s = log->Record("campaign_end", std::move(end), true);
-    if (!s.ok() && r->verdict != Verdict::kError) {
-      r->verdict = Verdict::kError;
-      r->reasons = {absl::StrCat("the evidence store could not be written: ",
-                                 s.message())};
+    if (!s.ok()) {
+      LateError(r,
+                absl::DataLossError(absl::StrCat(
+                    "the evidence store could not be written: ", s.message())));
     }
     r->first_seq = log->first_seq();
     r->last_seq = log->last_seq();
   }
-  metrics->CampaignEnded(r->verdict, r->detectors,
+  metrics->CampaignEnded(r->verdict, r->error.empty(), r->detectors,
                          absl::ToDoubleSeconds(r->elapsed),
                          static_cast<double>(r->ended_us) / 1e6);
 }

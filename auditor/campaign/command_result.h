@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "auditor/evidence/log.h"
 #include "auditor/reports/metrics.h"
 #include "auditor/result/result.h"
@@ -27,11 +28,20 @@ void StartResult(CampaignResult* r, const std::string& command,
                  const std::vector<std::string>& detectors,
                  AuditorMetrics* metrics);
 
-// REQUIRES: r->verdict and r->reasons decided, r->ended_us set. `log` may
-// be null (the store could not be opened: nothing to append). `end` holds
-// the command's own fields for `campaign_end` (counts, timings). A
-// `campaign_end` that cannot be written turns the verdict into error: a
-// result without its evidence vouches for nothing.
+// The verdict, reasons and error of `r` by DecideVerdict
+// (auditor/result/coverage.h): from `run` (how the command's steps
+// ended), r->audit_started, r->findings (every finding the command proved,
+// kept whatever the error) and r->detectors, with `problems` beside the
+// detectors' gaps.
+void DecideResult(CampaignResult* r, const absl::Status& run,
+                  const std::vector<std::string>& problems);
+
+// REQUIRES: DecideResult done, r->ended_us set. `log` may be null (the
+// store could not be opened: nothing to append). `end` holds the command's
+// own fields for `campaign_end` (counts, timings). A `campaign_end` that
+// cannot be written is an error of the result (a result without its
+// evidence vouches for nothing), decided by the same rule: the verdict
+// becomes error unless findings outrank it.
 void SealResult(CampaignResult* r, EvidenceLog* log, nlohmann::json end,
                 AuditorMetrics* metrics);
 

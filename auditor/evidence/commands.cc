@@ -24,7 +24,18 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-// Raw finding rows, one line each, never cut mid-field.
+// A prompt-token count of a finding's detail, "-" when it has none (the
+// detail's -1 for no count, 0 for no limit).
+std::string TokenCount(const nlohmann::json& detail, const char* key) {
+  if (!detail.is_object() || !detail.contains(key)) return "-";
+  const nlohmann::json& v = detail[key];
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0) return "-";
+  return absl::StrCat(v.get<int64_t>());
+}
+
+// Raw finding rows, one line each, never cut mid-field. Boundary and
+// truncation rows show the prompt tokens sent (the auditor's prediction),
+// those the target reported, and the limit they were judged against.
 void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
   TextTable table({{"SEQ", TextTable::kLeft, 6},
                    {"CAMPAIGN", TextTable::kLeft, 26},
@@ -34,6 +45,9 @@ void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
                    {"WRITER", TextTable::kLeft, 12},
                    {"READER", TextTable::kLeft, 12},
                    {"PROBE", TextTable::kLeft, 6},
+                   {"SENT", TextTable::kLeft, 6},
+                   {"REPORTED", TextTable::kLeft, 8},
+                   {"LIMIT", TextTable::kLeft, 6},
                    {"ENGINE_REQUEST/PAGE"}},
                   TextTable::Plain(1));
   for (const storage::EvidenceRow& r : rows) {
@@ -45,9 +59,47 @@ void PrintRows(const std::vector<storage::EvidenceRow>& rows) {
     table.AddRow({absl::StrCat(r.seq), r.record.campaign, b.value("kind", ""),
                   b.value("severity", ""), b.value("detector", ""),
                   dash(b.value("writer", "")), dash(b.value("reader", "")),
-                  b.contains("probe") ? b["probe"].dump() : "-", where});
+                  b.contains("probe") ? b["probe"].dump() : "-",
+                  TokenCount(d, "predicted_prompt_tokens"),
+                  TokenCount(d, "reported_prompt_tokens"), TokenCount(d, "limit"),
+                  where});
   }
   std::printf("%s%zu finding rows\n", table.ToString().c_str(), rows.size());
+}
+
+// The raw finding rows as a JSON array, each with its seq and campaign.
+void PrintRowsJson(const std::vector<storage::EvidenceRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const storage::EvidenceRow& r : rows) {
+    nlohmann::json j = r.record.body;
+    j["seq"] = r.seq;
+    j["campaign"] = r.record.campaign;
+    out.push_back(std::move(j));
+  }
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+// Each campaign's incidents: its `incident` rows, or, for a campaign that
+// ended before grouping (killed, or an error), its finding rows grouped
+// here.
+std::map<std::string, std::vector<Incident>> IncidentsByCampaign(
+    const std::vector<storage::EvidenceRow>& incident_rows,
+    const std::vector<storage::EvidenceRow>& finding_rows) {
+  std::map<std::string, std::vector<Incident>> incidents;
+  for (const storage::EvidenceRow& r : incident_rows) {
+    incidents[r.record.campaign].push_back(Incident::FromJson(r.record.body));
+  }
+  std::map<std::string, std::vector<Finding>> ungrouped;
+  for (const storage::EvidenceRow& r : finding_rows) {
+    if (!incidents.count(r.record.campaign)) {
+      ungrouped[r.record.campaign].push_back(Finding::FromJson(r.record.body));
+    }
+  }
+  for (auto& [campaign, rows] : ungrouped) {
+    JoinWriters(&rows);
+    incidents[campaign] = GroupIncidents(campaign, rows);
+  }
+  return incidents;
 }
 
 // The rows of `kind` (of `campaign`, if given).
@@ -75,16 +127,9 @@ int FindingsCommand(const FindingsOptions& o) {
   if (o.rows) {
     if (format == "table") {
       PrintRows(*findings);
-      return 0;
+    } else {
+      PrintRowsJson(*findings);
     }
-    nlohmann::json out = nlohmann::json::array();
-    for (const storage::EvidenceRow& r : *findings) {
-      nlohmann::json j = r.record.body;
-      j["seq"] = r.seq;
-      j["campaign"] = r.record.campaign;
-      out.push_back(std::move(j));
-    }
-    std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
   auto starts = Rows(**store, o.campaign, "campaign_start");
@@ -95,22 +140,8 @@ int FindingsCommand(const FindingsOptions& o) {
                 : !ends.ok() ? ends.status()
                              : incident_rows.status());
   }
-  std::map<std::string, std::vector<Incident>> incidents;
-  for (const storage::EvidenceRow& r : *incident_rows) {
-    incidents[r.record.campaign].push_back(Incident::FromJson(r.record.body));
-  }
-  // A campaign that ended before grouping (killed, or an error) still has
-  // its finding rows: grouped here.
-  std::map<std::string, std::vector<Finding>> ungrouped;
-  for (const storage::EvidenceRow& r : *findings) {
-    if (!incidents.count(r.record.campaign)) {
-      ungrouped[r.record.campaign].push_back(Finding::FromJson(r.record.body));
-    }
-  }
-  for (auto& [campaign, rows] : ungrouped) {
-    JoinWriters(&rows);
-    incidents[campaign] = GroupIncidents(campaign, rows);
-  }
+  std::map<std::string, std::vector<Incident>> incidents =
+      IncidentsByCampaign(*incident_rows, *findings);
   const bool writer_active = storage::EvidenceStore::WriterActive(o.db);
   std::map<std::string, nlohmann::json> end_of;
   for (const storage::EvidenceRow& e : *ends) {
@@ -121,17 +152,27 @@ int FindingsCommand(const FindingsOptions& o) {
     const std::string& c = start.record.campaign;
     const auto& list = incidents[c];
     const auto end = end_of.find(c);
-    const std::string verdict =
+    std::string verdict =
         end != end_of.end()
             ? end->second.value("verdict", end->second.value("result", "?"))
         : writer_active ? "no end recorded yet (a writer holds the database)"
                         : "interrupted (no end recorded, no writer holds the "
                           "database)";
+    // The error that stopped it, beside its verdict.
+    const nlohmann::json error =
+        end != end_of.end() ? end->second.value("error", nlohmann::json())
+                            : nlohmann::json();
     if (format == "json") {
       nlohmann::json is = nlohmann::json::array();
       for (const Incident& i : list) is.push_back(i.ToJson());
-      out.push_back({{"campaign", c}, {"verdict", verdict}, {"incidents", is}});
+      out.push_back({{"campaign", c},
+                     {"verdict", verdict},
+                     {"error", error},
+                     {"incidents", is}});
       continue;
+    }
+    if (error.is_object()) {
+      absl::StrAppend(&verdict, " (error: ", error.value("message", ""), ")");
     }
     std::printf("campaign %s: %s, %zu incidents\n", c.c_str(), verdict.c_str(),
                 list.size());

@@ -1,5 +1,7 @@
 // The commands that read an evidence database and never write it:
-// `findings` (incidents per campaign, or raw finding rows) and `verify`
+// `findings` (incidents per campaign with its verdict and the error beside
+// it, or raw finding rows; boundary and truncation rows with the prompt
+// tokens sent, reported and the limit) and `verify`
 // (the hash chain, and with checkpoints the Merkle log: storage/
 // evidence_tlog.h). Both open the file read-only (storage/evidence_store.h
 // OpenReadOnly), so they work on read-only media, and both name campaigns

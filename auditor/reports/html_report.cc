@@ -90,7 +90,8 @@ std::string Badge(const std::string& word, const std::string& css_class) {
                       "</span>");
 }
 
-const char* VerdictMeaning(const std::string& verdict) {
+const char* VerdictMeaning(const std::string& verdict,
+                           const std::string& error_phase) {
   if (verdict == "clean") {
     return "No incidents; every required detector active and at its floor "
            "for every tenant.";
@@ -101,6 +102,10 @@ const char* VerdictMeaning(const std::string& verdict) {
   if (verdict == "inconclusive") {
     return "The campaign ran, but could not vouch for everything it was "
            "asked to check.";
+  }
+  if (error_phase == "audit") {
+    return "The campaign stopped before its end and proved nothing before "
+           "it: no verdict on what it was asked to check.";
   }
   return "The campaign could not run: nothing was checked.";
 }
@@ -125,8 +130,15 @@ void AppendBanner(const json& r, std::string* out) {
     }
     absl::StrAppend(out, "</ul>");
   }
-  absl::StrAppend(out, "<p class=\"reasons\">", VerdictMeaning(verdict),
-                  "</p>");
+  const json& error = Get(r, "error");
+  if (error.is_object() && verdict != "error") {
+    absl::StrAppend(out, "<p class=\"reasons\"><b>error:</b> ",
+                    Esc(Str(error, "message")),
+                    " (the run stopped before its end; the findings were "
+                    "proven before it)</p>");
+  }
+  absl::StrAppend(out, "<p class=\"reasons\">",
+                  VerdictMeaning(verdict, Str(error, "phase")), "</p>");
   absl::StrAppend(out, "</header>\n");
 }
 

@@ -92,18 +92,10 @@ JunitCase DetectorCase(const json& d, const std::string& tenant,
   return pass;
 }
 
-std::vector<JunitCase> JunitCases(const json& r) {
-  const std::string verdict = Str(r, "verdict");
-  std::vector<std::string> reasons;
-  for (const json& x : Arr(r, "reasons")) reasons.push_back(Text(x));
-  if (verdict == "error") {
-    return {{"kvcanary.campaign", "campaign", JunitCase::kError, "error",
-             reasons.empty() ? "error" : reasons[0],
-             absl::StrJoin(reasons, "\n")}};
-  }
+// A command that states its checks (accept: a length and a check) gets a
+// case per check.
+std::vector<JunitCase> CheckCases(const json& r) {
   std::vector<JunitCase> cases;
-  // A command that states its checks (accept: a length and a check) gets a
-  // case per check.
   for (const json& c : Arr(r, "checks")) {
     const std::string state = Str(c, "state");
     const std::string classname =
@@ -123,6 +115,19 @@ std::vector<JunitCase> JunitCases(const json& r) {
           {classname, Str(c, "subject"), JunitCase::kPass, "", "", message});
     }
   }
+  return cases;
+}
+
+std::vector<JunitCase> JunitCases(const json& r) {
+  const std::string verdict = Str(r, "verdict");
+  std::vector<std::string> reasons;
+  for (const json& x : Arr(r, "reasons")) reasons.push_back(Text(x));
+  if (verdict == "error") {
+    return {{"kvcanary.campaign", "campaign", JunitCase::kError, "error",
+             reasons.empty() ? "error" : reasons[0],
+             absl::StrJoin(reasons, "\n")}};
+  }
+  std::vector<JunitCase> cases = CheckCases(r);
   const json& incidents = Arr(r, "incidents");
   std::vector<bool> placed(incidents.size(), false);
   for (const json& d : Arr(r, "detectors")) {
@@ -152,6 +157,16 @@ std::vector<JunitCase> JunitCases(const json& r) {
     }
     cases.push_back(
         FailureCase(absl::StrCat("kvcanary.", d), "unattributed", rest));
+  }
+  // An error beside the findings (the run stopped before its end): a CI
+  // gate sees both.
+  if (const json& e = Get(r, "error"); e.is_object()) {
+    const std::string message = Str(e, "message");
+    cases.push_back({"kvcanary.campaign", "campaign", JunitCase::kError,
+                     "error", message.empty() ? "error" : message,
+                     absl::StrCat(message, "\n(", Str(e, "phase"),
+                                  " phase; the findings were proven before "
+                                  "it)")});
   }
   // A verdict the cases do not show yet gets a case of its own.
   const auto has = [&](JunitCase::Outcome o) {
@@ -224,6 +239,10 @@ std::string JunitXml(const json& result) {
                                      " (exit ", Str(result, "exit_code"), ")");
   for (const json& x : Arr(result, "reasons"))
     absl::StrAppend(&summary, "\n", Text(x));
+  if (const json& e = Get(result, "error");
+      e.is_object() && Str(result, "verdict") != "error") {
+    absl::StrAppend(&summary, "\nerror: ", Str(e, "message"));
+  }
   absl::StrAppend(&out, "    <system-out>", Esc(summary, true),
                   "</system-out>\n  </testsuite>\n</testsuites>\n");
   return out;

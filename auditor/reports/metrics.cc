@@ -94,7 +94,9 @@ AuditorMetrics::AuditorMetrics()
   last_success_ =
       &prometheus::BuildGauge()
            .Name("kvcanary_auditor_last_success_timestamp_seconds")
-           .Help("Unix time the last campaign that ran to a verdict ended")
+           .Help(
+               "Unix time the last campaign that finished (ran to its end, "
+               "no error) ended")
            .Register(*registry_)
            .Add({});
   duration_ = &prometheus::BuildGauge()
@@ -182,15 +184,16 @@ void AuditorMetrics::CountKvEvents(const kv_events::LedgerStats& stream) {
 }
 
 void AuditorMetrics::CampaignEnded(
-    Verdict verdict, const std::vector<DetectorCoverage>& detectors,
-    double seconds, double unix_time) {
+    Verdict verdict, bool finished,
+    const std::vector<DetectorCoverage>& detectors, double seconds,
+    double unix_time) {
   absl::MutexLock lock(&mu_);
   duration_->Set(seconds);
   for (Verdict v : kVerdicts) {
     last_verdict_->Add({{"verdict", VerdictName(v)}}).Set(v == verdict ? 1 : 0);
   }
   campaigns_->Add({{"result", VerdictName(verdict)}}).Increment();
-  if (verdict != Verdict::kError) last_success_->Set(unix_time);
+  if (finished) last_success_->Set(unix_time);
   if (detectors.empty()) {
     // A campaign that could not run vouches for no detector.
     for (const std::string& d : command_detectors_) {

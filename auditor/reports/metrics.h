@@ -48,9 +48,12 @@ class AuditorMetrics {
   void SetCommandDetectors(std::vector<std::string> names);
   // A campaign ended: its verdict, each detector's state and weakest
   // tenant's coverage (after an error, every detector of the command
-  // inconclusive with coverage 0), its duration; unless the verdict is error,
-  // the time it completed.
-  void CampaignEnded(Verdict verdict,
+  // inconclusive with coverage 0), its duration; and, only when it
+  // `finished` (ran to its end, no error — a findings verdict proven before
+  // the target died did not), the time it completed
+  // (kvcanary_auditor_last_success_timestamp_seconds, behind the
+  // KvcanaryAuditStale alert).
+  void CampaignEnded(Verdict verdict, bool finished,
                      const std::vector<DetectorCoverage>& detectors,
                      double seconds, double unix_time);
   std::string Serialize() const;

@@ -131,6 +131,14 @@ std::string ResultText(const CampaignResult& r, int max_lines) {
       absl::StrAppendFormat(out, "  - %s\n", why.c_str());
     }
   }
+  if (!r.error.empty() && r.verdict != Verdict::kError) {
+    // Findings outrank the error (auditor/result/coverage.h): both shown.
+    absl::StrAppendFormat(
+        out,
+        "error: %s\n  (the run stopped before its end; the findings above "
+        "were proven before it)\n",
+        r.error.c_str());
+  }
   if (!r.db_path.empty() && r.verdict != Verdict::kError) {
     absl::StrAppendFormat(
         out, "details: kvcanary-auditor findings --db %s --campaign %s\n",

@@ -1,6 +1,7 @@
 // What `kvcanary-auditor` prints when a command ends: the verdict line, the
 // command's own details and failed checks, the detector table, trace
-// statistics, incidents and the reasons behind the verdict.
+// statistics, incidents, the reasons behind the verdict and the error
+// beside it, if the run stopped before its end.
 #ifndef KVCANARY_AUDITOR_REPORTS_RESULT_TEXT_H_
 #define KVCANARY_AUDITOR_REPORTS_RESULT_TEXT_H_
 

@@ -149,13 +149,18 @@ absl::StatusOr<std::set<std::string>> ParseDetectorList(
   return out;
 }
 
-VerdictDecision DecideVerdict(const absl::Status& run, size_t findings,
+VerdictDecision DecideVerdict(const absl::Status& run, bool audit_started,
+                              size_t findings,
                               const std::vector<DetectorCoverage>& detectors,
                               const std::vector<std::string>& problems) {
   VerdictDecision d;
   if (!run.ok()) {
+    d.error =
+        run.message().empty() ? run.ToString() : std::string(run.message());
+  }
+  if (!run.ok() && (!audit_started || findings == 0)) {
     d.verdict = Verdict::kError;
-    d.reasons.push_back(std::string(run.message()));
+    d.reasons.push_back(d.error);
     return d;
   }
   if (findings > 0) {

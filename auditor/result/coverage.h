@@ -83,16 +83,31 @@ absl::StatusOr<std::set<std::string>> ParseDetectorList(absl::string_view spec);
 
 struct VerdictDecision {
   Verdict verdict = Verdict::kError;
-  // Why the verdict is not clean: the error, the finding count, or each
-  // required detector below its floor and each problem of a tenant.
+  // Why the verdict is not clean: the finding count, and each required
+  // detector below its floor and each problem of a tenant; for `error`,
+  // the error itself.
   std::vector<std::string> reasons;
+  // What stopped the command before its end, beside any verdict (the
+  // result's `error`); "" when it ran to its end.
+  std::string error;
 };
 
-// The precedence: error if the campaign could not run (`run` not OK); else
-// findings if there is any; else inconclusive if any required detector is
-// not active or `problems` (e.g. a tenant whose probes were refused
-// mid-run) is not empty; else clean. REQUIRES: detectors judged.
-VerdictDecision DecideVerdict(const absl::Status& run, size_t findings,
+// The one rule every command's verdict follows: findings > error >
+// inconclusive > clean.
+//   1. error if `run` failed before the audit started (`audit_started`
+//      false: its flags, evidence store or target — the model, every
+//      tenant's key — failed the start checks, so nothing was probed);
+//   2. else findings if there is any, even when `run` failed later (the
+//      target died, the disk filled): a proven finding is not hidden by
+//      what came after it, and the error is given beside it;
+//   3. else error if `run` failed;
+//   4. else inconclusive if any required detector is not active or
+//      `problems` (e.g. a tenant whose probes were refused mid-run) is not
+//      empty;
+//   5. else clean.
+// REQUIRES: detectors judged.
+VerdictDecision DecideVerdict(const absl::Status& run, bool audit_started,
+                              size_t findings,
                               const std::vector<DetectorCoverage>& detectors,
                               const std::vector<std::string>& problems);
 

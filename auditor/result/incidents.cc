@@ -22,7 +22,7 @@ namespace {
 // Where an incident happened, for the table: the node, template or variant.
 std::string Where(const json& key) {
   std::vector<std::string> parts;
-  for (const char* k : {"node", "template", "variant"}) {
+  for (const char* k : {"node", "template", "variant", "cause"}) {
     if (!key.contains(k)) continue;
     parts.push_back(key[k].is_string() ? key[k].get<std::string>()
                                        : absl::StrCat(k, " ", key[k].dump()));
@@ -32,16 +32,125 @@ std::string Where(const json& key) {
 
 std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
 
+// Adds the comma-joined names of `more` to the comma-joined `list`, sorted
+// and once each.
+void MergeNames(std::string* list, const std::string& more) {
+  std::set<std::string> names;
+  for (const std::string* l : {static_cast<const std::string*>(list), &more}) {
+    for (absl::string_view n : absl::StrSplit(*l, ',', absl::SkipEmpty())) {
+      names.insert(std::string(n));
+    }
+  }
+  *list = absl::StrJoin(names, ",");
+}
+
+// Detectors whose incidents are one per cause across tenants (incidents.h).
+bool AcrossTenants(const std::string& detector) {
+  return detector == "golden" || detector == "echo" || detector == "latency" ||
+         detector == "boundary";
+}
+
+// Whether a boundary row's prompt was past the limit: its template says so,
+// or its detail's predicted count is over the limit it was judged against.
+bool PastLimit(const Finding& f) {
+  const json& g = f.group;
+  const std::string t = g.is_object() ? g.value("template", "") : "";
+  if (t == "past_limit" || t == "ladder" || t == "accept_past_limit") {
+    return true;
+  }
+  const json& d = f.detail;
+  if (!d.is_object()) return false;
+  const json limit = d.value("limit", json());
+  const json predicted = d.value("predicted_prompt_tokens", json());
+  return limit.is_number() && predicted.is_number() &&
+         limit.get<double>() > 0 &&
+         predicted.get<double>() > limit.get<double>();
+}
+
+// The cause a boundary row shows (incidents.h). `cut_probes`: the probes
+// whose prompt past the limit came back cut.
+std::string BoundaryCause(const Finding& f,
+                          const std::set<int64_t>& cut_probes) {
+  if (f.kind == "prompt_truncated") {
+    return PastLimit(f) ? "cut_past_limit" : "cut_within_limit";
+  }
+  if (f.kind == "boundary_accepted") {
+    return f.probe >= 0 && cut_probes.count(f.probe) ? "cut_past_limit"
+                                                     : "accepted_past_limit";
+  }
+  return f.kind;
+}
+
+// The kind an incident of boundary `cause` is named by.
+std::string CauseKind(const std::string& cause) {
+  if (cause == "cut_past_limit" || cause == "cut_within_limit") {
+    return "prompt_truncated";
+  }
+  if (cause == "accepted_past_limit") return "boundary_accepted";
+  return cause;
+}
+
+// What a row is grouped by (incidents.h).
+struct RowKey {
+  std::string hashed;  // canonical JSON: detector, kind, fields, tenants
+  std::string kind;    // the incident's kind
+  json fields;         // the incident's `key`
+  bool writer_keyed = false;
+};
+
+RowKey KeyOf(const Finding& f, const std::set<int64_t>& cut_probes) {
+  RowKey k;
+  k.kind = f.kind;
+  k.fields = f.group.is_object() ? f.group : json::object();
+  if (f.detector == "boundary") {
+    const std::string cause = BoundaryCause(f, cut_probes);
+    k.kind = CauseKind(cause);
+    k.fields = {{"cause", cause}};
+  }
+  json key = k.fields;
+  key["detector"] = f.detector;
+  key["kind"] = k.kind;
+  if (!AcrossTenants(f.detector)) {
+    key["reader"] = f.reader;
+    // Joined writers may differ per row: they are gathered, not keyed.
+    k.writer_keyed = !f.writer.empty() && !f.writer_joined;
+    if (k.writer_keyed) key["writer"] = f.writer;
+  }
+  k.hashed = key.dump();
+  return k;
+}
+
+// The probes with a prompt_truncated row past the limit.
+std::set<int64_t> CutProbes(const std::vector<Finding>& findings) {
+  std::set<int64_t> out;
+  for (const Finding& f : findings) {
+    if (f.detector == "boundary" && f.kind == "prompt_truncated" &&
+        f.probe >= 0 && PastLimit(f)) {
+      out.insert(f.probe);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string Incident::Summary() const {
-  std::string what = kind;
-  if (what.rfind("trace_", 0) == 0) what = what.substr(6);
-  what = absl::StrReplaceAll(what, {{"_", " "}});
+  auto words = [](std::string k) {
+    if (k.rfind("trace_", 0) == 0) k = k.substr(6);
+    return absl::StrReplaceAll(k, {{"_", " "}});
+  };
+  // "12 x prompt truncated", or per kind when the cause has several.
+  std::string what = absl::StrCat(rows, " x ", words(kind));
+  if (kinds.size() > 1) {
+    std::vector<std::string> parts;
+    for (const auto& [k, n] : kinds) {
+      parts.push_back(absl::StrCat(n, " x ", words(k)));
+    }
+    what = absl::StrJoin(parts, " + ");
+  }
   std::string who = reader.empty() ? "" : reader;
   if (!writer.empty()) who = absl::StrCat(writer, " -> ", OrDash(reader));
-  std::string s =
-      absl::StrCat(who.empty() ? "" : who + ": ", rows, " x ", what);
+  std::string s = absl::StrCat(who.empty() ? "" : who + ": ", what);
   const std::string where = Where(key);
   if (where != "-") absl::StrAppend(&s, " (", where, ")");
   if (!requests.empty() || !pages.empty()) {
@@ -52,23 +161,25 @@ std::string Incident::Summary() const {
 }
 
 json Incident::ToJson() const {
-  return {{"id", id},
-          {"detector", detector},
-          {"kind", kind},
-          {"severity", SeverityName(severity)},
-          {"writer", writer.empty() ? json(nullptr) : json(writer)},
-          {"reader", reader.empty() ? json(nullptr) : json(reader)},
-          {"tenants", tenants},
-          {"key", key},
-          {"first_seen", Rfc3339Utc(first_seen_us)},
-          {"last_seen", Rfc3339Utc(last_seen_us)},
-          {"first_seen_us", first_seen_us},
-          {"last_seen_us", last_seen_us},
-          {"rows", rows},
-          {"requests", requests},
-          {"probes", probes},
-          {"pages", pages},
-          {"summary", Summary()}};
+  return {
+      {"id", id},
+      {"detector", detector},
+      {"kind", kind},
+      {"kinds", kinds.empty() && rows > 0 ? json{{kind, rows}} : json(kinds)},
+      {"severity", SeverityName(severity)},
+      {"writer", writer.empty() ? json(nullptr) : json(writer)},
+      {"reader", reader.empty() ? json(nullptr) : json(reader)},
+      {"tenants", tenants},
+      {"key", key},
+      {"first_seen", Rfc3339Utc(first_seen_us)},
+      {"last_seen", Rfc3339Utc(last_seen_us)},
+      {"first_seen_us", first_seen_us},
+      {"last_seen_us", last_seen_us},
+      {"rows", rows},
+      {"requests", requests},
+      {"probes", probes},
+      {"pages", pages},
+      {"summary", Summary()}};
 }
 
 Incident Incident::FromJson(const json& j) {
@@ -76,6 +187,11 @@ Incident Incident::FromJson(const json& j) {
   i.id = j.value("id", "");
   i.detector = j.value("detector", "");
   i.kind = j.value("kind", "");
+  if (j.contains("kinds") && j["kinds"].is_object()) {
+    for (const auto& [k, n] : j["kinds"].items()) {
+      if (n.is_number_integer()) i.kinds[k] = n.get<int64_t>();
+    }
+  }
   i.severity = SeverityFromName(j.value("severity", "low"));
   if (j.contains("writer") && j["writer"].is_string()) i.writer = j["writer"];
   if (j.contains("reader") && j["reader"].is_string()) i.reader = j["reader"];
@@ -94,6 +210,8 @@ Incident Incident::FromJson(const json& j) {
       if (v.is_number_integer()) out->insert(v.get<int64_t>());
     }
   };
+  // Rows of older versions: one kind.
+  if (i.kinds.empty() && i.rows > 0) i.kinds[i.kind] = i.rows;
   fill("requests", &i.requests);
   fill("probes", &i.probes);
   fill("pages", &i.pages);
@@ -121,39 +239,25 @@ void JoinWriters(std::vector<Finding>* findings) {
 
 std::vector<Incident> GroupIncidents(const std::string& campaign,
                                      const std::vector<Finding>& findings) {
+  const std::set<int64_t> cut_probes = CutProbes(findings);
   std::map<std::string, Incident> by_key;  // canonical key JSON -> incident
   for (const Finding& f : findings) {
-    json key = f.group;
-    key["detector"] = f.detector;
-    key["kind"] = f.kind;
-    key["reader"] = f.reader;
-    // Joined writers may differ per row: they are gathered, not keyed.
-    const bool writer_in_key = !f.writer.empty() && !f.writer_joined;
-    if (writer_in_key) key["writer"] = f.writer;
-    const std::string k = key.dump();
-    auto [it, fresh] = by_key.try_emplace(k);
+    const RowKey k = KeyOf(f, cut_probes);
+    auto [it, fresh] = by_key.try_emplace(k.hashed);
     Incident& i = it->second;
     if (fresh) {
-      i.id = "i-" + Sha256Hex(campaign + "\n" + k).substr(0, 8);
+      i.id = "i-" + Sha256Hex(campaign + "\n" + k.hashed).substr(0, 8);
       i.detector = f.detector;
-      i.kind = f.kind;
-      i.reader = f.reader;
-      i.key = f.group;
+      i.kind = k.kind;
+      i.key = k.fields;
       i.first_seen_us = i.last_seen_us = f.ts_us;
     }
-    if (writer_in_key) {
+    ++i.kinds[f.kind];
+    MergeNames(&i.reader, f.reader);
+    if (k.writer_keyed) {
       i.writer = f.writer;
-    } else if (!f.writer.empty()) {
-      std::set<std::string> ws;
-      for (absl::string_view w :
-           absl::StrSplit(i.writer, ',', absl::SkipEmpty())) {
-        ws.insert(std::string(w));
-      }
-      for (absl::string_view w :
-           absl::StrSplit(f.writer, ',', absl::SkipEmpty())) {
-        ws.insert(std::string(w));
-      }
-      i.writer = absl::StrJoin(ws, ",");
+    } else {
+      MergeNames(&i.writer, f.writer);
     }
     if (static_cast<int>(f.severity) > static_cast<int>(i.severity)) {
       i.severity = f.severity;
@@ -169,10 +273,11 @@ std::vector<Incident> GroupIncidents(const std::string& campaign,
   }
   std::vector<Incident> out;
   for (auto& [k, i] : by_key) {
-    if (!i.reader.empty()) i.tenants.insert(i.reader);
-    for (absl::string_view w :
-         absl::StrSplit(i.writer, ',', absl::SkipEmpty())) {
-      i.tenants.insert(std::string(w));
+    for (const std::string* names : {&i.reader, &i.writer}) {
+      for (absl::string_view t :
+           absl::StrSplit(*names, ',', absl::SkipEmpty())) {
+        i.tenants.insert(std::string(t));
+      }
     }
     out.push_back(std::move(i));
   }

@@ -1,4 +1,4 @@
-// CampaignResult as the campaign-result document (schema version 1,
+// CampaignResult as the campaign-result document (schema version 2,
 // docs/campaign-result.schema.json, docs/reports.md).
 #include "auditor/result/result.h"
 
@@ -13,6 +13,18 @@ using json = nlohmann::json;
 
 namespace {
 json OrNull(int v) { return v > 0 ? json(v) : json(nullptr); }
+
+json TraceNodesJson(const std::vector<TraceNodeStats>& trace_nodes) {
+  json nodes = json::array();
+  for (const TraceNodeStats& n : trace_nodes) {
+    nodes.push_back({{"url", n.url},
+                     {"events", n.events},
+                     {"dropped", n.dropped},
+                     {"reads_checked", n.reads_checked},
+                     {"reads_unchecked", n.reads_unchecked}});
+  }
+  return nodes;
+}
 }  // namespace
 
 Timeline MakeTimeline(int64_t started_us, int64_t ended_us,
@@ -39,16 +51,22 @@ Timeline MakeTimeline(int64_t started_us, int64_t ended_us,
   return tl;
 }
 
+json CampaignResult::ErrorJson() const {
+  if (error.empty()) return nullptr;
+  return {{"message", error}, {"phase", audit_started ? "audit" : "start"}};
+}
+
 json CampaignResult::ToJson() const {
   json j = {{"schema", "kvcanary-campaign-result"},
-            {"schema_version", 1},
+            {"schema_version", 2},
             {"command", command},
             {"campaign", campaign_id},
             {"target", target},
             {"started_at", Rfc3339Utc(started_us)},
             {"verdict", VerdictName(verdict)},
             {"exit_code", exit_code()},
-            {"reasons", reasons}};
+            {"reasons", reasons},
+            {"error", ErrorJson()}};
   if (verdict == Verdict::kError && detectors.empty()) {
     j["ended_at"] = Rfc3339Utc(ended_us);
     j["elapsed_s"] = absl::ToDoubleSeconds(elapsed);
@@ -89,15 +107,7 @@ json CampaignResult::ToJson() const {
                    {"probes", timeline.probes},
                    {"errors", timeline.errors},
                    {"findings", timeline.findings}};
-  json nodes = json::array();
-  for (const TraceNodeStats& n : trace_nodes) {
-    nodes.push_back({{"url", n.url},
-                     {"events", n.events},
-                     {"dropped", n.dropped},
-                     {"reads_checked", n.reads_checked},
-                     {"reads_unchecked", n.reads_unchecked}});
-  }
-  j["trace_nodes"] = nodes;
+  j["trace_nodes"] = TraceNodesJson(trace_nodes);
   j["evidence"] = {
       {"db", db_path}, {"first_seq", first_seq}, {"last_seq", last_seq}};
   if (!checks.empty()) {

@@ -59,6 +59,15 @@ struct CampaignResult {
   absl::Duration elapsed;
   Verdict verdict = Verdict::kError;
   std::vector<std::string> reasons;  // why not clean
+  // What stopped the command before its end ("" when it ran to its end),
+  // beside whatever verdict DecideVerdict gave (findings outrank it).
+  std::string error;
+  // Set by the command once its start checks passed (flags and options,
+  // the evidence store, the target: its model and every tenant's key, its
+  // trace and KV-event streams), just before its first probe. An error
+  // while it is false is "before the audit's first probe": exit 2
+  // whatever else (DecideVerdict).
+  bool audit_started = false;
   TargetLimit limit;
   PlantStats plants;
   int64_t probes = 0, usable = 0;
@@ -77,6 +86,9 @@ struct CampaignResult {
   nlohmann::json details = nlohmann::json::object();
 
   int exit_code() const { return static_cast<int>(verdict); }
+  // `error` as the document has it: null, or {"message", "phase"} with
+  // phase "start" (before the audit's first probe) or "audit".
+  nlohmann::json ErrorJson() const;
   // The campaign-result document (docs/campaign-result.schema.json).
   nlohmann::json ToJson() const;
 };

@@ -114,6 +114,7 @@ absl::Status Accept::Steps() {
                                true));
   RETURN_IF_ERROR(session_.Discover());
   r_.model = session_.model();
+  r_.audit_started = true;  // the start checks passed: calibration probes
   AcceptCalibrationOptions co;
   co.tenant = session_.options().tenants[0];
   co.secret_key = key_;
@@ -127,14 +128,15 @@ absl::Status Accept::Steps() {
                  int max_tokens, bool stream) {
         return session_.SendAlone(t, prompt, max_tokens, stream);
       });
-  RETURN_IF_ERROR(session_.down());
-  r_.limit = cal_.limit;
-  RETURN_IF_ERROR(log_->Record("calibration", cal_.ToEvidence(), true));
+  // Its findings are kept even if the target died during it.
   for (const Finding& f : cal_.findings) {
     metrics_->CountFinding(f.kind, SeverityName(f.severity));
     r_.findings.push_back(f);
     RETURN_IF_ERROR(log_->Record("finding", f.ToJson(), true));
   }
+  RETURN_IF_ERROR(session_.down());
+  r_.limit = cal_.limit;
+  RETURN_IF_ERROR(log_->Record("calibration", cal_.ToEvidence(), true));
   Progress("calibrated");
   sweep_ =
       std::make_unique<AcceptSweep>(o_, cal_, &session_, log_.get(), metrics_);
@@ -457,9 +459,13 @@ json Accept::Details() const {
 void Accept::Finish(const absl::Status& run) {
   r_.ended_us = NowUs();
   std::vector<std::string> problems;
+  // The sweep's findings count whatever stopped it (each was appended to
+  // the evidence as it was made).
+  if (sweep_ != nullptr) {
+    for (const Finding& f : sweep_->tally().findings) r_.findings.push_back(f);
+  }
   if (run.ok() && sweep_ != nullptr) {
     const AcceptTally& t = sweep_->tally();
-    for (const Finding& f : t.findings) r_.findings.push_back(f);
     r_.checks = StatedChecks(t.lengths, o_.load > 0);
     if (!cal_.counts_failure.empty()) {
       r_.checks.push_back(
@@ -482,10 +488,7 @@ void Accept::Finish(const absl::Status& run) {
     r_.by_outcome = t.by_outcome;
     if (t.load_sent > 0) r_.by_kind["accept_load"] = t.load_sent;
   }
-  const VerdictDecision v =
-      DecideVerdict(run, r_.findings.size(), r_.detectors, problems);
-  r_.verdict = v.verdict;
-  r_.reasons = v.reasons;
+  DecideResult(&r_, run, problems);
   SealResult(&r_, log_.get(),
              {{"requests", r_.probes},
               {"usable", r_.usable},

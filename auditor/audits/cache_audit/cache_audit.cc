@@ -395,6 +395,7 @@ absl::Status CacheAudit::Steps() {
   RETURN_IF_ERROR(session_.Discover());
   r_.model = session_.model();
   r_.limit = session_.advertised();
+  r_.audit_started = true;  // the start checks passed: sizing probes
   RETURN_IF_ERROR(Size());
   RETURN_IF_ERROR(KvEvents());
   Progress(absl::StrFormat(
@@ -441,10 +442,7 @@ void CacheAudit::Finish(const absl::Status& run) {
     }
     r_.checks = CacheAuditChecks(out_);
   }
-  const VerdictDecision v =
-      DecideVerdict(run, r_.findings.size(), r_.detectors, {});
-  r_.verdict = v.verdict;
-  r_.reasons = v.reasons;
+  DecideResult(&r_, run, {});
   r_.probes = out_.requests;
   for (const ArmSamples& s : out_.arms) {
     r_.usable += static_cast<int64_t>(s.ttft_ms.size());

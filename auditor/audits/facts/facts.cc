@@ -367,6 +367,7 @@ absl::Status Facts::Steps() {
                           {"key_sha256", Sha256Hex(key_)}},
                          true));
   RETURN_IF_ERROR(Discover());
+  r_.audit_started = true;  // the start checks passed: endpoint reads
   StartTraces();
   RETURN_IF_ERROR(ReadBefore());
   Progress(absl::StrCat(run_.before.size(), " reads before the plant"));
@@ -417,18 +418,15 @@ void Facts::Finish(const absl::Status& run) {
     r_.checks = FactsChecks(run_, r_.findings);
     r_.details = FactsDetails(run_, r_.findings);
   }
-  const VerdictDecision v =
-      DecideVerdict(run, r_.findings.size(), r_.detectors, {});
-  r_.verdict = v.verdict;
-  r_.reasons = v.reasons;
+  DecideResult(&r_, run, {});
   // An inconclusive run must fail a JUnit gate (one case per check) even
   // where no check says why.
   const bool says_why = std::any_of(
       r_.checks.begin(), r_.checks.end(),
       [](const Check& c) { return c.state == "error" || c.state == "failed"; });
-  if (v.verdict == Verdict::kInconclusive && !says_why) {
+  if (r_.verdict == Verdict::kInconclusive && !says_why) {
     r_.checks.push_back(
-        {"verdict", "inconclusive", "error", absl::StrJoin(v.reasons, "; ")});
+        {"verdict", "inconclusive", "error", absl::StrJoin(r_.reasons, "; ")});
   }
   SealResult(&r_, log_.get(),
              {{"endpoints_read", run_.before.size() + run_.after.size()},

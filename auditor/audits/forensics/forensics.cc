@@ -261,6 +261,7 @@ class Forensics {
   CampaignResult r_;
   std::string file_;            // the file being read, when there are several
   std::vector<LogFile> files_;  // read, oldest first
+  bool read_whole_ = false;     // every file read: its findings stand
 };
 
 void Forensics::OnLine(absl::string_view line, int64_t line_no, bool too_long) {
@@ -346,7 +347,9 @@ absl::Status Forensics::Steps() {
   rules_ = MakeRuleSet(format_, o_.input_limit, floor);
   report_.SetRules(rules_, format_.name());
   ASSIGN_OR_RETURN(log_, EvidenceLog::Open(o_.db_path, r_.campaign_id));
+  r_.audit_started = true;  // the start checks passed: the log is read
   RETURN_IF_ERROR(ReadAll());
+  read_whole_ = true;
   report_.SetFiles(files_);
   RETURN_IF_ERROR(RecordStart());
   for (const Finding& f : r_.findings) {
@@ -363,13 +366,13 @@ void Forensics::Finish(const absl::Status& run) {
     r_.tenants = report_.Tenants();
     r_.checks = report_.Checks();
     r_.details = report_.Details();
-  } else {
+  } else if (!read_whole_) {
+    // Floors of a log read in part, never appended to the evidence: no
+    // finding is proven. Once read whole, they are (an evidence store that
+    // then fails is the error beside them).
     r_.findings.clear();
   }
-  const VerdictDecision v =
-      DecideVerdict(run, r_.findings.size(), r_.detectors, {});
-  r_.verdict = v.verdict;
-  r_.reasons = v.reasons;
+  DecideResult(&r_, run, {});
   SealResult(&r_, log_.get(), report_.EndFields(), metrics_);
 }
 

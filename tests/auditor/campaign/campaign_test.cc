@@ -334,6 +334,10 @@ TEST(CampaignTest, ATargetThatDiesMidCampaignIsAnErrorNamingIt) {
   ASSERT_FALSE(r.reasons.empty());
   EXPECT_NE(r.reasons[0].find("target down at"), std::string::npos)
       << r.reasons[0];
+  // Stopped during the audit, with nothing proven before it.
+  EXPECT_TRUE(r.findings.empty()) << Explain(r);
+  EXPECT_EQ(r.error, r.reasons[0]);
+  EXPECT_EQ(r.ToJson()["error"]["phase"], "audit");
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
@@ -358,6 +362,9 @@ TEST(CampaignTest, AWrongKeyForAnyTenantIsAnErrorNamingIt) {
   EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
   ASSERT_FALSE(r.reasons.empty());
   EXPECT_NE(r.reasons[0].find("'initech'"), std::string::npos) << r.reasons[0];
+  // Caught by the start checks, before the audit's first probe.
+  EXPECT_FALSE(r.audit_started);
+  EXPECT_EQ(r.ToJson()["error"]["phase"], "start");
 }
 
 // Issue 22 (c): the last of four, before any probe.

@@ -447,6 +447,10 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
   }
 
   if (plan.cut) ++truncated_;
+  if (options_.die_after_truncations > 0 && plan.processed() < plan.sent &&
+      ++truncations_ >= options_.die_after_truncations) {
+    Stop();  // this answer is still sent; new connections are refused
+  }
   Answer a;
   a.prompt_tokens = plan.processed();
   if (options_.shared_prompt_cache || options_.per_key_prompt_cache) {

@@ -149,6 +149,10 @@ struct FakeTargetOptions {
   // > 0: the server stops listening when that many completion requests have
   // arrived (the last one is still answered); connections are refused after.
   int die_after_completions = 0;
+  // > 0: the same, once it has silently cut that many over-long prompts
+  // (kKeepTail, kKeepHead; the last cut one is still answered): a target
+  // that dies after the auditor could prove the cut.
+  int die_after_truncations = 0;
   bool echo = true;  // false: fixed filler words instead of the prompt's tail
   // > 0: once that many completion requests have arrived, `revoked_key`
   // is refused as if it were wrong (a key rotated or revoked mid-run).
@@ -203,6 +207,7 @@ class FakeTarget {
   std::atomic<int> completions_{0};
   std::atomic<int> truncated_{0};
   std::atomic<int> in_flight_{0};  // completion requests being handled
+  std::atomic<int> truncations_{0};  // over-long prompts answered cut
   std::atomic<bool> stopped_{false};
 
   mutable std::mutex mu_;

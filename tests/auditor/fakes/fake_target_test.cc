@@ -645,6 +645,27 @@ TEST(FakeTargetTest, StopsListeningAfterDieAfterCompletions) {
   EXPECT_EQ(t.completions(), 2);
 }
 
+// Prompts it processes whole do not count; the second cut one is still
+// answered, then the port is closed.
+TEST(FakeTargetTest, StopsListeningAfterDieAfterTruncations) {
+  FakeTargetOptions o = Opts(Flavor::kVllm, 32);
+  o.over_limit = OverLimit::kKeepTail;
+  o.die_after_truncations = 2;
+  FakeTarget t(o);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(Complete(t, {{"prompt", Words(8)}, {"max_tokens", 1}}).status,
+              200);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const Got cut = Complete(t, {{"prompt", Words(100)}, {"max_tokens", 1}});
+    ASSERT_EQ(cut.status, 200) << cut.body;
+    EXPECT_EQ(Parse(cut)["usage"]["prompt_tokens"], 32);
+  }
+  HttpClient client;
+  EXPECT_FALSE(client.Get(t.url() + "/health", {}, absl::Seconds(5)).ok());
+  EXPECT_EQ(t.completions(), 5);
+}
+
 TEST(FakeTargetTest, LlamaSlotsShowPromptsOnlyWhenAsked) {
   for (bool expose : {false, true}) {
     FakeTargetOptions o = Opts(Flavor::kLlamaCpp);

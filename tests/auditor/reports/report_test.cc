@@ -34,11 +34,12 @@ const std::string kSchema =
 
 json CleanResult() {
   return json::parse(R"({
-  "schema": "kvcanary-campaign-result", "schema_version": 1,
+  "schema": "kvcanary-campaign-result", "schema_version": 2,
   "campaign": "c20261203T101500-1a2b3c4d",
   "target": "http://127.0.0.1:8000", "model": "stories260K",
   "started_at": "2026-12-03T10:15:00.123Z", "ended_at": "2026-12-03T10:15:12.623Z",
   "elapsed_s": 12.5, "verdict": "clean", "exit_code": 0, "reasons": [],
+  "error": null,
   "tenants": ["acme", "globex", "initech", "umbrella"],
   "limit": {"prompt_tokens": 256, "context_tokens": 512, "source": "advertised",
             "where": "/v1/models data[0].max_prompt_tokens"},
@@ -106,6 +107,7 @@ json Incident(const std::string& id, const std::string& detector,
   return {{"id", id},
           {"detector", detector},
           {"kind", kind},
+          {"kinds", {{kind, rows}}},
           {"severity", severity},
           {"writer", writer},
           {"reader", reader},
@@ -172,18 +174,34 @@ json InconclusiveResult() {
   return r;
 }
 
-// An error result as small as the schema allows: the eight core fields.
+// An error result as small as the schema allows: the nine core fields.
 json ErrorResult() {
   return json::parse(R"({
-  "schema": "kvcanary-campaign-result", "schema_version": 1, "campaign": "",
+  "schema": "kvcanary-campaign-result", "schema_version": 2, "campaign": "",
   "target": "http://127.0.0.1:8000", "verdict": "error", "exit_code": 2,
   "reasons": ["GET /v1/models: 401 Unauthorized for tenant acme"],
+  "error": {"message": "GET /v1/models: 401 Unauthorized for tenant acme",
+            "phase": "start"},
   "started_at": "2026-12-03T10:15:00.123Z"})");
+}
+
+// Findings proven before the target died: the findings verdict, the error
+// beside it, and no detector vouched for (the run did not finish).
+json FindingsThenErrorResult() {
+  json r = FindingsResult();
+  r["error"] = {{"message",
+                 "target down at 2026-12-03T10:15:11Z: 20 requests in a row "
+                 "without an HTTP answer (connection refused)"},
+                {"phase", "audit"}};
+  r["detectors"] = json::array();
+  r["reasons"] = {"3212 finding rows"};
+  return r;
 }
 
 // An error result that got as far as naming its tenants and evidence store.
 json LateErrorResult() {
   json r = ErrorResult();
+  r["error"]["phase"] = "audit";
   r["campaign"] = "c20261203T101500-1a2b3c4d";
   r["ended_at"] = "2026-12-03T10:15:01.001Z";
   r["elapsed_s"] = 0.878;
@@ -254,8 +272,9 @@ sys.exit(1 if errors else 0)' )py" +
 
 TEST(CampaignResultSchemaTest, SampleResultsOfEveryVerdictAreValid) {
   SKIP_WITHOUT_JSONSCHEMA();
-  for (const json& doc : {CleanResult(), FindingsResult(), InconclusiveResult(),
-                          ErrorResult(), LateErrorResult()}) {
+  for (const json& doc :
+       {CleanResult(), FindingsResult(), InconclusiveResult(), ErrorResult(),
+        LateErrorResult(), FindingsThenErrorResult()}) {
     std::string errors;
     EXPECT_EQ(Validate(doc, &errors), 0)
         << doc["verdict"] << " result rejected:\n"
@@ -304,6 +323,31 @@ TEST(CampaignResultSchemaTest, RejectsVerdictsThatContradictTheirContent) {
   }
 }
 
+// `error` beside the verdict: findings may carry one from the audit,
+// clean and inconclusive none, error always one; an error before the
+// audit's first probe ("start") is verdict error whatever else.
+TEST(CampaignResultSchemaTest, RejectsAnErrorTheVerdictContradicts) {
+  SKIP_WITHOUT_JSONSCHEMA();
+  json clean_with_error = CleanResult();
+  clean_with_error["error"] = FindingsThenErrorResult()["error"];
+  json inconclusive_with_error = InconclusiveResult();
+  inconclusive_with_error["error"] = FindingsThenErrorResult()["error"];
+  json findings_after_start_error = FindingsThenErrorResult();
+  findings_after_start_error["error"]["phase"] = "start";
+  json error_without_error = ErrorResult();
+  error_without_error["error"] = nullptr;
+  json without_error_field = CleanResult();
+  without_error_field.erase("error");
+  json unknown_phase = ErrorResult();
+  unknown_phase["error"]["phase"] = "later";
+  for (const json& doc :
+       {clean_with_error, inconclusive_with_error, findings_after_start_error,
+        error_without_error, without_error_field, unknown_phase}) {
+    std::string errors;
+    EXPECT_EQ(Validate(doc, &errors), 1) << doc.dump().substr(0, 400);
+  }
+}
+
 TEST(CampaignResultSchemaTest, RejectsMistypedFieldsAndUnknownFields) {
   SKIP_WITHOUT_JSONSCHEMA();
   json bad_time = CleanResult();
@@ -312,9 +356,11 @@ TEST(CampaignResultSchemaTest, RejectsMistypedFieldsAndUnknownFields) {
   bad_severity["incidents"][0]["severity"] = "catastrophic";
   json typo = CleanResult();
   typo["exitcode"] = 0;
-  json version2 = CleanResult();
-  version2["schema_version"] = 2;
-  for (const json& doc : {bad_time, bad_severity, typo, version2}) {
+  json version3 = CleanResult();
+  version3["schema_version"] = 3;
+  json no_kinds = FindingsResult();
+  no_kinds["incidents"][0].erase("kinds");
+  for (const json& doc : {bad_time, bad_severity, typo, version3, no_kinds}) {
     std::string errors;
     EXPECT_EQ(Validate(doc, &errors), 1) << doc.dump().substr(0, 300);
   }
@@ -442,6 +488,26 @@ TEST(JunitXmlTest, ErrorVerdictIsOneErroredCampaignCase) {
             "GET /v1/models: 401 Unauthorized for tenant acme");
 }
 
+// The target died after findings: the incidents fail their cases (no
+// detector vouched for, so they are unattributed) and the error is a case
+// of its own, so a CI gate shows both.
+TEST(JunitXmlTest, FindingsThenAnErrorFailAndErrorTheSuite) {
+  SKIP_WITHOUT_PYTHON();
+  const json parsed = ParseJunit(JunitXml(FindingsThenErrorResult()));
+  const json& suite = parsed["suites"][0];
+  EXPECT_EQ(suite["attrs"]["errors"], "1");
+  EXPECT_GE(std::stoi(suite["attrs"]["failures"].get<std::string>()), 1);
+  const json* error = FindCase(suite, "kvcanary.campaign", "campaign");
+  ASSERT_NE(error, nullptr);
+  EXPECT_EQ((*error)["outcome"], "error");
+  EXPECT_EQ((*error)["type"], "error");
+  EXPECT_EQ((*error)["message"].get<std::string>().rfind("target down at", 0),
+            0u);
+  const json* trace = FindCase(suite, "kvcanary.trace", "unattributed");
+  ASSERT_NE(trace, nullptr);
+  EXPECT_EQ((*trace)["outcome"], "failure");
+}
+
 TEST(JunitXmlTest, IncidentNamingNoKnownTenantStillFailsTheSuite) {
   SKIP_WITHOUT_PYTHON();
   json r = FindingsResult();
@@ -539,6 +605,14 @@ TEST(HtmlReportTest, PagesOfEveryVerdictAreSelfContained) {
         std::string::npos);
     ExpectSelfContained(html);
   }
+}
+
+TEST(HtmlReportTest, FindingsThenAnErrorShowBoth) {
+  const std::string html = HtmlReport(FindingsThenErrorResult());
+  EXPECT_NE(html.find("class=\"verdict\">findings"), std::string::npos);
+  EXPECT_NE(html.find("<b>error:</b> target down at"), std::string::npos);
+  EXPECT_NE(html.find("the findings were proven before it"), std::string::npos);
+  ExpectSelfContained(html);
 }
 
 TEST(HtmlReportTest, EveryStringFromTheDocumentIsEscaped) {

@@ -50,5 +50,22 @@ TEST(ResultTextTest, CheckLinesPastTheCapPointToTheReports) {
   EXPECT_NE(text.find("(more in the reports)"), std::string::npos);
 }
 
+TEST(ResultTextTest, AnErrorAfterFindingsIsPrintedBesideThem) {
+  CampaignResult r = AcceptResult();
+  r.error = "target down at 10:15:02: 20 requests in a row without an answer";
+  r.audit_started = true;
+  const std::string text = ResultText(r, 50);
+  EXPECT_NE(text.find("accept c1: findings (exit 1)"), std::string::npos);
+  EXPECT_NE(text.find("findings because:\n  - 2 finding rows"),
+            std::string::npos);
+  EXPECT_NE(text.find("error: target down at 10:15:02"), std::string::npos)
+      << text;
+  // Its evidence is still worth reading.
+  EXPECT_NE(text.find("kvcanary-auditor findings --db ev.db"),
+            std::string::npos);
+  // No error line when the run finished.
+  EXPECT_EQ(ResultText(AcceptResult(), 50).find("error:"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvcanary::auditor

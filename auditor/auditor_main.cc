@@ -18,7 +18,7 @@
 #include "auditor/audits/facts/facts.h"
 #include "auditor/audits/forensics/forensics.h"
 #include "auditor/campaign/campaign.h"
-#include "auditor/detectors/test_break.h"
+#include "auditor/detectors/registry.h"
 #include "auditor/evidence/bundle_verify.h"
 #include "auditor/evidence/commands.h"
 #include "auditor/evidence/export.h"
@@ -460,7 +460,7 @@ absl::StatusOr<CampaignOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--test-break: ", broken.status().message()));
   }
-  SetTestBreak(*broken);
+  o.broken = *std::move(broken);
   o.progress = !absl::GetFlag(FLAGS_quiet);
   ASSIGN_OR_RETURN(o.secret_key, SecretKeyFromFlags());
   ASSIGN_OR_RETURN(o.kv_events, kv_events::KvEventsFromFlags(
@@ -506,7 +506,7 @@ int Conclude(const CampaignResult& r, const AuditorMetrics& metrics) {
   return r.exit_code();
 }
 
-int Probe() {
+int ProbeCmd() {
   auto o = OptionsFromFlags();
   if (!o.ok()) return Fail(o.status());
   AuditorMetrics metrics;
@@ -769,7 +769,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   const std::string& command = cli->subcommand;
-  if (command == "probe") return Probe();
+  if (command == "probe") return ProbeCmd();
   if (command == "accept") return Accept();
   if (command == "facts") return Facts();
   if (command == "cache-audit") return CacheAudit();

@@ -16,16 +16,12 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "auditor/campaign/calibration.h"
 #include "auditor/kv_events/subscriber.h"
 #include "auditor/reports/metrics.h"
 #include "auditor/result/coverage.h"
-#include "auditor/result/finding.h"
-#include "auditor/result/incidents.h"
-#include "auditor/target/limits.h"
+#include "auditor/result/result.h"
 #include "auditor/target/tenants.h"
-#include "auditor/trace/join.h"
-#include "nlohmann/json.hpp"
+#include "common/tls.h"
 
 namespace kvcanary::auditor {
 
@@ -47,9 +43,13 @@ struct CampaignOptions {
   // Coverage floors per tenant: "" key is the default for every detector.
   std::map<std::string, int> floors = {{"", kDefaultFloor}};
   // Detectors that must reach their floor for `clean`; empty: the default
-  // (every detector but echo on a model that never echoes alone and trace
-  // without trace_urls).
+  // (every registered detector required by default that applies: not echo
+  // on a model that never echoes alone, trace without trace_urls, kv_events
+  // without a stream). auditor/detectors/registry.h.
   std::set<std::string> required;
+  // Testing only (--test-break): detectors broken on purpose, to show their
+  // positive controls fail (auditor/detectors/broken.h).
+  std::set<std::string> broken;
   // Consecutive requests without an HTTP answer before the campaign stops:
   // "target down".
   int max_consecutive_failures = 20;
@@ -57,7 +57,8 @@ struct CampaignOptions {
   bool progress = true;           // progress lines on stderr
   // The target engine's KV-cache event stream (--kv-events): followed from
   // the start, its probe pairs run after the load (the kv_events detector,
-  // auditor/detectors/kv_events.h, required when given). Empty endpoint: none.
+  // auditor/detectors/kv_events.cc, required when given). Empty endpoint:
+  // none.
   kv_events::SubscriberOptions kv_events;
 };
 

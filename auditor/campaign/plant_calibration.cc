@@ -8,7 +8,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "auditor/detectors/detectors.h"
+#include "auditor/detectors/boundary.h"
 #include "auditor/target/limits.h"
 #include "canaries/templates.h"
 

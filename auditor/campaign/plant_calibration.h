@@ -1,4 +1,4 @@
-// The campaign's plants, calibrated alone (auditor/campaign/calibration.h):
+// The campaign's plants, calibrated alone (auditor/campaign/calibrate.h):
 // sized to the input limit from what a marker costs in each form, each
 // plant's prompt tokens PREDICTED by the auditor — its two halves counted
 // alone plus the join of the break between them, calibrated on plants of
@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "auditor/campaign/calibration.h"
+#include "auditor/campaign/calibrate.h"
 
 namespace kvcanary::auditor {
 

@@ -4,24 +4,6 @@
 
 namespace kvcanary::auditor {
 
-const char* ProbeKindName(ProbeKind k) {
-  switch (k) {
-    case ProbeKind::kPlant:
-      return "plant";
-    case ProbeKind::kSniff:
-      return "sniff";
-    case ProbeKind::kGolden:
-      return "golden";
-    case ProbeKind::kEcho:
-      return "echo";
-    case ProbeKind::kAtLimit:
-      return "at_limit";
-    case ProbeKind::kPastLimit:
-      return "past_limit";
-  }
-  return "unknown";
-}
-
 ProbeMix::ProbeMix(int tenants, std::array<int, kProbeKinds> floors,
                    std::array<int, kProbeKinds> weights)
     : floors_(floors), weights_(weights) {

@@ -11,18 +11,9 @@
 #include <array>
 #include <vector>
 
-namespace kvcanary::auditor {
+#include "auditor/detectors/probe.h"
 
-enum class ProbeKind {
-  kPlant,      // a prompt dense with the tenant's markers
-  kSniff,      // a prompt that invites continuation
-  kGolden,     // a fixed greedy prompt, answered alone during calibration
-  kEcho,       // asks the model to repeat the tenant's nonce
-  kAtLimit,    // streamed, cache-busted, at the input limit
-  kPastLimit,  // past the input limit (alternately streamed)
-};
-inline constexpr int kProbeKinds = 6;
-const char* ProbeKindName(ProbeKind k);  // plant, sniff, golden, echo, ...
+namespace kvcanary::auditor {
 
 class ProbeMix {
  public:

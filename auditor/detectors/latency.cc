@@ -1,74 +1,127 @@
 #include "auditor/detectors/latency.h"
 
-#include <algorithm>
-#include <map>
+#include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "auditor/detectors/registry.h"
 
 namespace kvcanary::auditor {
 
-LatencyModel FitLatency(const std::vector<std::pair<int, double>>& samples) {
-  LatencyModel m;
-  std::map<int, std::vector<double>> by_length;
-  for (const auto& [tokens, ms] : samples) by_length[tokens].push_back(ms);
-  // (tokens, fastest ms): interference from other work only ever adds
-  // time, so the fastest first token of a length is its prefill.
-  std::vector<std::pair<double, double>> points;
-  for (auto& [tokens, v] : by_length) {
-    std::sort(v.begin(), v.end());
-    points.push_back({static_cast<double>(tokens), v.front()});
-  }
-  m.lengths = static_cast<int>(points.size());
-  if (!by_length.empty()) m.base_ms = by_length.begin()->second.front();
-  if (points.size() < 3) {
-    m.failure = absl::StrCat("latency calibrated at ", points.size(),
-                             " prompt lengths; at least 3 are needed");
-    return m;
-  }
-  double sx = 0, sy = 0;
-  for (const auto& [x, y] : points) {
-    sx += x;
-    sy += y;
-  }
-  const double n = static_cast<double>(points.size());
-  const double mx = sx / n, my = sy / n;
-  double sxx = 0, sxy = 0, syy = 0;
-  for (const auto& [x, y] : points) {
-    sxx += (x - mx) * (x - mx);
-    sxy += (x - mx) * (y - my);
-    syy += (y - my) * (y - my);
-  }
-  if (sxx <= 0) {
-    m.failure = "latency calibration prompts all had the same length";
-    return m;
-  }
-  m.per_token_ms = sxy / sxx;
-  m.intercept_ms = my - m.per_token_ms * mx;
-  double ss_res = 0;
-  for (const auto& [x, y] : points) {
-    const double e = y - (m.intercept_ms + m.per_token_ms * x);
-    ss_res += e * e;
-  }
-  m.r2 = syy > 0 ? 1 - ss_res / syy : 0;
-  const double longest = points.back().first;
-  if (m.per_token_ms <= 0) {
-    m.failure = absl::StrFormat(
-        "first-token time does not grow with prompt length (slope %.4g ms per "
-        "token): a cache or a fixed delay, not a measurable prefill",
-        m.per_token_ms);
-  } else if (m.r2 < 0.8) {
-    m.failure = absl::StrFormat(
-        "first-token time fits prompt length poorly (R² %.2f < 0.8)", m.r2);
-  } else if (m.per_token_ms * longest < 1.0) {
-    m.failure = absl::StrFormat(
-        "the prefill of %d tokens costs %.3f ms: too little to judge against "
-        "timing noise",
-        static_cast<int>(longest), m.per_token_ms * longest);
-  } else {
-    m.calibrated = true;
-  }
-  return m;
+std::optional<Finding> JudgeLatency(const LatencyModel& m, int prompt_tokens,
+                                    double ttft_ms, const std::string& tenant,
+                                    const std::string& template_name,
+                                    bool* judged) {
+  if (judged != nullptr) *judged = false;
+  if (!m.calibrated) return std::nullopt;
+  const double prefill_ms = m.per_token_ms * prompt_tokens;
+  if (prefill_ms < 1.0) return std::nullopt;  // too small to judge
+  if (judged != nullptr) *judged = true;
+  const double floor_ms = m.base_ms + 0.3 * prefill_ms;
+  if (ttft_ms >= floor_ms) return std::nullopt;
+  Finding f;
+  f.detector = "latency";
+  f.kind = "latency_implausible";
+  f.severity = Severity::kMedium;
+  f.reader = tenant;
+  f.group = {{"template", template_name}};
+  f.detail = {{"tenant", tenant},
+              {"template", template_name},
+              {"prompt_tokens", prompt_tokens},
+              {"ttft_ms", ttft_ms},
+              {"floor_ms", floor_ms},
+              {"calibrated_base_ms", m.base_ms},
+              {"calibrated_per_token_ms", m.per_token_ms}};
+  return f;
 }
 
+namespace {
+
+class LatencyDetector : public Detector {
+ public:
+  static DetectorSpec Spec() {
+    DetectorSpec s;
+    s.name = "latency";
+    s.summary =
+        "a first token too fast for the prompt the target claims to have "
+        "read";
+    s.unit = "cache-busted first tokens judged";
+    s.order = 50;
+    s.probes = {{ProbeKind::kAtLimit, 1.0}};
+    return s;
+  }
+  const DetectorSpec& spec() const override {
+    static const DetectorSpec spec = Spec();
+    return spec;
+  }
+
+  void Prepare(const CampaignView& view) override {
+    Detector::Prepare(view);
+    judged_.assign(view.tenants.size(), 0);
+  }
+
+  void Judge(const Probe& p, const Completion& c, const std::vector<Finding>&,
+             FindingSink& out) override {
+    const bool past = p.kind == ProbeKind::kPastLimit;
+    if ((p.kind != ProbeKind::kAtLimit && !past) || !p.stream || !c.usable) {
+      return;
+    }
+    bool judged = false;
+    auto l = JudgeLatency(view().calibration->latency,
+                          c.prompt_tokens > 0 ? c.prompt_tokens : p.predicted,
+                          c.ttft_ms, tenant_name(p.tenant),
+                          past ? "past_limit" : "at_limit", &judged);
+    if (judged) ++judged_[p.tenant];
+    if (l.has_value()) out.Add(*std::move(l));
+  }
+
+  // The calibrated model on a first token at 0 ms for the at-limit prompt
+  // (a finding) and at the model's own prediction (none).
+  std::vector<ControlCase> Controls() const override {
+    if (!prepared() || !view().calibration->latency.calibrated) return {};
+    const Calibration& c = *view().calibration;
+    const LatencyModel m = c.latency;
+    const int tokens = c.base_tokens + c.at_limit_units * c.unit_tokens;
+    const double plausible = m.base_ms + m.per_token_ms * tokens;
+    const std::string tenant = view().tenants[0];
+    auto judge = [=](double ttft_ms) {
+      return [=](FindingSink& out) {
+        auto l = JudgeLatency(m, tokens, ttft_ms, tenant, "control");
+        if (l.has_value()) out.Add(*std::move(l));
+      };
+    };
+    return {{"a first token at 0 ms", judge(0.0),
+             [](const std::vector<Finding>& got) { return !got.empty(); }},
+            {"a first token as calibrated", judge(plausible),
+             [](const std::vector<Finding>& got) { return got.empty(); }}};
+  }
+
+  DetectorCoverage Coverage(int) const override {
+    DetectorCoverage d;
+    if (!prepared()) return d;
+    const Calibration& cal = *view().calibration;
+    for (size_t t = 0; t < judged_.size(); ++t) {
+      d.coverage[view().tenants[t]] = judged_[t];
+    }
+    if (!cal.latency.failure.empty()) d.AddFailure(cal.latency.failure);
+    if (cal.latency.calibrated) {
+      d.notes.push_back(
+          absl::StrFormat("prefill %.1f us/token, R² %.3f over %d lengths",
+                          cal.latency.per_token_ms * 1000, cal.latency.r2,
+                          cal.latency.lengths));
+    }
+    d.stats = {{"calibrated", cal.latency.calibrated},
+               {"per_token_us", cal.latency.per_token_ms * 1000},
+               {"base_ms", cal.latency.base_ms},
+               {"r2", cal.latency.r2},
+               {"lengths", cal.latency.lengths},
+               {"samples", cal.latency_samples.size()}};
+    return d;
+  }
+
+ private:
+  std::vector<int> judged_;  // per tenant
+};
+KVCANARY_REGISTER_DETECTOR(LatencyDetector);
+
+}  // namespace
 }  // namespace kvcanary::auditor

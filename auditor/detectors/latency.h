@@ -1,31 +1,27 @@
-// The prefill cost of a target, measured alone on cache-busted prompts:
-// time to first token as a line in the prompt's length. The latency
-// detector judges first tokens against it (auditor/detectors/latency.h).
+// Latency plausibility: a first token too fast for the prompt the target
+// claims to have read means it did not read it (the 2026 incident's
+// one-token placeholder answered with the real prompt_tokens). Judged on
+// cache-busted, streamed prompts at and past the limit against the prefill
+// cost calibrated alone (auditor/calibration/latency_fit.h).
 #ifndef KVCANARY_AUDITOR_DETECTORS_LATENCY_H_
 #define KVCANARY_AUDITOR_DETECTORS_LATENCY_H_
 
+#include <optional>
 #include <string>
-#include <utility>
-#include <vector>
+
+#include "auditor/calibration/latency_fit.h"
+#include "auditor/result/finding.h"
 
 namespace kvcanary::auditor {
 
-struct LatencyModel {
-  bool calibrated = false;
-  double base_ms = 0;       // fastest first token at the shortest length
-  double per_token_ms = 0;  // prefill cost per prompt token (the fit's slope)
-  double intercept_ms = 0;  // the fit's intercept
-  double r2 = 0;            // goodness of the fit on per-length minima
-  int lengths = 0;          // distinct prompt lengths fitted
-  std::string failure;      // why the calibration failed ("" if it did not)
-};
-// Fits ttft = intercept + per_token × prompt_tokens to `samples` (prompt
-// tokens, ttft ms) on the fastest of each length (other work only ever
-// adds time). Calibrated only with at
-// least three lengths, a positive slope, R² >= 0.8 and a prefill share of
-// at least 1 ms at the longest length; otherwise `failure` says which (a
-// flat or zero cost is a failed calibration, not a fast server).
-LatencyModel FitLatency(const std::vector<std::pair<int, double>>& samples);
+// A first token faster than base + 0.3 × per_token × prompt_tokens means
+// the prompt was not prefilled. Judged only where the prefill share is at
+// least 1 ms (returns nullopt and sets *judged false otherwise).
+std::optional<Finding> JudgeLatency(const LatencyModel& model,
+                                    int prompt_tokens, double ttft_ms,
+                                    const std::string& tenant,
+                                    const std::string& template_name,
+                                    bool* judged = nullptr);
 
 }  // namespace kvcanary::auditor
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <iterator>
+#include <set>
 #include <utility>
 
 #include "prometheus/text_serializer.h"
@@ -37,8 +38,7 @@ constexpr DetectorState kStates[] = {DetectorState::kActive,
 }  // namespace
 
 AuditorMetrics::AuditorMetrics()
-    : registry_(std::make_shared<prometheus::Registry>()),
-      command_detectors_(std::begin(kDetectorNames), std::end(kDetectorNames)) {
+    : registry_(std::make_shared<prometheus::Registry>()) {
   probes_ = &prometheus::BuildCounter()
                  .Name("kvcanary_auditor_probes_total")
                  .Help("Probes sent, by kind and outcome")
@@ -152,7 +152,10 @@ void AuditorMetrics::CountFinding(const std::string& kind,
 void AuditorMetrics::SetPositiveControls(
     const std::map<std::string, bool>& passed) {
   absl::MutexLock lock(&mu_);
-  for (const char* d : kDetectorNames) {
+  std::set<std::string> names(command_detectors_.begin(),
+                              command_detectors_.end());
+  for (const auto& [d, ok] : passed) names.insert(d);
+  for (const std::string& d : names) {
     prometheus::Gauge& g = positive_control_->Add({{"detector", d}});
     auto it = passed.find(d);
     if (it == passed.end()) {
@@ -174,11 +177,11 @@ void AuditorMetrics::CountTraceEvents(double consumed, double dropped) {
   trace_dropped_->Increment(dropped);
 }
 
-void AuditorMetrics::CountKvEvents(const kv_events::LedgerStats& stream) {
+void AuditorMetrics::CountKvEvents(const KvEventStreamCounts& stream) {
   absl::MutexLock lock(&mu_);
   kv_ingested_->Increment(static_cast<double>(stream.messages));
-  kv_replayed_->Increment(static_cast<double>(stream.replayed_messages));
-  kv_missing_->Increment(static_cast<double>(stream.missing_messages));
+  kv_replayed_->Increment(static_cast<double>(stream.replayed));
+  kv_missing_->Increment(static_cast<double>(stream.missing));
   kv_undecodable_->Increment(static_cast<double>(stream.undecodable));
   kv_restarts_->Increment(static_cast<double>(stream.restarts));
 }

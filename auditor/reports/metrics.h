@@ -13,7 +13,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "auditor/kv_events/ledger.h"
 #include "auditor/result/coverage.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -28,6 +27,16 @@ extern const std::vector<std::pair<const char*, const char*>>
 
 // Thread-safe: every method takes mu_ (probes are counted from many
 // threads while /metrics serializes).
+// What a campaign's KV-cache event stream carried (kv_events::LedgerStats'
+// counts; kv_events::StreamCounts makes one).
+struct KvEventStreamCounts {
+  int64_t messages = 0;     // ingested, replayed ones included
+  int64_t replayed = 0;     // fetched again through the replay socket
+  int64_t missing = 0;      // missing for good
+  int64_t undecodable = 0;  // did not decode
+  int64_t restarts = 0;     // publisher restarts
+};
+
 class AuditorMetrics {
  public:
   AuditorMetrics();
@@ -41,10 +50,10 @@ class AuditorMetrics {
   // A campaign's KV-cache event stream (--kv-events): messages ingested
   // (replayed ones included), fetched again through the replay socket,
   // missing for good, undecodable; publisher restarts.
-  void CountKvEvents(const kv_events::LedgerStats& stream);
-  // The detectors of the command that is running (default: probe's,
-  // kDetectorNames): the ones a campaign that ends in error marks
-  // inconclusive.
+  void CountKvEvents(const KvEventStreamCounts& stream);
+  // The detectors of the command that is running (probe's: every
+  // registered detector, auditor/detectors/registry.h): the ones a campaign
+  // that ends in error marks inconclusive.
   void SetCommandDetectors(std::vector<std::string> names);
   // A campaign ended: its verdict, each detector's state and weakest
   // tenant's coverage (after an error, every detector of the command

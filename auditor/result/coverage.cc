@@ -26,13 +26,6 @@ const char* VerdictName(Verdict v) {
   return "error";
 }
 
-bool IsDetectorName(absl::string_view name) {
-  for (const char* d : kDetectorNames) {
-    if (name == d) return true;
-  }
-  return false;
-}
-
 const char* DetectorStateName(DetectorState s) {
   switch (s) {
     case DetectorState::kActive:
@@ -105,48 +98,6 @@ int FloorOf(const std::map<std::string, int>& floors,
   if (it != floors.end()) return it->second;
   it = floors.find("");
   return it != floors.end() ? it->second : kDefaultFloor;
-}
-
-absl::StatusOr<std::map<std::string, int>> ParseFloors(absl::string_view spec) {
-  std::map<std::string, int> out;
-  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
-    part = absl::StripAsciiWhitespace(part);
-    std::string name;
-    absl::string_view value = part;
-    if (const size_t eq = part.find('='); eq != absl::string_view::npos) {
-      name = std::string(absl::StripAsciiWhitespace(part.substr(0, eq)));
-      value = absl::StripAsciiWhitespace(part.substr(eq + 1));
-      if (!IsDetectorName(name)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--floor: unknown detector '", name, "' (want one of ",
-                         absl::StrJoin(kDetectorNames, ", "), ")"));
-      }
-    }
-    int n = 0;
-    // 0 would make a detector active with nothing checked: to leave one
-    // out, --require the others.
-    if (!absl::SimpleAtoi(value, &n) || n < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--floor: '", part, "' is not a count >= 1"));
-    }
-    out[name] = n;
-  }
-  return out;
-}
-
-absl::StatusOr<std::set<std::string>> ParseDetectorList(
-    absl::string_view spec) {
-  std::set<std::string> out;
-  for (absl::string_view part : absl::StrSplit(spec, ',', absl::SkipEmpty())) {
-    const std::string name(absl::StripAsciiWhitespace(part));
-    if (!IsDetectorName(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown detector '", name, "' (want one of ",
-                       absl::StrJoin(kDetectorNames, ", "), ")"));
-    }
-    out.insert(name);
-  }
-  return out;
 }
 
 VerdictDecision DecideVerdict(const absl::Status& run, bool audit_started,

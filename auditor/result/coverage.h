@@ -23,11 +23,6 @@ namespace kvcanary::auditor {
 enum class Verdict { kClean = 0, kFindings = 1, kError = 2, kInconclusive = 3 };
 const char* VerdictName(Verdict v);  // clean, findings, error, inconclusive
 
-// The detectors a campaign runs, in report order.
-inline constexpr const char* kDetectorNames[] = {
-    "output_scan", "golden", "echo", "boundary", "latency", "trace"};
-bool IsDetectorName(absl::string_view name);
-
 inline constexpr int kDefaultFloor = 20;
 
 enum class DetectorState { kActive, kInconclusive, kDisabled };
@@ -71,15 +66,6 @@ struct DetectorCoverage {
 // else kDefaultFloor.
 int FloorOf(const std::map<std::string, int>& floors,
             const std::string& detector);
-
-// Floors per detector from a flag: "20" (every detector), or
-// "20,trace=5,echo=10" (a default, then overrides). kInvalidArgument naming
-// the bad part: an unknown detector, a floor below 1 or not a number.
-absl::StatusOr<std::map<std::string, int>> ParseFloors(absl::string_view spec);
-
-// Detector names from a flag ("golden,echo"); kInvalidArgument for an
-// unknown one. Empty spec: empty set (meaning: the default set).
-absl::StatusOr<std::set<std::string>> ParseDetectorList(absl::string_view spec);
 
 struct VerdictDecision {
   Verdict verdict = Verdict::kError;

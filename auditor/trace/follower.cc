@@ -6,7 +6,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "auditor/detectors/test_break.h"
 #include "auditor/target/http_client.h"
 #include "common/clock.h"
 #include "common/file.h"
@@ -77,10 +76,6 @@ size_t TraceFollower::OnData(char* data, size_t size, size_t n, void* p) {
       return 0;  // aborts the transfer
     }
     if (!event->has_value()) break;
-    // --test-break=trace: the ledger never sees a read.
-    if ((*event)->type == TraceEventType::kPageRead && TestBroken("trace")) {
-      continue;
-    }
     self->ledger_.Apply(**event, NowUs());
   }
   return size * n;

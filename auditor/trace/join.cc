@@ -77,6 +77,28 @@ Finding FromLedger(const LedgerFinding& f,
   return out;
 }
 
+DetectorCoverage TraceCoverage(const TraceTally& tally,
+                               const std::vector<std::string>& tenants) {
+  DetectorCoverage d;
+  for (const std::string& t : tenants) d.coverage[t] = 0;
+  for (const auto& [tenant, n] : tally.requests_checked) d.coverage[tenant] = n;
+  for (const std::string& f : tally.failures) d.AddFailure(f);
+  if (tally.reads_checked == 0) {
+    d.AddFailure(
+        "0 page reads checked: the trace sampled no reads (blind), whatever "
+        "else it saw");
+  } else if (!tally.tenants_named) {
+    d.AddFailure(
+        "the target reported no engine request ids, so checked reads cannot "
+        "be attributed to tenants");
+  }
+  d.stats = {{"events", tally.events},
+             {"dropped", tally.dropped},
+             {"reads_checked", tally.reads_checked},
+             {"reads_unchecked", tally.reads_unchecked}};
+  return d;
+}
+
 TraceCollection CollectTraces(
     const std::vector<std::unique_ptr<TraceFollower>>& followers,
     const std::map<uint64_t, std::string>& probe_requests) {

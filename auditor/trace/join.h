@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "auditor/result/coverage.h"
 #include "auditor/result/finding.h"
 #include "auditor/result/result.h"
 #include "auditor/trace/follower.h"
@@ -46,6 +47,13 @@ struct TraceCollection {
 // stops every follower (each stream's problem becomes a tally failure, as
 // do dropped events) and joins what their ledgers found to tenant names.
 // `probe_requests`: engine request id -> the tenant whose probe it was.
+// The trace detector's coverage from what its streams showed: requests
+// whose reads were checked per tenant (every one of `tenants` named, 0 if
+// none), and why it cannot vouch — a broken stream, dropped events, no
+// read sampled at all (blind), reads that cannot be tied to tenants.
+DetectorCoverage TraceCoverage(const TraceTally& tally,
+                               const std::vector<std::string>& tenants);
+
 TraceCollection CollectTraces(
     const std::vector<std::unique_ptr<TraceFollower>>& followers,
     const std::map<uint64_t, std::string>& probe_requests);

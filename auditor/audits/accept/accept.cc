@@ -11,7 +11,6 @@
 #include "auditor/audits/accept/checks.h"
 #include "auditor/audits/accept/sweep.h"
 #include "auditor/campaign/command_result.h"
-#include "auditor/detectors/detectors.h"
 #include "auditor/evidence/log.h"
 #include "common/clock.h"
 #include "common/random.h"

@@ -9,7 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "auditor/audits/accept/sweep.h"
-#include "auditor/detectors/detectors.h"
+#include "auditor/detectors/boundary.h"
+#include "auditor/detectors/echo.h"
 
 namespace kvcanary::auditor {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "auditor/audits/accept/plan.h"
-#include "auditor/campaign/calibration.h"
+#include "auditor/campaign/calibrate.h"
 #include "auditor/result/finding.h"
 #include "auditor/target/limits.h"
 #include "auditor/target/tenants.h"

@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "auditor/campaign/calibration.h"
+#include "auditor/campaign/calibrate.h"
 #include "canaries/templates.h"
 #include "common/check.h"
 

@@ -6,7 +6,9 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "auditor/detectors/detectors.h"
+#include "auditor/detectors/boundary.h"
+#include "auditor/detectors/echo.h"
+#include "auditor/detectors/golden.h"
 #include "auditor/target/completion.h"
 #include "auditor/target/multi_client.h"
 #include "common/clock.h"

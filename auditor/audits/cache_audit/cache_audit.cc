@@ -14,9 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "auditor/audits/cache_audit/decision.h"
 #include "auditor/audits/cache_audit/report.h"
-#include "auditor/campaign/calibration.h"
+#include "auditor/campaign/calibrate.h"
 #include "auditor/campaign/command_result.h"
-#include "auditor/detectors/detectors.h"
 #include "auditor/evidence/log.h"
 #include "common/clock.h"
 #include "common/sha256.h"
@@ -359,7 +358,7 @@ absl::Status CacheAudit::KvEvents() {
   // A prefix of most of the sized one: several blocks on any engine.
   ASSIGN_OR_RETURN(kv_out_, check.Run(session_, tenant(0), tenant(1),
                                       out_.sizing.units, log_.get()));
-  metrics_->CountKvEvents(kv_out_->stream);
+  metrics_->CountKvEvents(kv_events::StreamCounts(kv_out_->stream));
   for (Finding& f : kv_events::KvEventsFindings(*kv_out_)) {
     RETURN_IF_ERROR(AddFinding(std::move(f)));
   }

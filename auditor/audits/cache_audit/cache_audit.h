@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "auditor/detectors/kv_events.h"
+#include "auditor/kv_events/pairs.h"
 #include "auditor/reports/metrics.h"
 #include "auditor/result/result.h"
 #include "auditor/target/target.h"
@@ -31,7 +31,7 @@ struct CacheAuditOptions {
   uint64_t seed = 0;      // prompts' letters and arm order; 0: random
   bool progress = true;
   // The target engine's KV-cache event stream (--kv-events): adds the
-  // kv_events detector (auditor/detectors/kv_events.h). Empty endpoint: none.
+  // kv_events detector (auditor/kv_events/pairs.h). Empty endpoint: none.
   kv_events::SubscriberOptions kv_events;
 };
 

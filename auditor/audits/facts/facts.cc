@@ -18,7 +18,6 @@
 #include "auditor/audits/facts/reads.h"
 #include "auditor/audits/facts/report.h"
 #include "auditor/campaign/command_result.h"
-#include "auditor/detectors/detectors.h"
 #include "auditor/evidence/log.h"
 #include "auditor/target/multi_client.h"
 #include "auditor/trace/follower.h"

@@ -5,7 +5,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "auditor/detectors/detectors.h"
 #include "auditor/target/multi_client.h"
 #include "common/sha256.h"
 

@@ -31,7 +31,6 @@
 #include "auditor/audits/forensics/report.h"
 #include "auditor/audits/forensics/rules.h"
 #include "auditor/campaign/command_result.h"
-#include "auditor/detectors/detectors.h"
 #include "auditor/evidence/log.h"
 #include "common/check.h"
 #include "common/clock.h"

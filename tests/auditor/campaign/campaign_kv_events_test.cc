@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -49,8 +50,9 @@ struct Engine {
   std::unique_ptr<FakeTarget> target;
 };
 
-CampaignResult Campaign(const Engine& e, const std::string& name,
-                        AuditorMetrics* metrics) {
+CampaignResult Campaign(
+    const Engine& e, const std::string& name, AuditorMetrics* metrics,
+    const std::function<void(CampaignOptions*)>& tweak = nullptr) {
   CampaignOptions o;
   o.target = e.target->url();
   o.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}, {"initech", "sk-i"}};
@@ -61,6 +63,7 @@ CampaignResult Campaign(const Engine& e, const std::string& name,
   o.progress = false;
   o.floors = {{"", 12}};
   o.kv_events = *kv_events::ParseKvEventsFlag(e.publisher.flag());
+  if (tweak) tweak(&o);
   return RunCampaign(o, metrics);
 }
 
@@ -134,6 +137,44 @@ TEST(CampaignKvEventsTest, ASharedCacheIsAKvEventsFindingAmidTheLoad) {
   }
   EXPECT_EQ(kv, 3) << Explain(r);
   EXPECT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+}
+
+// --test-break=kv_events: the detector finds nothing, so its positive
+// control (a canned pair through the real subscriber and ledger) fails,
+// and the verdict is never clean however isolated the cache is.
+TEST(CampaignKvEventsTest,
+     ABrokenKvEventsDetectorFailsItsControlAndIsNotClean) {
+  Engine e(/*shared=*/false);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      Campaign(e, "broken", &metrics, [](CampaignOptions* o) {
+        o->broken = {"kv_events"};
+        o->required = {"kv_events"};
+      });
+  ASSERT_TRUE(r.positive_controls.count("kv_events")) << Explain(r);
+  EXPECT_FALSE(r.positive_controls.at("kv_events"));
+  const DetectorCoverage* d = KvDetector(r);
+  ASSERT_NE(d, nullptr) << Explain(r);
+  EXPECT_EQ(d->state, DetectorState::kInconclusive);
+  EXPECT_NE(d->reason.find("positive control failed"), std::string::npos)
+      << d->reason;
+  EXPECT_NE(r.verdict, Verdict::kClean) << Explain(r);
+}
+
+// --floor kv_events=5 with the stream's default of 3 pairs: five pairs are
+// run, and five judged are the floor.
+TEST(CampaignKvEventsTest, ItsFloorRunsAtLeastThatManyPairs) {
+  Engine e(/*shared=*/false);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      Campaign(e, "floor", &metrics,
+               [](CampaignOptions* o) { o->floors["kv_events"] = 5; });
+  const DetectorCoverage* d = KvDetector(r);
+  ASSERT_NE(d, nullptr) << Explain(r);
+  EXPECT_EQ(d->floor, 5);
+  EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
+  EXPECT_EQ(r.ToJson()["kv_events"]["isolated_pairs"], 5);
+  EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
 }
 
 }  // namespace

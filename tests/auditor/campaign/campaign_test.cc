@@ -20,8 +20,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "auditor/detectors/detectors.h"
-#include "auditor/detectors/test_break.h"
+#include "auditor/detectors/golden.h"
+#include "auditor/detectors/registry.h"
 #include "auditor/reports/report.h"
 #include "canaries/templates.h"
 #include "common/http_server.h"
@@ -104,7 +104,7 @@ TEST_P(WellBehavedTest, IsCleanWithEveryDetectorCovered) {
   ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
   EXPECT_EQ(r.exit_code(), 0);
   for (const DetectorCoverage& d : r.detectors) {
-    if (d.name == "trace") {
+    if (d.name == "trace" || d.name == "kv_events") {  // no streams given
       EXPECT_EQ(d.state, DetectorState::kDisabled);
       continue;
     }
@@ -466,17 +466,27 @@ TEST(CampaignTest, TooFewProbesForTheFloorsIsInconclusive) {
             std::string::npos);
 }
 
-// Each detector broken on purpose: its positive control fails, and the
-// verdict is never clean.
+// Each detector that judges the campaign's answers, broken on purpose
+// (--test-break): its positive control fails, and the verdict is never
+// clean. (trace and kv_events, which follow engine streams, have theirs in
+// tests/integration/auditor_test.cc and campaign_kv_events_test.cc.)
 class BrokenDetectorTest : public ::testing::TestWithParam<std::string> {};
+
+std::vector<std::string> AnswerDetectors() {
+  std::vector<std::string> names;
+  for (const DetectorRegistry::Entry& e :
+       DetectorRegistry::Global().Entries()) {
+    if (!e.spec.probes.empty()) names.push_back(e.spec.name);
+  }
+  return names;
+}
 
 TEST_P(BrokenDetectorTest, ItsControlFailsAndTheVerdictIsNotClean) {
   FakeTarget target(Fake(Flavor::kVllm));
   AuditorMetrics metrics;
-  SetTestBreak({GetParam()});
-  const CampaignResult r =
-      RunCampaign(Options(target.url(), "broken-" + GetParam()), &metrics);
-  SetTestBreak({});
+  CampaignOptions o = Options(target.url(), "broken-" + GetParam());
+  o.broken = {GetParam()};
+  const CampaignResult r = RunCampaign(o, &metrics);
   ASSERT_TRUE(r.positive_controls.count(GetParam())) << Explain(r);
   EXPECT_FALSE(r.positive_controls.at(GetParam()));
   EXPECT_NE(r.verdict, Verdict::kClean) << Explain(r);
@@ -487,8 +497,18 @@ TEST_P(BrokenDetectorTest, ItsControlFailsAndTheVerdictIsNotClean) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Detectors, BrokenDetectorTest,
-                         ::testing::Values("output_scan", "golden", "echo",
-                                           "boundary", "latency"));
+                         ::testing::ValuesIn(AnswerDetectors()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST(BrokenDetectorListTest, EveryDetectorThatJudgesAnswersIsCovered) {
+  const std::vector<std::string> names = AnswerDetectors();
+  for (const char* d :
+       {"output_scan", "golden", "echo", "boundary", "latency"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), d), names.end()) << d;
+  }
+}
 
 // The campaign-result document of a real campaign validates against the
 // published schema (a real validator: python3-jsonschema), and the JUnit
@@ -519,7 +539,9 @@ TEST(CampaignReportTest, ResultDocumentValidatesAgainstTheSchema) {
        at = junit.find("<testcase", at + 1)) {
     ++cases;
   }
-  EXPECT_EQ(cases, 6 * 3);
+  // A case per registered detector and tenant.
+  EXPECT_EQ(cases,
+            static_cast<int>(DetectorRegistry::Global().Names().size()) * 3);
   EXPECT_NE(junit.find("prompt_truncated"), std::string::npos);
 }
 

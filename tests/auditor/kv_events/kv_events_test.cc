@@ -1,13 +1,12 @@
 // The KV-cache event stream follower: the decoder on both event shapes and
 // on bad bytes, the subscriber on a real ZMQ stream with dropped messages,
 // replay and restarts, and the per-pair decision on what the ledger saw.
-#include "auditor/detectors/kv_events.h"
-
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "auditor/kv_events/ledger.h"
+#include "auditor/kv_events/pairs.h"
 #include "auditor/kv_events/subscriber.h"
 #include "auditor/kv_events/wire.h"
 #include "gtest/gtest.h"

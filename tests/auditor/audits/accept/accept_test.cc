@@ -23,7 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "auditor/audits/accept/plan.h"
-#include "auditor/campaign/calibration.h"
+#include "auditor/campaign/calibrate.h"
 #include "auditor/reports/report.h"
 #include "canaries/marker.h"
 #include "common/http_server.h"

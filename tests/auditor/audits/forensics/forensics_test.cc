@@ -17,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "auditor/audits/forensics/log.h"
 #include "auditor/audits/forensics/rules.h"
-#include "auditor/detectors/detectors.h"
 #include "auditor/evidence/log.h"
 #include "common/sha256.h"
 #include "gtest/gtest.h"

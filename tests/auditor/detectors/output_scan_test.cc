@@ -1,7 +1,7 @@
 // The output scan's judgement of marker runs: a run of another tenant's
 // marker is a finding unless the reader's own marker or the probe's own
 // prompt explains the same words.
-#include "auditor/detectors/detectors.h"
+#include "auditor/detectors/output_scan.h"
 
 #include <map>
 #include <string>

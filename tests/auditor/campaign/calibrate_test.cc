@@ -1,7 +1,7 @@
 // Calibration against simulated targets (a function standing for one
 // request alone): limits measured by the ladder, plants sized to the limit
 // and measured whole, latency fits that fail on a flat or cached cost.
-#include "auditor/campaign/calibration.h"
+#include "auditor/campaign/calibrate.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"

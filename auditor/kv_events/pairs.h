@@ -18,8 +18,8 @@
 // A pair whose window has a sequence gap that replay did not recover, a
 // publisher restart, an eviction of A's blocks, or no control store is
 // inconclusive: never judged from a window the auditor did not see whole.
-#ifndef KVCANARY_AUDITOR_DETECTORS_KV_EVENTS_H_
-#define KVCANARY_AUDITOR_DETECTORS_KV_EVENTS_H_
+#ifndef KVCANARY_AUDITOR_KV_EVENTS_PAIRS_H_
+#define KVCANARY_AUDITOR_KV_EVENTS_PAIRS_H_
 
 #include <cstdint>
 #include <functional>
@@ -30,6 +30,7 @@
 #include "auditor/evidence/log.h"
 #include "auditor/kv_events/ledger.h"
 #include "auditor/kv_events/subscriber.h"
+#include "auditor/reports/metrics.h"
 #include "auditor/result/coverage.h"
 #include "auditor/result/finding.h"
 #include "auditor/target/prompts.h"
@@ -119,6 +120,8 @@ absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
 // The detector's coverage, judged for the writer and the reader: one judged
 // pair per requested pair; a pair not judged is a failure naming why.
 DetectorCoverage KvEventsCoverage(const KvEventsOutcome& o);
+// The stream's counts as the auditor's metrics take them.
+KvEventStreamCounts StreamCounts(const LedgerStats& s);
 // One finding per shared pair (kind cross_tenant_kv_block_hit).
 std::vector<Finding> KvEventsFindings(const KvEventsOutcome& o);
 
@@ -151,4 +154,4 @@ class KvEventsCheck {
 
 }  // namespace kvcanary::auditor::kv_events
 
-#endif  // KVCANARY_AUDITOR_DETECTORS_KV_EVENTS_H_
+#endif  // KVCANARY_AUDITOR_KV_EVENTS_PAIRS_H_

@@ -1,27 +1,22 @@
-// Calibration, alone (one request at a time, before any load): how the
-// target counts prompt tokens, its input limit (advertised or measured),
-// golden answers, which nonces echo, plants sized to the limit and measured
-// whole, and the prefill cost per token. Every request whose timing or
-// cache state matters carries a unique prefix, so no prompt cache can
-// serve it. Failures are recorded per detector, never guessed around: a
-// failed measurement makes that detector inconclusive.
-#ifndef KVCANARY_AUDITOR_CAMPAIGN_CALIBRATION_H_
-#define KVCANARY_AUDITOR_CAMPAIGN_CALIBRATION_H_
+// What a campaign measured about its target alone, before any load — how
+// it counts prompt tokens, its input limit, the golden answers, the nonces
+// that echo, the plants and the prefill cost — and which of those
+// measurements failed. The detectors judge every answer against it
+// (auditor/detectors/); auditor/campaign/calibrate.h measures it. Plain
+// data.
+#ifndef KVCANARY_AUDITOR_CALIBRATION_CALIBRATION_H_
+#define KVCANARY_AUDITOR_CALIBRATION_CALIBRATION_H_
 
-#include <functional>
 #include <map>
 #include <optional>
-#include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "auditor/detectors/latency.h"
+#include "auditor/calibration/latency_fit.h"
 #include "auditor/result/finding.h"
-#include "auditor/target/completion.h"
 #include "auditor/target/limits.h"
-#include "auditor/target/prompts.h"
-#include "auditor/target/tenants.h"
 #include "canaries/marker.h"
 #include "nlohmann/json.hpp"
 
@@ -96,31 +91,6 @@ struct Calibration {
   nlohmann::json ToEvidence() const;
 };
 
-// Sends one request alone and parses it.
-using SendAlone = std::function<Completion(const AuditTenant& tenant,
-                                           const std::string& prompt,
-                                           int max_tokens, bool stream)>;
-
-struct CalibrationOptions {
-  std::vector<AuditTenant> tenants;
-  std::string secret_key;  // the campaign's marker key
-  std::string campaign_id;
-  int flag_limit = 0;             // --max-prompt-tokens; 0: discover
-  TargetLimit advertised;         // what the target advertises
-  int max_ladder_tokens = 16384;  // the ladder's ceiling
-  int plants_per_tenant = 8;
-  int nonce_candidates = 8;
-  int latency_rounds = 5;
-};
-
-// The marker of (tenant, counter) in a campaign: plants use counters from
-// 0 up, consecutively, and the campaign's scanner registers the same ones.
-canaries::Marker PlantMarker(absl::string_view secret_key,
-                             absl::string_view tenant,
-                             absl::string_view campaign, int counter);
-
-Calibration Calibrate(const CalibrationOptions& options, const SendAlone& send);
-
 }  // namespace kvcanary::auditor
 
-#endif  // KVCANARY_AUDITOR_CAMPAIGN_CALIBRATION_H_
+#endif  // KVCANARY_AUDITOR_CALIBRATION_CALIBRATION_H_

@@ -1,0 +1,39 @@
+// The probes a campaign sends, as the detectors see them: the kind of each
+// (which detectors it feeds) and what was sent, so that an answer can be
+// judged against it.
+#ifndef KVCANARY_AUDITOR_DETECTORS_PROBE_H_
+#define KVCANARY_AUDITOR_DETECTORS_PROBE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvcanary::auditor {
+
+enum class ProbeKind {
+  kPlant,      // a prompt dense with the tenant's markers
+  kSniff,      // a prompt that invites continuation
+  kGolden,     // a fixed greedy prompt, answered alone during calibration
+  kEcho,       // asks the model to repeat the tenant's nonce
+  kAtLimit,    // streamed, cache-busted, at the input limit
+  kPastLimit,  // past the input limit (alternately streamed)
+};
+inline constexpr int kProbeKinds = 6;
+const char* ProbeKindName(ProbeKind k);  // plant, sniff, golden, echo, ...
+
+// One probe as it was sent.
+struct Probe {
+  int64_t id = 0;
+  ProbeKind kind = ProbeKind::kSniff;
+  int tenant = 0;  // index into the campaign's tenants
+  bool stream = false;
+  bool baseline = false;    // sent in golden's same-tenant baseline phase
+  int golden_variant = -1;  // kGolden: which variant
+  int predicted = 0;  // prompt tokens the auditor predicts (0: not predicted)
+  std::vector<std::string> marker_ids;  // markers its prompt carries
+  std::string prompt;                   // a run of a marker it holds is no leak
+};
+
+}  // namespace kvcanary::auditor
+
+#endif  // KVCANARY_AUDITOR_DETECTORS_PROBE_H_

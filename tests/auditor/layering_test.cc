@@ -71,5 +71,29 @@ TEST(LayeringTest, AuditorCanariesAndStorageNeverIncludeEngineOrKernels) {
   EXPECT_GT(files_read, 3);  // the walk really saw the sources
 }
 
+// auditor/cli/ (the subcommands and their flags) is the binary's, not the
+// library's: only it and auditor_main.cc include it.
+TEST(LayeringTest, OnlyTheBinaryIncludesTheCommandLine) {
+  const fs::path root = RepoRoot();
+  const std::regex cli_include(R"(^\s*#\s*include\s*["<]auditor/cli/)");
+  int files_read = 0;
+  for (const fs::directory_entry& entry :
+       fs::recursive_directory_iterator(root / "auditor")) {
+    const fs::path relative = fs::relative(entry.path(), root / "auditor");
+    if (!entry.is_regular_file() || *relative.begin() == "cli" ||
+        relative == "auditor_main.cc") {
+      continue;
+    }
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::string line;
+    ++files_read;
+    while (std::getline(in, line)) {
+      EXPECT_FALSE(std::regex_search(line, cli_include))
+          << entry.path().string() << " includes the command line: " << line;
+    }
+  }
+  EXPECT_GT(files_read, 3);
+}
+
 }  // namespace
 }  // namespace kvcanary

@@ -1,0 +1,63 @@
+// kvcanary-auditor cache-audit: whether the prompt cache lets one tenant's
+// prompt speed up another's (docs/cache-audit.md).
+#include "auditor/audits/cache_audit/cache_audit.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "auditor/cli/commands.h"
+#include "auditor/cli/shared_flags.h"
+#include "auditor/reports/metrics.h"
+#include "common/status_macros.h"
+
+ABSL_FLAG(double, alpha, 1e-6,
+          "cache-audit: significance of the two-sample Kolmogorov-Smirnov "
+          "test.");
+ABSL_FLAG(int, max_samples, 400,
+          "cache-audit: first-token times per arm at most (at least 12 at the "
+          "default alpha, at most 2000).");
+ABSL_FLAG(int, prefix_tokens, 0,
+          "cache-audit: tokens of the primed prefix (0: sized from the "
+          "limit).");
+
+namespace kvcanary::auditor::cli {
+namespace {
+
+absl::StatusOr<CacheAuditOptions> CacheAuditOptionsFromFlags() {
+  CacheAuditOptions o;
+  RETURN_IF_ERROR(CommandFromFlags(/*tenants_required=*/true, &o));
+  o.alpha = absl::GetFlag(FLAGS_alpha);
+  o.max_samples = absl::GetFlag(FLAGS_max_samples);
+  o.prefix_tokens = absl::GetFlag(FLAGS_prefix_tokens);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  ASSIGN_OR_RETURN(o.kv_events, KvEventsFromFlags());
+  if (!(o.alpha > 0 && o.alpha < 1) || o.max_samples < 1 ||
+      o.prefix_tokens < 0) {
+    return absl::InvalidArgumentError(
+        "--alpha must be in (0, 1), --max-samples >= 1, --prefix-tokens >= "
+        "0");
+  }
+  return o;
+}
+
+int RunCacheAuditCommand(const CliParse&) {
+  absl::StatusOr<CacheAuditOptions> o = CacheAuditOptionsFromFlags();
+  if (!o.ok()) return Fail(o.status());
+  AuditorMetrics metrics;
+  return Conclude(RunCacheAudit(*o, &metrics), metrics);
+}
+
+const CommandRegistration kCacheAudit(
+    AuditorCommands(),
+    {50,
+     {"cache-audit",
+      "Whether the prompt cache lets one tenant's prompt speed up "
+      "another's: first-token timing (KS test) and reported cached tokens.",
+      WithReportFlags({"target", "tenants", "model", "timeout", "alpha",
+                       "max_samples", "prefix_tokens", "seed", "kv_events",
+                       "trace_token_file", "max_consecutive_failures"}),
+      {}},
+     RunCacheAuditCommand});
+
+}  // namespace
+}  // namespace kvcanary::auditor::cli

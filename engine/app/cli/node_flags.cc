@@ -1,0 +1,242 @@
+#include "engine/app/cli/node_flags.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "common/status_macros.h"
+#include "common/tls.h"
+#include "engine/app/cli/shared_flags.h"
+#include "engine/core/faults.h"
+#include "engine/model/gguf_model.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to listen on.");
+ABSL_FLAG(int, port, -1,
+          "HTTP port to listen on (up: the router's); 0: any free port; -1: "
+          "8000 for up, 0 for serve.");
+ABSL_FLAG(std::string, tenants, "",
+          "Tenants JSON file (docs/api.md); required by up and the router "
+          "role.");
+ABSL_FLAG(std::string, internal_secret_file, "",
+          "The deployment's internal secret (one line, >= 32 characters, "
+          "mode 0600): required by serve; up generates one when empty.");
+ABSL_FLAG(std::string, trace_token_file, "",
+          "Prefill and decode roles: the admin token GET /v1/trace requires "
+          "(same file rules); none: the trace stream is off. up generates "
+          "one when empty and prints its path.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "Mutual TLS between nodes (docs/nodes.md): this node's certificate "
+          "(PEM), signed by the deployment CA. With --tls-key and --tls-ca "
+          "the nodes' listeners and the KV port require the CA's client "
+          "certificates and node URLs are https://.");
+ABSL_FLAG(std::string, tls_key, "",
+          "Mutual TLS: the private key of --tls-cert (PEM).");
+ABSL_FLAG(std::string, tls_ca, "",
+          "Mutual TLS: the deployment CA's certificate (PEM); the only one "
+          "trusted.");
+ABSL_FLAG(int, max_trace_readers, 8,
+          "Prefill and decode roles: concurrent GET /v1/trace readers; one "
+          "more gets 503.");
+ABSL_FLAG(int, max_prompt_tokens, 0,
+          "Longest prompt a node accepts, in tokens (0: half the context on "
+          "a prefill node, one less than the context on a decode node).");
+ABSL_FLAG(int, max_waiting, 256,
+          "Requests a node queues before it answers 429.");
+ABSL_FLAG(int, num_pages, 0,
+          "KV pages per node (0: enough for 64 full contexts).");
+ABSL_FLAG(int, test_kv_receive_delay_ms, 0,
+          "Tests only, decode role: pause each KV transfer this long after "
+          "its metadata.");
+ABSL_FLAG(int64_t, test_kv_receive_bytes_per_s, 0,
+          "Tests only, decode role: receive each KV transfer at most this "
+          "fast, a slow link (0: no limit).");
+ABSL_FLAG(int, transfer_timeout_ms, 30000,
+          "How long a request may wait on a node for pages, prefill and its "
+          "KV transfer (at least 1).");
+ABSL_FLAG(int, metadata_slots, 16,
+          "Decode role: transfer metadata slots, which hand the first token "
+          "and the staged K/V from the receiver to the request (1 to "
+          "65536).");
+ABSL_FLAG(std::string, access_log, "",
+          "Router role and up: append one JSON line per completion request "
+          "to this file (docs/api.md); empty: none.");
+ABSL_FLAG(int64_t, access_log_max_bytes, int64_t{64} << 20,
+          "Rotate the access log before it grows past this many bytes.");
+ABSL_FLAG(int, access_log_keep, 5,
+          "Rotated access logs kept (FILE.1 newest ... FILE.N); 0: none.");
+ABSL_FLAG(uint32_t, trace_read_sample, 1,
+          "Trace the KV page reads of every Nth request (0: none); "
+          "violations are always traced.");
+ABSL_FLAG(std::string, test_transfer_damage, "none",
+          "Tests only, prefill role: damage the first KV page frame sent: "
+          "none, flip-byte or truncate.");
+ABSL_FLAG(std::string, kv_events, "",
+          "Prefill role and up: publish the prefix cache's KV block events "
+          "as vLLM does (docs/nodes.md, \"KV cache events\") on a ZMQ PUB "
+          "socket bound at tcp://HOST:PORT (0: any free port; the ready line "
+          "names it); subscribers log in with ZMQ PLAIN, user kvcanary, the "
+          "trace token as password. Needs the prefix cache; empty: off.");
+ABSL_FLAG(std::string, kv_events_replay, "",
+          "With --kv-events: the replay socket (ZMQ ROUTER), tcp://HOST:PORT; "
+          "empty: --kv-events' host, any free port; off: none.");
+ABSL_FLAG(std::string, kv_events_topic, "",
+          "With --kv-events: the topic frame of every message.");
+ABSL_FLAG(int, kv_events_buffer, 10000,
+          "With --kv-events: event batches kept for replay (1 to 1000000).");
+ABSL_FLAG(int, test_kv_events_lose_every, 0,
+          "Tests only: every Nth event batch takes its sequence number but "
+          "is neither sent nor kept for replay (a PUB past its high-water "
+          "mark whose buffer moved on); 0: none.");
+
+namespace kvcanary::engine::cli {
+namespace {
+
+// The engine options of a node: EngineOptionsFromFlags and --num-pages.
+absl::StatusOr<EngineOptions> NodeEngineOptions() {
+  ASSIGN_OR_RETURN(EngineOptions e, EngineOptionsFromFlags());
+  e.num_pages = absl::GetFlag(FLAGS_num_pages);
+  if (e.num_pages < 0)
+    return absl::InvalidArgumentError("--num-pages must be >= 0");
+  return e;
+}
+
+// What the nodes' model flags must hold before any process starts: a
+// tokenizer only with a model, and one for a llama2.c checkpoint.
+absl::Status CheckModelFlags(const std::string& model,
+                             const std::string& tokenizer) {
+  if (model.empty() && !tokenizer.empty()) {
+    return absl::InvalidArgumentError("--tokenizer given without --model");
+  }
+  if (!model.empty() && tokenizer.empty() && !IsGgufPath(model)) {
+    return absl::InvalidArgumentError(
+        "--model needs --tokenizer (a GGUF file carries its own)");
+  }
+  return absl::OkStatus();
+}
+
+// The KV event stream's flags into `o`, checked before any process starts.
+// REQUIRES: o->engine is read.
+absl::Status KvEventsFlags(ServeOptions* o) {
+  o->kv_events = absl::GetFlag(FLAGS_kv_events);
+  o->kv_events_replay = absl::GetFlag(FLAGS_kv_events_replay);
+  o->kv_events_topic = absl::GetFlag(FLAGS_kv_events_topic);
+  o->kv_events_buffer = absl::GetFlag(FLAGS_kv_events_buffer);
+  o->test_kv_events_lose_every = absl::GetFlag(FLAGS_test_kv_events_lose_every);
+  if (o->kv_events.empty()) return absl::OkStatus();
+  return KvEventsOptionsFor(*o).status();
+}
+
+// Where to listen, the model, the tenants and secrets, and TLS into `o`.
+absl::Status EndpointFlags(int default_port, ServeOptions* o) {
+  o->host = absl::GetFlag(FLAGS_host);
+  o->port =
+      absl::GetFlag(FLAGS_port) >= 0 ? absl::GetFlag(FLAGS_port) : default_port;
+  o->model_path = absl::GetFlag(FLAGS_model);
+  o->tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
+  o->context = absl::GetFlag(FLAGS_context);
+  o->tenants_path = absl::GetFlag(FLAGS_tenants);
+  o->internal_secret_file = absl::GetFlag(FLAGS_internal_secret_file);
+  o->trace_token_file = absl::GetFlag(FLAGS_trace_token_file);
+  o->max_trace_readers = absl::GetFlag(FLAGS_max_trace_readers);
+  o->tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+            absl::GetFlag(FLAGS_tls_ca)};
+  RETURN_IF_ERROR(tls::CheckFiles(o->tls));
+  if (o->max_trace_readers < 1 || o->max_trace_readers > 1024) {
+    return absl::InvalidArgumentError(
+        "--max-trace-readers must be in [1, 1024]");
+  }
+  return absl::OkStatus();
+}
+
+// The test-only transfer damage --test-transfer-damage names.
+absl::StatusOr<TransferDamage> TransferDamageFromFlags() {
+  const std::string damage = absl::GetFlag(FLAGS_test_transfer_damage);
+  if (damage == "flip-byte") return TransferDamage::kFlipPageByte;
+  if (damage == "truncate") return TransferDamage::kTruncateFrame;
+  if (damage != "none") {
+    return absl::InvalidArgumentError(
+        "--test-transfer-damage: none, flip-byte or truncate");
+  }
+  return TransferDamage::kNone;
+}
+
+// The limits of requests and transfers, and the access log, into `o`.
+absl::Status LimitFlags(ServeOptions* o) {
+  o->max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o->max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  ASSIGN_OR_RETURN(o->faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
+  o->trace.read_sample_every = absl::GetFlag(FLAGS_trace_read_sample);
+  o->test_receive_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_test_kv_receive_delay_ms));
+  o->test_receive_bytes_per_s =
+      absl::GetFlag(FLAGS_test_kv_receive_bytes_per_s);
+  o->transfer_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_transfer_timeout_ms));
+  o->metadata_slots = absl::GetFlag(FLAGS_metadata_slots);
+  o->access_log.path = absl::GetFlag(FLAGS_access_log);
+  o->access_log.max_bytes = absl::GetFlag(FLAGS_access_log_max_bytes);
+  o->access_log.keep = absl::GetFlag(FLAGS_access_log_keep);
+  if (o->access_log.max_bytes < 1 || o->access_log.keep < 0) {
+    return absl::InvalidArgumentError(
+        "--access-log-max-bytes must be >= 1 and --access-log-keep >= 0");
+  }
+  if (absl::GetFlag(FLAGS_transfer_timeout_ms) < 1 ||
+      o->test_receive_bytes_per_s < 0) {
+    return absl::InvalidArgumentError(
+        "--transfer-timeout-ms must be >= 1 and "
+        "--test-kv-receive-bytes-per-s >= 0");
+  }
+  if (o->metadata_slots < 1 || o->metadata_slots > 65536) {
+    return absl::InvalidArgumentError("--metadata-slots must be in [1, 65536]");
+  }
+  if (o->max_waiting < 1 || o->max_in_flight < 1) {
+    return absl::InvalidArgumentError(
+        "--max-waiting and --max-in-flight must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> NodeFlagNames() {
+  return {"model",
+          "tokenizer",
+          "context",
+          "watermark",
+          "scrub",
+          "prefix_cache",
+          "fault",
+          "threads",
+          "page_tokens",
+          "num_pages",
+          "max_waiting",
+          "max_prompt_tokens",
+          "transfer_timeout_ms",
+          "metadata_slots",
+          "trace_read_sample",
+          "test_kv_receive_delay_ms",
+          "test_kv_receive_bytes_per_s",
+          "test_transfer_damage"};
+}
+
+std::vector<std::string> AccessLogFlagNames() {
+  return {"access_log", "access_log_max_bytes", "access_log_keep"};
+}
+
+std::vector<std::string> KvEventsFlagNames() {
+  return {"kv_events", "kv_events_replay", "kv_events_topic",
+          "kv_events_buffer", "test_kv_events_lose_every"};
+}
+
+absl::Status NodeOptionsFromFlags(int default_port, ServeOptions* o) {
+  RETURN_IF_ERROR(EndpointFlags(default_port, o));
+  RETURN_IF_ERROR(LimitFlags(o));
+  ASSIGN_OR_RETURN(o->engine, NodeEngineOptions());
+  ASSIGN_OR_RETURN(o->damage, TransferDamageFromFlags());
+  if (o->port < 0 || o->port > 65535)
+    return absl::InvalidArgumentError("--port out of range");
+  RETURN_IF_ERROR(CheckModelFlags(o->model_path, o->tokenizer_path));
+  return KvEventsFlags(o);
+}
+
+}  // namespace kvcanary::engine::cli

@@ -59,7 +59,7 @@ ProbeResponse Canned(int status, std::string body) {
   return r;
 }
 
-class BoundaryDetector : public Detector {
+class BoundaryDetector : public DetectorOf<BoundaryDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -72,16 +72,6 @@ class BoundaryDetector : public Detector {
     s.probes = {{ProbeKind::kAtLimit, 0.5}, {ProbeKind::kPastLimit, 0.5}};
     return s;
   }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec spec = Spec();
-    return spec;
-  }
-
-  void Prepare(const CampaignView& view) override {
-    Detector::Prepare(view);
-    judged_.assign(view.tenants.size(), 0);
-  }
-
   void Judge(const Probe& p, const Completion& c, const std::vector<Finding>&,
              FindingSink& out) override {
     if (p.kind == ProbeKind::kPlant) {
@@ -118,7 +108,7 @@ class BoundaryDetector : public Detector {
     // itself), or an answer at the limit whose count can be compared.
     if ((past && IsRefusal(c)) ||
         (c.usable && (past || c.prompt_tokens >= 0))) {
-      ++judged_[p.tenant];
+      judged_.Add(p.tenant);
     }
     for (Finding& f : JudgeBoundary({p.predicted, cal.limit.refuse_above,
                                      c.status, c.usable ? c.prompt_tokens : -1,
@@ -128,7 +118,7 @@ class BoundaryDetector : public Detector {
     }
   }
 
-  std::vector<int> judged_;  // per tenant
+  TenantCounts judged_;
 };
 KVCANARY_REGISTER_DETECTOR(BoundaryDetector);
 
@@ -190,9 +180,7 @@ DetectorCoverage BoundaryDetector::Coverage(int) const {
   DetectorCoverage d;
   if (!prepared()) return d;
   const Calibration& cal = *view().calibration;
-  for (size_t t = 0; t < judged_.size(); ++t) {
-    d.coverage[view().tenants[t]] = judged_[t];
-  }
+  d.coverage = judged_.Named(view().tenants);
   if (!cal.boundary_failure.empty()) d.AddFailure(cal.boundary_failure);
   d.notes.push_back(absl::StrCat("limit ", cal.limit.prompt_tokens,
                                  " prompt tokens (", cal.limit.source, ": ",

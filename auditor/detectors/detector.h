@@ -162,6 +162,39 @@ class Detector {
   const CampaignView* view_ = nullptr;
 };
 
+// How most detectors are written: spec() is the class's static Spec(),
+// made once (KVCANARY_REGISTER_DETECTOR registers the same Spec()).
+template <typename Derived>
+class DetectorOf : public Detector {
+ public:
+  const DetectorSpec& spec() const override {
+    static const DetectorSpec* const spec = new DetectorSpec(Derived::Spec());
+    return *spec;
+  }
+};
+
+// A count per tenant (indexed as Probe::tenant), grown on first use.
+class TenantCounts {
+ public:
+  void Add(int tenant, int n = 1) {
+    if (tenant >= static_cast<int>(n_.size())) n_.resize(tenant + 1, 0);
+    n_[tenant] += n;
+  }
+  int operator[](size_t tenant) const {
+    return tenant < n_.size() ? n_[tenant] : 0;
+  }
+  // tenant name -> count, for every one of `tenants` (0 if none).
+  std::map<std::string, int> Named(
+      const std::vector<std::string>& tenants) const {
+    std::map<std::string, int> out;
+    for (size_t t = 0; t < tenants.size(); ++t) out[tenants[t]] = (*this)[t];
+    return out;
+  }
+
+ private:
+  std::vector<int> n_;
+};
+
 // Runs `d`'s positive control: true if every case found what it must,
 // nullopt if it has none to run.
 std::optional<bool> RunControl(const Detector& d);

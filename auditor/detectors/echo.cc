@@ -50,7 +50,7 @@ std::optional<Finding> CheckEcho(const canaries::Marker& nonce,
 
 namespace {
 
-class EchoDetector : public Detector {
+class EchoDetector : public DetectorOf<EchoDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -63,22 +63,12 @@ class EchoDetector : public Detector {
     s.probes = {{ProbeKind::kEcho, 1.0}};
     return s;
   }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec spec = Spec();
-    return spec;
-  }
-
-  void Prepare(const CampaignView& view) override {
-    Detector::Prepare(view);
-    checked_.assign(view.tenants.size(), 0);
-  }
-
   void Judge(const Probe& p, const Completion& c, const std::vector<Finding>&,
              FindingSink& out) override {
     if (p.kind != ProbeKind::kEcho || !c.usable) return;
     const auto& nonce = view().calibration->nonces[p.tenant];
     if (!nonce.has_value()) return;  // never sent: the mix skips the tenant
-    ++checked_[p.tenant];
+    checked_.Add(p.tenant);
     auto e = CheckEcho(*nonce, c.text, tenant_name(p.tenant));
     if (e.has_value()) out.Add(*std::move(e));
   }
@@ -112,9 +102,7 @@ class EchoDetector : public Detector {
     DetectorCoverage d;
     if (!prepared()) return d;
     const Calibration& cal = *view().calibration;
-    for (size_t t = 0; t < checked_.size(); ++t) {
-      d.coverage[view().tenants[t]] = checked_[t];
-    }
+    d.coverage = checked_.Named(view().tenants);
     d.disabled = cal.echo_disabled;
     if (!cal.echo_failure.empty()) d.AddFailure(cal.echo_failure);
     int echoing = 0;
@@ -131,7 +119,7 @@ class EchoDetector : public Detector {
   }
 
  private:
-  std::vector<int> checked_;  // per tenant
+  TenantCounts checked_;
 };
 KVCANARY_REGISTER_DETECTOR(EchoDetector);
 

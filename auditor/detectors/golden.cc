@@ -53,7 +53,7 @@ std::optional<Finding> JudgeGoldenRates(int baseline_diverged, int baseline_n,
 
 namespace {
 
-class GoldenDetector : public Detector {
+class GoldenDetector : public DetectorOf<GoldenDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -65,14 +65,9 @@ class GoldenDetector : public Detector {
     s.probes = {{ProbeKind::kGolden, 1.0}};
     return s;
   }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec spec = Spec();
-    return spec;
-  }
 
   void Prepare(const CampaignView& view) override {
     Detector::Prepare(view);
-    compared_.assign(view.tenants.size(), 0);
     variants_.assign(view.tenants.size(), {});
   }
 
@@ -80,7 +75,7 @@ class GoldenDetector : public Detector {
              const std::vector<Finding>& earlier, FindingSink& out) override {
     if (p.kind != ProbeKind::kGolden || !c.usable) return;
     const Calibration& cal = *view().calibration;
-    ++compared_[p.tenant];
+    compared_.Add(p.tenant);
     variants_[p.tenant].insert(p.golden_variant);
     auto g = CompareGolden(p.golden_variant, cal.golden.at(p.golden_variant),
                            c.text, tenant_name(p.tenant));
@@ -140,7 +135,7 @@ class GoldenDetector : public Detector {
   DetectorCoverage Coverage(int) const override;
 
  private:
-  std::vector<int> compared_;            // per tenant
+  TenantCounts compared_;
   std::vector<std::set<int>> variants_;  // per tenant
   int base_n_ = 0, base_div_ = 0, cross_n_ = 0, cross_div_ = 0;
 };
@@ -151,9 +146,7 @@ DetectorCoverage GoldenDetector::Coverage(int) const {
   if (!prepared()) return d;
   const Calibration& cal = *view().calibration;
   const std::vector<std::string>& tenants = view().tenants;
-  for (size_t t = 0; t < tenants.size(); ++t) {
-    d.coverage[tenants[t]] = compared_[t];
-  }
+  d.coverage = compared_.Named(tenants);
   if (!cal.golden_failure.empty()) d.AddFailure(cal.golden_failure);
   // Every variant, for every tenant.
   for (size_t t = 0; t < tenants.size() && !cal.golden.empty(); ++t) {

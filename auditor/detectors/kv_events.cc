@@ -80,7 +80,7 @@ void StreamCannedPair(bool shared, FindingSink& out) {
   for (Finding& f : kv_events::KvEventsFindings(outcome)) out.Add(f);
 }
 
-class KvEventsDetector : public Detector {
+class KvEventsDetector : public DetectorOf<KvEventsDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -92,10 +92,6 @@ class KvEventsDetector : public Detector {
     s.order = 70;
     s.covers_every_tenant = false;  // the pairs' writer and reader
     return s;
-  }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec spec = Spec();
-    return spec;
   }
 
   // Followed from the start, so its counts cover the whole campaign; as

@@ -36,7 +36,7 @@ std::optional<Finding> JudgeLatency(const LatencyModel& m, int prompt_tokens,
 
 namespace {
 
-class LatencyDetector : public Detector {
+class LatencyDetector : public DetectorOf<LatencyDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -49,16 +49,6 @@ class LatencyDetector : public Detector {
     s.probes = {{ProbeKind::kAtLimit, 1.0}};
     return s;
   }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec spec = Spec();
-    return spec;
-  }
-
-  void Prepare(const CampaignView& view) override {
-    Detector::Prepare(view);
-    judged_.assign(view.tenants.size(), 0);
-  }
-
   void Judge(const Probe& p, const Completion& c, const std::vector<Finding>&,
              FindingSink& out) override {
     const bool past = p.kind == ProbeKind::kPastLimit;
@@ -70,7 +60,7 @@ class LatencyDetector : public Detector {
                           c.prompt_tokens > 0 ? c.prompt_tokens : p.predicted,
                           c.ttft_ms, tenant_name(p.tenant),
                           past ? "past_limit" : "at_limit", &judged);
-    if (judged) ++judged_[p.tenant];
+    if (judged) judged_.Add(p.tenant);
     if (l.has_value()) out.Add(*std::move(l));
   }
 
@@ -99,9 +89,7 @@ class LatencyDetector : public Detector {
     DetectorCoverage d;
     if (!prepared()) return d;
     const Calibration& cal = *view().calibration;
-    for (size_t t = 0; t < judged_.size(); ++t) {
-      d.coverage[view().tenants[t]] = judged_[t];
-    }
+    d.coverage = judged_.Named(view().tenants);
     if (!cal.latency.failure.empty()) d.AddFailure(cal.latency.failure);
     if (cal.latency.calibrated) {
       d.notes.push_back(
@@ -119,7 +107,7 @@ class LatencyDetector : public Detector {
   }
 
  private:
-  std::vector<int> judged_;  // per tenant
+  TenantCounts judged_;
 };
 KVCANARY_REGISTER_DETECTOR(LatencyDetector);
 

@@ -104,7 +104,7 @@ std::vector<Finding> ScanOutput(const canaries::MarkerScanner& scanner,
 
 namespace {
 
-class OutputScanDetector : public Detector {
+class OutputScanDetector : public DetectorOf<OutputScanDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -114,10 +114,6 @@ class OutputScanDetector : public Detector {
     s.order = 10;
     s.probes = {{ProbeKind::kPlant, 1.0}, {ProbeKind::kSniff, 0.5}};
     return s;
-  }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec spec = Spec();
-    return spec;
   }
 
   void Prepare(const CampaignView& view) override {

@@ -77,7 +77,7 @@ void FollowCannedTrace(FindingSink& out) {
   for (const LedgerFinding& f : found) out.Add(FromLedger(f, {}));
 }
 
-class TraceDetector : public Detector {
+class TraceDetector : public DetectorOf<TraceDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -88,10 +88,6 @@ class TraceDetector : public Detector {
     s.unit = "requests whose page reads were checked";
     s.order = 60;
     return s;
-  }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec spec = Spec();
-    return spec;
   }
 
   // Followed before calibration, so the ledgers see every page the

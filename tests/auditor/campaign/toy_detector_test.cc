@@ -25,7 +25,7 @@ namespace {
 
 // Counts every tenant's usable sniff answers and calls one holding "XYZZY"
 // a finding.
-class ToyDetector : public Detector {
+class ToyDetector : public DetectorOf<ToyDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -35,14 +35,6 @@ class ToyDetector : public Detector {
     s.order = 900;
     s.probes = {{ProbeKind::kSniff, 1.0}};
     return s;
-  }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec spec = Spec();
-    return spec;
-  }
-  void Prepare(const CampaignView& view) override {
-    Detector::Prepare(view);
-    read_.assign(view.tenants.size(), 0);
   }
   static void JudgeText(const std::string& text, const std::string& tenant,
                         FindingSink& out) {
@@ -56,7 +48,7 @@ class ToyDetector : public Detector {
   void Judge(const Probe& p, const Completion& c, const std::vector<Finding>&,
              FindingSink& out) override {
     if (p.kind != ProbeKind::kSniff || !c.usable) return;
-    ++read_[p.tenant];
+    read_.Add(p.tenant);
     JudgeText(c.text, tenant_name(p.tenant), out);
   }
   std::vector<ControlCase> Controls() const override {
@@ -66,14 +58,12 @@ class ToyDetector : public Detector {
   }
   DetectorCoverage Coverage(int) const override {
     DetectorCoverage d;
-    for (size_t t = 0; t < read_.size(); ++t) {
-      d.coverage[view().tenants[t]] = read_[t];
-    }
+    d.coverage = read_.Named(view().tenants);
     return d;
   }
 
  private:
-  std::vector<int> read_;
+  TenantCounts read_;
 };
 
 TEST(ToyDetectorTest, ARegisteredDetectorAppearsEverywhereWithoutOtherEdits) {

@@ -2,6 +2,15 @@
 // this test as into the binary).
 #include "auditor/cli/commands.h"
 
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/reflection.h"
+#include "absl/strings/str_cat.h"
+#include "auditor/detectors/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/command_checks.h"
@@ -39,6 +48,57 @@ TEST(AuditorCommandsTest, OnlyTheCampaignsTakeTheHiddenTestBreak) {
   }
   EXPECT_THAT(AuditorCommands().Find("verify-bundle")->cli.args,
               UnorderedElementsAre("dir"));
+}
+
+// `probe` with `flags` against a port nothing listens on: its exit code
+// and what it printed on stderr (the campaign prints its verdict on stdout,
+// its error on stderr). The flags are restored after.
+std::pair<int, std::string> ProbeUnreachable(std::vector<std::string> flags) {
+  const absl::FlagSaver saver;
+  const std::string dir = ::testing::TempDir();
+  const std::string tenants =
+      absl::StrCat(dir, "/kvcanary-cli-tenants-", getpid(), ".json");
+  std::ofstream(tenants) << R"({"tenants": [{"id": "a", "api_key": "k1"},)"
+                         << R"( {"id": "b", "api_key": "k2"}]})";
+  std::vector<std::string> args = {
+      "kvcanary-auditor",
+      "probe",
+      "--target=http://127.0.0.1:1",
+      "--tenants=" + tenants,
+      absl::StrCat("--db=", dir, "/kvcanary-cli-", getpid(), ".db"),
+      "--quiet"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int rc = RunCommandLine(AuditorCommands(), kProgram, kSummary,
+                                static_cast<int>(argv.size()), argv.data());
+  const std::string text = ::testing::internal::GetCapturedStderr();
+  (void)::testing::internal::GetCapturedStdout();
+  return {rc, text};
+}
+
+// --require, --floor and --test-break take every registered detector,
+// kv_events included: the campaign starts (and finds nothing listening);
+// a name no detector has is refused before it.
+TEST(AuditorCommandsTest, DetectorFlagsTakeEveryRegisteredDetector) {
+  for (const std::string& name : DetectorRegistry::Global().Names()) {
+    const auto [rc, err] =
+        ProbeUnreachable({"--require=" + name, "--floor=20," + name + "=2"});
+    EXPECT_EQ(rc, 2) << name;
+    EXPECT_THAT(err, ::testing::HasSubstr("unreachable")) << name;
+    EXPECT_THAT(err, ::testing::Not(::testing::HasSubstr("unknown detector")));
+  }
+  const auto [rc, err] = ProbeUnreachable({"--test-break=kv_events"});
+  EXPECT_THAT(err, ::testing::HasSubstr("unreachable"));
+  for (const char* bad :
+       {"--require=psychic", "--floor=20,psychic=2", "--test-break=psychic"}) {
+    const auto [bad_rc, bad_err] = ProbeUnreachable({bad});
+    EXPECT_EQ(bad_rc, 2) << bad;
+    EXPECT_THAT(bad_err, ::testing::HasSubstr("unknown detector 'psychic'"))
+        << bad;
+  }
 }
 
 }  // namespace

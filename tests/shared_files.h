@@ -77,6 +77,14 @@ inline bool Have(std::initializer_list<std::string_view> relative,
   return false;
 }
 
+// Whether the shell command `check` succeeds (its output discarded).
+inline bool ToolWorks(const std::string& check) {
+  return std::system((check + " >/dev/null 2>&1").c_str()) == 0;
+}
+inline constexpr char kToolMissing[] = " is not installed";
+inline constexpr char kCiToolNote[] =
+    "; CI is set, so that fails instead of skipping";
+
 }  // namespace kvcanary::shared_files
 
 // Skips the test (fails it under CI) unless every named file, relative to
@@ -93,5 +101,20 @@ inline bool Have(std::initializer_list<std::string_view> relative,
       GTEST_FAIL() << kvc_shared_missing << ::kvcanary::shared_files::kCiNote; \
     else                                                                       \
       GTEST_SKIP() << kvc_shared_missing
+
+// Skips the test (fails it under CI, which installs every test package:
+// scripts/install-deps.sh all) unless the shell command `check` succeeds;
+// `what` names what is missing: KVC_REQUIRE_TOOL("python3 -c 'import
+// jsonschema'", "python3-jsonschema");
+#define KVC_REQUIRE_TOOL(check, what)                                  \
+  switch (0)                                                           \
+  case 0:                                                              \
+  default:                                                             \
+    if (::kvcanary::shared_files::ToolWorks(check)) {                  \
+    } else if (::kvcanary::shared_files::Required())                   \
+      GTEST_FAIL() << (what) << ::kvcanary::shared_files::kToolMissing \
+                   << ::kvcanary::shared_files::kCiToolNote;           \
+    else                                                               \
+      GTEST_SKIP() << (what) << ::kvcanary::shared_files::kToolMissing
 
 #endif  // KVCANARY_TESTS_SHARED_FILES_H_

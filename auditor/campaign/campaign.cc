@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -34,17 +35,22 @@ using Clock = std::chrono::steady_clock;
 constexpr int kSniffMaxTokens = 48;
 constexpr int kQuietProbes = 3;
 
-// A target's way of saying a prompt is too long: 400, 413 or 422 (also
-// when it came inside a 200 stream).
-bool IsRefusal(const Completion& c) {
-  return c.status == 400 || c.status == 413 || c.status == 422;
-}
-
 // What the campaign itself counts per tenant, beside its detectors.
 struct TenantState {
   int plant_cursor = 0, golden_cursor = 0;  // which plant or variant next
   int refused = 0;                          // 401/403 during the run
 };
+
+// What the command asked the detectors to follow, and the floors.
+DetectorSettings Settings(const CampaignOptions& o) {
+  DetectorSettings s;
+  s.trace_urls = o.trace_urls;
+  s.trace_token = o.trace_token;
+  s.trace_tls = o.trace_tls;
+  s.kv_events = o.kv_events;
+  s.floors = o.floors;
+  return s;
+}
 
 // Records every finding a detector makes, as it makes it.
 class CampaignSink : public FindingSink {
@@ -66,6 +72,7 @@ class Campaign {
                                options.request_timeout,
                                options.max_consecutive_failures}),
         detectors_(CreateDetectors(options.broken)),
+        settings_(Settings(options)),
         scanner_(canaries::kDefaultMinPartialWords) {}
 
   CampaignResult Run();
@@ -81,7 +88,10 @@ class Campaign {
   ProbeMix Mix(bool rate_mode) const;
   absl::Status MainLoop();
   absl::Status QuietProbes();
-  absl::Status FinishDetectors();
+  // What the detectors judge over the whole campaign: those that send
+  // first (the kv_events pairs), then the others; after an error only the
+  // others, so that what they proved is kept (`after_error`).
+  absl::Status FinishDetectors(bool after_error);
   void Finish(const absl::Status& run);
 
   // The prompt of `p` (its kind and tenant set) and the tokens it
@@ -108,6 +118,8 @@ class Campaign {
   const std::string key_;
   Target session_;
   std::vector<std::unique_ptr<Detector>> detectors_;  // report order
+  const DetectorSettings settings_;
+  std::set<const Detector*> finished_;  // their Finish has run
   std::unique_ptr<EvidenceLog> log_;
   CampaignIo io_;
   canaries::MarkerScanner scanner_;
@@ -237,7 +249,7 @@ absl::Status Campaign::RecordProbe(const Probe& p, const Completion& c) {
   probe_times_.push_back(NowUs());
   if (c.usable) {
     ++r_.usable;
-  } else if (!(p.kind == ProbeKind::kPastLimit && IsRefusal(c))) {
+  } else if (!(p.kind == ProbeKind::kPastLimit && IsRefusal(c.status))) {
     error_times_.push_back(probe_times_.back());
   }
   if (c.status == 401 || c.status == 403) ++tenants_[p.tenant].refused;
@@ -287,7 +299,7 @@ absl::Status Campaign::Judge(const Probe& p, const Completion& c) {
 ProbeMix Campaign::Mix(bool rate_mode) const {
   std::array<int, kProbeKinds> floors{};
   for (const auto& d : detectors_) {
-    const int f = d->Floor(o_.floors);
+    const int f = d->Floor(settings_);
     const int with_margin = f + std::max(1, f / 10);
     for (const auto& [kind, share] : d->spec().probes) {
       int& k = floors[static_cast<int>(kind)];
@@ -395,15 +407,21 @@ absl::Status Campaign::QuietProbes() {
 }
 
 // After the probes: what each detector judges over the whole campaign
-// (golden's rates, the trace's ledgers, the kv_events pairs).
-absl::Status Campaign::FinishDetectors() {
-  for (const auto& d : detectors_) {
-    std::vector<Finding> found;
-    CampaignSink sink(&found);
-    const absl::Status s = d->Finish(io_, sink);
-    // What it found before an error is kept.
-    RETURN_IF_ERROR(AddFindings(std::move(found), /*flush=*/true));
-    RETURN_IF_ERROR(s);
+// (the kv_events pairs, golden's rates, the trace's ledgers).
+absl::Status Campaign::FinishDetectors(bool after_error) {
+  for (const bool sends : {true, false}) {
+    for (const auto& d : detectors_) {
+      if (d->spec().finish_sends != sends || (sends && after_error) ||
+          !finished_.insert(d.get()).second) {
+        continue;
+      }
+      std::vector<Finding> found;
+      CampaignSink sink(&found);
+      const absl::Status s = d->Finish(io_, sink);
+      // What it found before an error is kept.
+      RETURN_IF_ERROR(AddFindings(std::move(found), /*flush=*/true));
+      RETURN_IF_ERROR(s);
+    }
   }
   return absl::OkStatus();
 }
@@ -423,7 +441,7 @@ std::vector<std::string> Campaign::TenantProblems() const {
 
 absl::Status Campaign::RecordStart() {
   json floors = json::object();
-  for (const auto& d : detectors_) floors[d->spec().name] = d->Floor(o_.floors);
+  for (const auto& d : detectors_) floors[d->spec().name] = d->Floor(settings_);
   return Record("campaign_start",
                 {{"target", session_.root()},
                  {"tenants", r_.tenants},
@@ -443,17 +461,11 @@ absl::Status Campaign::RecordStart() {
 // streams, KV events) before calibration, so it sees every page and block
 // the campaign touches.
 absl::Status Campaign::StartDetectors() {
-  DetectorSettings s;
-  s.trace_urls = o_.trace_urls;
-  s.trace_token = o_.trace_token;
-  s.trace_tls = o_.trace_tls;
-  s.kv_events = o_.kv_events;
-  s.floors = o_.floors;
   io_.target = &session_;
   io_.tenants = &o_.tenants;
   io_.log = log_.get();
   io_.metrics = metrics_;
-  for (const auto& d : detectors_) RETURN_IF_ERROR(d->Start(s, io_));
+  for (const auto& d : detectors_) RETURN_IF_ERROR(d->Start(settings_, io_));
   return absl::OkStatus();
 }
 
@@ -503,7 +515,7 @@ absl::Status Campaign::Steps() {
   Progress("calibrated");
   RETURN_IF_ERROR(MainLoop());
   RETURN_IF_ERROR(QuietProbes());
-  return FinishDetectors();
+  return FinishDetectors(/*after_error=*/false);
 }
 
 void Campaign::Finish(const absl::Status& run) {
@@ -511,7 +523,7 @@ void Campaign::Finish(const absl::Status& run) {
   if (run.ok()) {
     CoverageRules rules;
     rules.tenants = r_.tenants;
-    rules.floors = o_.floors;
+    rules.settings = settings_;
     rules.required = o_.required;
     std::map<std::string, int> findings;
     for (const Finding& f : r_.findings) ++findings[f.detector];
@@ -556,6 +568,12 @@ CampaignResult Campaign::Run() {
               metrics_);
   tenants_.assign(o_.tenants.size(), TenantState{});
   absl::Status s = Steps();
+  // The target failed after the audit started: what the detectors that
+  // only read (the trace's ledgers, golden's rates) proved before it is
+  // kept, beside the error.
+  if (!s.ok() && r_.audit_started) {
+    (void)FinishDetectors(/*after_error=*/true);
+  }
   for (const auto& d : detectors_) d->Stop();
   if (s.ok()) s = Flush();
   Finish(s);

@@ -213,6 +213,20 @@ class PlantCalibrator {
     for (Finding& f : JudgeBoundary(obs)) c_->findings.push_back(std::move(f));
   }
 
+  // Whether a plant counted `reported` alone against its prediction was
+  // cut, as a finding must be proven: short of the prediction by more than
+  // a prediction can miss (the plant tolerance and 2% of the plant, at
+  // least 2 tokens: a join the calibration did not sample), and counted the
+  // same when sent again (a count that moves is not a cut). A shortfall
+  // below that is a plant not used, not a finding; the boundary probes
+  // judge the limit itself.
+  bool ClearlyCut(int t, const std::string& text, int predicted, int reported) {
+    const int margin = c_->plant_tolerance + std::max(2, predicted / 50);
+    if (predicted - reported <= margin) return false;
+    ++c_->sizing.measured;
+    return Measure(o_.tenants[t], text) == reported;
+  }
+
   // A plant of tenant `t` from its markers *counter on whose count alone
   // is whole by the prediction and under the limit, and *counter moved past
   // them; nullopt if none in a few tries.
@@ -246,7 +260,11 @@ class PlantCalibrator {
       }
       int fewer = 1;
       if (fate == CountFate::kCut) {
-        CutAlone(t, *predicted, plant.prompt_tokens);
+        if (ClearlyCut(t, plant.text, *predicted, plant.prompt_tokens)) {
+          CutAlone(t, *predicted, plant.prompt_tokens);
+        } else {
+          ++c_->sizing.dropped;  // not whole, but no proof of a cut
+        }
         // From now on no larger than what the target kept of this one.
         const int fit = static_cast<int>(
             static_cast<int64_t>(total) *

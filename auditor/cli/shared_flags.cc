@@ -204,14 +204,20 @@ absl::Status WriteReports(const CampaignResult& r) {
 int Conclude(const CampaignResult& r, const AuditorMetrics& metrics) {
   std::fputs(ResultText(r, absl::GetFlag(FLAGS_max_incident_lines)).c_str(),
              stdout);
-  if (absl::Status s = WriteReports(r); !s.ok()) return Fail(s);
-  if (const std::string p = absl::GetFlag(FLAGS_metrics_file); !p.empty()) {
-    if (absl::Status s = WriteFile(p, metrics.Serialize()); !s.ok()) {
-      return Fail(s);
-    }
+  absl::Status written = WriteReports(r);
+  if (const std::string p = absl::GetFlag(FLAGS_metrics_file);
+      written.ok() && !p.empty()) {
+    written = WriteFile(p, metrics.Serialize());
   }
   if (!r.error.empty()) {  // beside any verdict, findings included
     std::fprintf(stderr, "kvcanary-auditor: %s\n", r.error.c_str());
+  }
+  if (!written.ok()) {
+    // A report that could not be written is an error (a CI gate reading a
+    // stale file would be worse), but it does not hide a finding the
+    // command proved: findings outrank it, as they outrank any error.
+    const int failed = Fail(written);
+    return r.verdict == Verdict::kFindings ? r.exit_code() : failed;
   }
   return r.exit_code();
 }

@@ -43,12 +43,6 @@ std::vector<Finding> JudgeBoundary(const BoundaryObservation& o) {
 
 namespace {
 
-// A target's way of saying a prompt is too long: 400, 413 or 422 (also
-// when it came inside a 200 stream).
-bool IsRefusal(const Completion& c) {
-  return c.status == 400 || c.status == 413 || c.status == 422;
-}
-
 // A canned answer, as the wire would bring it.
 ProbeResponse Canned(int status, std::string body) {
   ProbeResponse r;
@@ -106,7 +100,7 @@ class BoundaryDetector : public DetectorOf<BoundaryDetector> {
     const bool past = p.kind == ProbeKind::kPastLimit;
     // Judged: a refusal past the limit, a 200 past it (a finding by
     // itself), or an answer at the limit whose count can be compared.
-    if ((past && IsRefusal(c)) ||
+    if ((past && IsRefusal(c.status)) ||
         (c.usable && (past || c.prompt_tokens >= 0))) {
       judged_.Add(p.tenant);
     }

@@ -41,8 +41,8 @@ class BrokenDetector : public Detector {
     return real_->Finish(io, dropped);
   }
   void Stop() override { real_->Stop(); }
-  int Floor(const std::map<std::string, int>& floors) const override {
-    return real_->Floor(floors);
+  int Floor(const DetectorSettings& settings) const override {
+    return real_->Floor(settings);
   }
   DetectorCoverage Coverage(int floor) const override {
     return real_->Coverage(floor);

@@ -13,7 +13,8 @@ absl::Status Detector::Finish(CampaignIo&, FindingSink&) {
   return absl::OkStatus();
 }
 
-int Detector::Floor(const std::map<std::string, int>& floors) const {
+int Detector::Floor(const DetectorSettings& settings) const {
+  const std::map<std::string, int>& floors = settings.floors;
   if (auto it = floors.find(spec().name); it != floors.end()) {
     return it->second;
   }
@@ -33,7 +34,7 @@ std::optional<bool> RunControl(const Detector& d) {
 }
 
 DetectorCoverage JudgedCoverage(const Detector& d, const CoverageRules& rules) {
-  const int floor = d.Floor(rules.floors);
+  const int floor = d.Floor(rules.settings);
   DetectorCoverage c = d.Coverage(floor);
   c.name = d.spec().name;
   if (c.unit.empty()) c.unit = d.spec().unit;

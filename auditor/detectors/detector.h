@@ -48,6 +48,12 @@ struct DetectorSpec {
   // Required for a clean verdict wherever it applies (it is not disabled),
   // unless --require names others.
   bool required_by_default = true;
+  // Whether its Finish sends requests to the target (the kv_events pairs):
+  // such detectors finish first, while the others still follow their
+  // streams (so a trace sees the pairs), and not at all once the target
+  // failed — when the others still finish, so that what they proved before
+  // it failed is kept.
+  bool finish_sends = false;
   // Whether its floor applies to every tenant of the campaign, or only to
   // the tenants its coverage names (kv_events: the writer and reader of its
   // pairs). A detector with no coverage at all is judged for every tenant.
@@ -142,12 +148,13 @@ class Detector {
   virtual void Stop() {}
 
   // The floor it must reach for every tenant: --floor's entry for it, else
-  // its spec's default, else --floor's default.
-  virtual int Floor(const std::map<std::string, int>& floors) const;
+  // its spec's default, else --floor's default (kv_events: else the pairs
+  // its stream asks for).
+  virtual int Floor(const DetectorSettings& settings) const;
   // Its coverage: counts per tenant, and why it is disabled or cannot vouch
   // (a failed calibration it depends on), notes and stats. Name, floor,
   // required, its control's outcome and its finding count are the
-  // campaign's to set (JudgedCoverage). `floor`: Floor(floors).
+  // campaign's to set (JudgedCoverage). `floor`: Floor(settings).
   virtual DetectorCoverage Coverage(int floor) const = 0;
   // Its part of the result besides coverage (the trace's nodes, the
   // kv_events pairs).
@@ -202,10 +209,10 @@ std::optional<bool> RunControl(const Detector& d);
 // What the campaign knows of a detector beyond its own coverage.
 struct CoverageRules {
   std::vector<std::string> tenants;
-  std::map<std::string, int> floors;  // --floor
-  std::set<std::string> required;     // --require; empty: the defaults
-  std::optional<bool> control;        // its positive control's outcome
-  int findings = 0;                   // its finding rows
+  DetectorSettings settings;       // --floor among them
+  std::set<std::string> required;  // --require; empty: the defaults
+  std::optional<bool> control;     // its positive control's outcome
+  int findings = 0;                // its finding rows
 };
 // d.Coverage(), named, floored, required or not, its control and findings
 // counted, judged.

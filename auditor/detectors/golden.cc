@@ -1,5 +1,6 @@
 #include "auditor/detectors/golden.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -79,7 +80,10 @@ class GoldenDetector : public DetectorOf<GoldenDetector> {
     variants_[p.tenant].insert(p.golden_variant);
     auto g = CompareGolden(p.golden_variant, cal.golden.at(p.golden_variant),
                            c.text, tenant_name(p.tenant));
-    const bool foreign = !earlier.empty();  // the output scan's findings
+    // A foreign marker the output scan found in the same answer.
+    const bool foreign = std::any_of(
+        earlier.begin(), earlier.end(),
+        [](const Finding& f) { return f.detector == "output_scan"; });
     if (cal.golden_by_rate.count(p.golden_variant)) {
       // Judged by rate at the end; only a divergence holding a foreign
       // marker is a finding by itself.

@@ -91,6 +91,7 @@ class KvEventsDetector : public DetectorOf<KvEventsDetector> {
     s.unit = "probe pairs judged from the engine's KV events";
     s.order = 70;
     s.covers_every_tenant = false;  // the pairs' writer and reader
+    s.finish_sends = true;          // the pairs
     return s;
   }
 
@@ -100,8 +101,7 @@ class KvEventsDetector : public DetectorOf<KvEventsDetector> {
     if (s.kv_events.endpoint.empty()) return absl::OkStatus();
     enabled_ = true;
     kv_events::SubscriberOptions o = s.kv_events;
-    requested_ = o.pairs;
-    o.pairs = std::max(o.pairs, Floor(s.floors));
+    o.pairs = std::max(o.pairs, Floor(s));
     check_ = std::make_unique<kv_events::KvEventsCheck>(o);
     return check_->Start();
   }
@@ -141,12 +141,12 @@ class KvEventsDetector : public DetectorOf<KvEventsDetector> {
              [](const std::vector<Finding>& got) { return got.empty(); }}};
   }
 
-  // --floor's entry for it, else the pairs the stream asked for.
-  int Floor(const std::map<std::string, int>& floors) const override {
-    if (auto it = floors.find(spec().name); it != floors.end()) {
+  // --floor's entry for it, else the pairs the stream asks for.
+  int Floor(const DetectorSettings& s) const override {
+    if (auto it = s.floors.find(spec().name); it != s.floors.end()) {
       return it->second;
     }
-    return std::max(1, requested_);
+    return std::max(1, s.kv_events.pairs);
   }
 
   DetectorCoverage Coverage(int) const override {
@@ -169,7 +169,6 @@ class KvEventsDetector : public DetectorOf<KvEventsDetector> {
 
  private:
   bool enabled_ = false;  // --kv-events given
-  int requested_ = 3;     // the stream's pairs=N
   std::unique_ptr<kv_events::KvEventsCheck> check_;
   std::optional<kv_events::KvEventsOutcome> outcome_;
 };

@@ -108,6 +108,10 @@ absl::StatusOr<std::map<std::string, int>> ParseFloors(
             absl::StrCat("--floor: ", Unknown(name, registry).message()));
       }
     }
+    if (out.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--floor: ", name.empty() ? "the default" : name, " given twice"));
+    }
     int n = 0;
     // 0 would make a detector active with nothing checked: to leave one
     // out, --require the others.

@@ -61,6 +61,12 @@ struct Completion {
   absl::Status error;  // transport error, or why the answer is not usable
 };
 
+// A target's way of saying a prompt is too long: 400, 413 or 422 (also
+// when it came inside a 200 stream: Completion::status is then the error's).
+inline bool IsRefusal(int status) {
+  return status == 400 || status == 413 || status == 422;
+}
+
 // Parses `r` (`stream`: an SSE stream that must end with [DONE]). Cached
 // tokens from usage.prompt_tokens_details.cached_tokens where present, else
 // usage.prompt_tokens - timings.prompt_n where both are (in any chunk). A 200

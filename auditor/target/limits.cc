@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "auditor/target/completion.h"
 
 namespace kvcanary::auditor {
 
@@ -278,7 +279,7 @@ class Measurement {
     if (a.status == 200 &&
         (count == CountFate::kWhole || count == CountFate::kCut)) {
       s.fate = CountFateName(count);
-    } else if (a.status == 400 || a.status == 413 || a.status == 422) {
+    } else if (IsRefusal(a.status)) {
       s.fate = "refused";
       r_.refused_status = a.status;
     } else {

@@ -14,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/integration/auditor_cli.h"
 #include "tests/integration/cluster.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::testing {
 namespace {
@@ -34,9 +35,7 @@ json ReadJson(const std::string& path) {
 }
 
 void ExpectValidDocument(const std::string& path) {
-  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
-    return;
-  }
+  KVC_REQUIRE_TOOL("python3 -c 'import jsonschema'", "python3-jsonschema");
   const std::string cmd =
       std::string(
           "python3 -c 'import json,sys,jsonschema; "

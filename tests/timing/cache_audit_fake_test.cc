@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fakes/fake_target.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -59,9 +60,7 @@ std::string Explain(const CampaignResult& r) {
 
 // The result document validates against docs/campaign-result.schema.json.
 void ExpectValidDocument(const CampaignResult& r) {
-  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
-    return;  // python3-jsonschema not installed
-  }
+  KVC_REQUIRE_TOOL("python3 -c 'import jsonschema'", "python3-jsonschema");
   const std::string doc = ::testing::TempDir() + "/kvcanary-cache-result-" +
                           std::to_string(getpid()) + ".json";
   std::ofstream(doc) << r.ToJson().dump(2);

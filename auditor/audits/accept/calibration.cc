@@ -50,7 +50,7 @@ class AcceptCalibrator {
   }
   FillerModel& m() { return c_.filler; }
 
-  // As Calibrator::Units (auditor/campaign/calibration.cc): five one-unit
+  // As Calibrator::Units (auditor/campaign/calibrate.cc): five one-unit
   // prompts show how much a unique prefix's count varies (twice that is the
   // tolerance); two and three units must add one unit each.
   void Units() {

@@ -41,10 +41,6 @@ const char* const kRequestKinds[] = {"cache_sizing", "cache_control",
                                      "cache_cross"};
 enum class RequestKind { kSizing, kControl, kPrime, kSame, kCross };
 
-bool IsRefusal(int status) {
-  return status == 400 || status == 413 || status == 422;
-}
-
 bool KeyRefused(int status) { return status == 401 || status == 403; }
 
 // One audit: sizes the prefix, samples rounds of the four arms, looks at

@@ -23,7 +23,7 @@
 
 namespace kvcanary::auditor {
 
-// One behaviour completion (facts_fields.h kinds) and what came back.
+// One behaviour completion (fields.h kinds) and what came back.
 struct BehaviourProbe {
   int64_t probe = 0;
   std::string kind;

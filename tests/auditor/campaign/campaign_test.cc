@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fakes/fake_target.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -514,9 +515,7 @@ TEST(BrokenDetectorListTest, EveryDetectorThatJudgesAnswersIsCovered) {
 // published schema (a real validator: python3-jsonschema), and the JUnit
 // file has a case per detector and tenant.
 TEST(CampaignReportTest, ResultDocumentValidatesAgainstTheSchema) {
-  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "python3-jsonschema not installed";
-  }
+  KVC_REQUIRE_TOOL("python3 -c 'import jsonschema'", "python3-jsonschema");
   FakeTargetOptions fo = Fake(Flavor::kOllama);
   fo.advertise_limit = false;
   fo.over_limit = OverLimit::kKeepTail;

@@ -19,6 +19,7 @@
 #include "auditor/reports/result_text.h"
 #include "gtest/gtest.h"
 #include "tests/auditor/fakes/fake_target.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -128,9 +129,7 @@ TEST(ToyDetectorTest, ARegisteredDetectorAppearsEverywhereWithoutOtherEdits) {
       << m;
 
   // The document validates against the published schema.
-  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "python3-jsonschema not installed";
-  }
+  KVC_REQUIRE_TOOL("python3 -c 'import jsonschema'", "python3-jsonschema");
   const std::string path = o.db_path + ".json";
   std::ofstream(path) << doc.dump(2);
   const std::string cmd = absl::StrCat(

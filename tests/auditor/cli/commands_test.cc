@@ -13,6 +13,7 @@
 #include "auditor/detectors/registry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/auditor/fakes/fake_target.h"
 #include "tests/command_checks.h"
 
 namespace kvcanary::auditor::cli {
@@ -31,11 +32,13 @@ TEST(AuditorCommandsTest, EverySubcommandIsRegisteredInHelpOrder) {
 }
 
 TEST(AuditorCommandsTest, FlagsNamedAreDeclaredAndFlagsDeclaredAreRead) {
-  testing::ExpectFlagsDeclaredAndUsed(AuditorCommands(), "auditor/cli/");
+  ::kvcanary::testing::ExpectFlagsDeclaredAndUsed(AuditorCommands(),
+                                                  "auditor/cli/");
 }
 
 TEST(AuditorCommandsTest, HelpListsEveryCommand) {
-  testing::ExpectHelpListsEveryCommand(AuditorCommands(), kProgram, kSummary);
+  ::kvcanary::testing::ExpectHelpListsEveryCommand(AuditorCommands(), kProgram,
+                                                   kSummary);
 }
 
 TEST(AuditorCommandsTest, OnlyTheCampaignsTakeTheHiddenTestBreak) {
@@ -50,10 +53,11 @@ TEST(AuditorCommandsTest, OnlyTheCampaignsTakeTheHiddenTestBreak) {
               UnorderedElementsAre("dir"));
 }
 
-// `probe` with `flags` against a port nothing listens on: its exit code
+// `probe` of `target` with `flags`: its exit code
 // and what it printed on stderr (the campaign prints its verdict on stdout,
 // its error on stderr). The flags are restored after.
-std::pair<int, std::string> ProbeUnreachable(std::vector<std::string> flags) {
+std::pair<int, std::string> Probe(const std::string& target,
+                                  std::vector<std::string> flags) {
   const absl::FlagSaver saver;
   const std::string dir = ::testing::TempDir();
   const std::string tenants =
@@ -63,7 +67,7 @@ std::pair<int, std::string> ProbeUnreachable(std::vector<std::string> flags) {
   std::vector<std::string> args = {
       "kvcanary-auditor",
       "probe",
-      "--target=http://127.0.0.1:1",
+      "--target=" + target,
       "--tenants=" + tenants,
       absl::StrCat("--db=", dir, "/kvcanary-cli-", getpid(), ".db"),
       "--quiet"};
@@ -77,6 +81,10 @@ std::pair<int, std::string> ProbeUnreachable(std::vector<std::string> flags) {
   const std::string text = ::testing::internal::GetCapturedStderr();
   (void)::testing::internal::GetCapturedStdout();
   return {rc, text};
+}
+
+std::pair<int, std::string> ProbeUnreachable(std::vector<std::string> flags) {
+  return Probe("http://127.0.0.1:1", std::move(flags));
 }
 
 // --require, --floor and --test-break take every registered detector,
@@ -99,6 +107,23 @@ TEST(AuditorCommandsTest, DetectorFlagsTakeEveryRegisteredDetector) {
     EXPECT_THAT(bad_err, ::testing::HasSubstr("unknown detector 'psychic'"))
         << bad;
   }
+}
+
+// A report that cannot be written is an error, but it does not hide the
+// findings the campaign proved: exit 1, the write's error on stderr.
+TEST(AuditorCommandsTest, AnUnwritableReportAfterFindingsStillExitsOne) {
+  namespace fakes = ::kvcanary::auditor::testing;
+  fakes::FakeTargetOptions fo;
+  fo.flavor = fakes::Flavor::kOllama;
+  fo.limit_tokens = 400;
+  fo.prefill_us_per_token = 250;
+  fo.over_limit = fakes::OverLimit::kKeepTail;  // cuts: findings
+  fakes::FakeTarget target(fo);
+  const auto [rc, err] =
+      Probe(target.url(), {"--max-probes=120", "--duration=30", "--floor=4",
+                           "--html=/nonexistent-dir/report.html"});
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_THAT(err, ::testing::HasSubstr("/nonexistent-dir/report.html"));
 }
 
 }  // namespace

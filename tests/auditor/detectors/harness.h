@@ -123,7 +123,7 @@ inline DetectorCoverage Judged(const Detector& d, int floor,
                                std::set<std::string> required = {}) {
   CoverageRules rules;
   rules.tenants = kTenants;
-  rules.floors = {{"", floor}};
+  rules.settings.floors = {{"", floor}};
   rules.required = std::move(required);
   rules.control = RunControl(d);
   return JudgedCoverage(d, rules);

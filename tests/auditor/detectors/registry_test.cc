@@ -65,6 +65,8 @@ TEST(DetectorFlagsTest, FloorsAreADefaultThenOverrides) {
   EXPECT_FALSE(ParseFloors("0").ok());  // active with nothing checked
   EXPECT_FALSE(ParseFloors("20,trace=0").ok());
   EXPECT_FALSE(ParseFloors("golden=many").ok());
+  EXPECT_FALSE(ParseFloors("20,trace=5,trace=7").ok());  // which one?
+  EXPECT_FALSE(ParseFloors("20,12").ok());
 }
 
 TEST(DetectorFlagsTest, RequireTakesRegisteredNamesOnly) {

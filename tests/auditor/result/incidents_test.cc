@@ -40,7 +40,7 @@ Finding Boundary(const std::string& tenant, uint64_t request, int64_t probe) {
   return f;
 }
 
-// A boundary row as JudgeBoundary makes it (auditor/detectors/detectors.cc).
+// A boundary row as JudgeBoundary makes it (auditor/detectors/boundary.cc).
 Finding BoundaryRow(const std::string& kind, const std::string& tenant,
                     const std::string& tmpl, int64_t probe, int predicted,
                     int reported, int limit) {

@@ -30,6 +30,7 @@
 #include "nlohmann/json.hpp"
 #include "storage/evidence_store.h"
 #include "tests/auditor/fakes/fake_target.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -81,9 +82,7 @@ std::vector<Check> ChecksOf(const CampaignResult& r, const std::string& check) {
 // The result document must validate against the schema (when Debian's
 // python3-jsonschema is installed).
 void ExpectValidDocument(const CampaignResult& r) {
-  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
-    return;
-  }
+  KVC_REQUIRE_TOOL("python3 -c 'import jsonschema'", "python3-jsonschema");
   const std::string doc = Db("doc") + ".json";
   std::ofstream(doc) << r.ToJson().dump(2);
   const std::string cmd = absl::StrCat(

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "storage/evidence_store.h"
+#include "tests/shared_files.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -133,10 +134,7 @@ std::vector<storage::EvidenceRow> Rows(const std::string& db,
 // The result document must validate against the schema, when
 // python3-jsonschema is installed (else only that part is skipped).
 void ExpectValidDocument(const CampaignResult& r) {
-  if (std::system("python3 -c 'import jsonschema' >/dev/null 2>&1") != 0) {
-    std::printf("python3-jsonschema not installed: schema not checked\n");
-    return;
-  }
+  KVC_REQUIRE_TOOL("python3 -c 'import jsonschema'", "python3-jsonschema");
   const std::string doc = TempFile("result.json");
   std::ofstream(doc) << r.ToJson().dump(2);
   const std::string cmd = absl::StrCat(

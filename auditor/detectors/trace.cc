@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "auditor/detectors/registry.h"
+#include "auditor/trace/canned_trace.h"
 #include "auditor/trace/follower.h"
 #include "auditor/trace/join.h"
 #include "common/http_server.h"
@@ -21,22 +22,8 @@
 namespace kvcanary::auditor {
 namespace {
 
-// The incident in miniature, as an engine node would stream it (kvt1):
-// tenant 2's page freed unscrubbed and read by tenant 1.
-constexpr const char* kCannedTrace =
-    "kvt1 page_alloc seq=1 ts_us=10 node=decode page=1 gen=1 tenant=2 "
-    "request=7\n"
-    "kvt1 page_write seq=2 ts_us=11 node=decode page=1 gen=1 tenant=2 "
-    "request=7 first_slot=0 last_slot_exclusive=16 writer_gen=1\n"
-    "kvt1 page_free seq=3 ts_us=12 node=decode page=1 gen=1 tenant=2 "
-    "request=7 scrub=none\n"
-    "kvt1 page_alloc seq=4 ts_us=13 node=decode page=1 gen=2 tenant=1 "
-    "request=8\n"
-    "kvt1 page_read seq=5 ts_us=14 node=decode request=8 tenant=1 page=1 "
-    "gen=2 slots=16\n";
-
 // A real TraceFollower following a local HTTP server that streams
-// kCannedTrace; what its ledger found goes to `out` (up to 5 s for the
+// kCannedForeignRead; what its ledger found goes to `out` (up to 5 s for the
 // foreign read to arrive: a loaded machine may take a while).
 void FollowCannedTrace(FindingSink& out) {
   http::Server server;
@@ -45,8 +32,7 @@ void FollowCannedTrace(FindingSink& out) {
     res.set_chunked_content_provider(
         "text/plain", [&done](size_t offset, http::DataSink& sink) {
           if (offset == 0) {
-            sink.write(kCannedTrace,
-                       std::char_traits<char>::length(kCannedTrace));
+            sink.write(kCannedForeignRead, sizeof(kCannedForeignRead) - 1);
           }
           // Held open like a live node's stream, until the control ends.
           for (int i = 0; i < 200 && !done.load(); ++i) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "auditor/campaign/campaign.h"
 #include "auditor/reports/result_text.h"
+#include "auditor/trace/canned_trace.h"
 #include "common/http_server.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -178,23 +179,13 @@ TEST(CampaignErrorTest, AnUnreachableTargetIsAnErrorBeforeTheFirstProbe) {
 // proven before the target died, is kept (findings, exit 1) with the error
 // beside it — the detectors that only read still finish after an error.
 TEST(CampaignErrorTest, ATraceFindingMadeBeforeTheTargetDiedIsKept) {
-  static constexpr char kForeignRead[] =
-      "kvt1 page_alloc seq=1 ts_us=10 node=decode page=1 gen=1 tenant=2 "
-      "request=7\n"
-      "kvt1 page_write seq=2 ts_us=11 node=decode page=1 gen=1 tenant=2 "
-      "request=7 first_slot=0 last_slot_exclusive=16 writer_gen=1\n"
-      "kvt1 page_free seq=3 ts_us=12 node=decode page=1 gen=1 tenant=2 "
-      "request=7 scrub=none\n"
-      "kvt1 page_alloc seq=4 ts_us=13 node=decode page=1 gen=2 tenant=1 "
-      "request=8\n"
-      "kvt1 page_read seq=5 ts_us=14 node=decode request=8 tenant=1 page=1 "
-      "gen=2 slots=16\n";
   std::atomic<bool> done{false};
   http::Server node;
   node.Get("/v1/trace", [&done](const http::Request&, http::Response& res) {
     res.set_chunked_content_provider(
         "text/plain", [&done](size_t offset, http::DataSink& sink) {
-          if (offset == 0) sink.write(kForeignRead, sizeof(kForeignRead) - 1);
+          if (offset == 0)
+            sink.write(kCannedForeignRead, sizeof(kCannedForeignRead) - 1);
           while (!done.load()) {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
           }

@@ -1,6 +1,7 @@
 // The prefill cost of a target, measured alone on cache-busted prompts:
 // time to first token as a line in the prompt's length. The latency
-// detector judges first tokens against it (auditor/detectors/latency.h).
+// detector needs it to grow (else no timed pair can show a prompt that was
+// not read: auditor/detectors/latency.h); forensics takes its floor from it.
 #ifndef KVCANARY_AUDITOR_CALIBRATION_LATENCY_FIT_H_
 #define KVCANARY_AUDITOR_CALIBRATION_LATENCY_FIT_H_
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -33,7 +34,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kSniffMaxTokens = 48;
-constexpr int kQuietProbes = 3;
 
 // What the campaign itself counts per tenant, beside its detectors.
 struct TenantState {
@@ -87,7 +87,7 @@ class Campaign {
   // The kinds of probe to send each tenant, and how many of each.
   ProbeMix Mix(bool rate_mode) const;
   absl::Status MainLoop();
-  absl::Status QuietProbes();
+  absl::Status TimedPairs();
   // What the detectors judge over the whole campaign: those that send
   // first (the kv_events pairs), then the others; after an error only the
   // others, so that what they proved is kept (`after_error`).
@@ -267,6 +267,10 @@ absl::Status Campaign::RecordProbe(const Probe& p, const Completion& c) {
                 {"markers", p.marker_ids},
                 {"response_id", c.response_id},
                 {"engine_request", c.engine_request}};
+  if (p.pair >= 0) {
+    probe["pair"] = p.pair;
+    probe["pair_role"] = p.control ? "control" : "judged";
+  }
   if (c.usable) {
     probe["output_sha256"] = Sha256Hex(c.text);
     probe["prompt_tokens"] = c.prompt_tokens;
@@ -384,24 +388,48 @@ absl::Status Campaign::MainLoop() {
   return Flush();
 }
 
-// Past-limit probes alone, after the load: under load first-token times
-// only grow, so a first token too fast for its prompt is clearest here.
-absl::Status Campaign::QuietProbes() {
-  if (cal_.unit_tokens == 0 || cal_.past_limit_units == 0) {
-    return absl::OkStatus();
+// The timed pairs the detectors ask for (DetectorSpec::paired), after the
+// load: per pair a probe of the kind and a cache-busted control at the
+// limit, same tenant, each sent alone, back to back, in random order.
+absl::Status Campaign::TimedPairs() {
+  std::map<ProbeKind, int> pairs;  // kind -> how many, the most any asks
+  const int tenants = static_cast<int>(o_.tenants.size());
+  for (const auto& d : detectors_) {
+    const int n = std::max(d->spec().paired_at_least,
+                           tenants * (d->Floor(settings_) + 1));
+    for (const ProbeKind kind : d->spec().paired) {
+      pairs[kind] = std::max(pairs[kind], n);
+    }
   }
-  for (int i = 0; i < kQuietProbes; ++i) {
-    Probe p;
-    p.kind = ProbeKind::kPastLimit;
-    p.tenant = i % static_cast<int>(o_.tenants.size());
-    p.id = next_probe_++;
-    int max_tokens = 0;
-    const std::string prompt = ProbePrompt(&p, &max_tokens);
-    p.stream = true;  // the first token is what is judged here
-    const Completion c =
-        session_.SendAlone(o_.tenants[p.tenant], prompt, max_tokens, p.stream);
-    RETURN_IF_ERROR(session_.down());
-    RETURN_IF_ERROR(Judge(p, c));
+  if (cal_.unit_tokens == 0 || cal_.at_limit_units == 0) {
+    return absl::OkStatus();  // no control to pair with
+  }
+  if (cal_.past_limit_units == 0) pairs.erase(ProbeKind::kPastLimit);
+  int most = 0;
+  for (const auto& [kind, n] : pairs) most = std::max(most, n);
+  int64_t pair = 0;
+  for (int i = 0; i < most; ++i) {
+    for (const auto& [kind, n] : pairs) {
+      if (i >= n) continue;
+      Probe judged, control;
+      judged.kind = kind;
+      control.kind = ProbeKind::kAtLimit;
+      judged.tenant = control.tenant = i % tenants;
+      judged.pair = control.pair = pair++;
+      control.control = true;
+      Probe* order[2] = {&judged, &control};
+      if (RandomU64() & 1) std::swap(order[0], order[1]);
+      for (Probe* p : order) {
+        p->id = next_probe_++;
+        int max_tokens = 0;
+        const std::string prompt = ProbePrompt(p, &max_tokens);
+        p->stream = true;  // its first token is what is judged
+        const Completion c = session_.SendAlone(o_.tenants[p->tenant], prompt,
+                                                max_tokens, p->stream);
+        RETURN_IF_ERROR(session_.down());
+        RETURN_IF_ERROR(Judge(*p, c));
+      }
+    }
   }
   return Flush();
 }
@@ -514,7 +542,7 @@ absl::Status Campaign::Steps() {
   RETURN_IF_ERROR(Calibrated());
   Progress("calibrated");
   RETURN_IF_ERROR(MainLoop());
-  RETURN_IF_ERROR(QuietProbes());
+  RETURN_IF_ERROR(TimedPairs());
   return FinishDetectors(/*after_error=*/false);
 }
 

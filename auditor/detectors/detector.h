@@ -62,6 +62,13 @@ struct DetectorSpec {
   // its floor. The campaign's probe mix reaches, for each kind, the most
   // any detector needs (auditor/campaign/probe_mix.h).
   std::vector<std::pair<ProbeKind, double>> probes;
+  // Kinds it judges against a control sent beside each one, after the
+  // load: each pair is a probe of the kind and a cache-busted at-limit
+  // control of the same tenant, sent alone and back to back in random order
+  // (Probe::pair). Per kind, Floor() + 1 pairs per tenant and at least
+  // `paired_at_least` in all.
+  std::vector<ProbeKind> paired;
+  int paired_at_least = 0;
 };
 
 // Where a detector puts what it found. The campaign's sink records each

@@ -1,40 +1,95 @@
 #include "auditor/detectors/latency.h"
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "auditor/detectors/registry.h"
+#include "common/stats.h"
 
 namespace kvcanary::auditor {
 
-std::optional<Finding> JudgeLatency(const LatencyModel& m, int prompt_tokens,
-                                    double ttft_ms, const std::string& tenant,
-                                    const std::string& template_name,
-                                    bool* judged) {
-  if (judged != nullptr) *judged = false;
-  if (!m.calibrated) return std::nullopt;
-  const double prefill_ms = m.per_token_ms * prompt_tokens;
-  if (prefill_ms < 1.0) return std::nullopt;  // too small to judge
-  if (judged != nullptr) *judged = true;
-  const double floor_ms = m.base_ms + 0.3 * prefill_ms;
-  if (ttft_ms >= floor_ms) return std::nullopt;
+bool Comparable(const TimedPair& p) {
+  return p.probe_ttft_ms > 0 && p.control_ttft_ms > 0 &&
+         p.probe_tokens * 10 >= p.control_tokens * 9;
+}
+
+int PairsToDecide(double alpha) {
+  return static_cast<int>(std::ceil(-std::log2(alpha)));
+}
+
+SignTest TestPairs(const std::vector<TimedPair>& pairs) {
+  SignTest t;
+  std::vector<double> ratios;
+  for (const TimedPair& p : pairs) {
+    if (!Comparable(p)) continue;
+    ++t.pairs;
+    t.faster += p.probe_ttft_ms < kFasterShare * p.control_ttft_ms;
+    ratios.push_back(p.probe_ttft_ms / p.control_ttft_ms);
+  }
+  t.p_value = BinomialTail(t.pairs, 0.5, t.faster);
+  if (!ratios.empty()) {
+    std::nth_element(ratios.begin(), ratios.begin() + ratios.size() / 2,
+                     ratios.end());
+    t.median_ratio = ratios[ratios.size() / 2];
+  }
+  return t;
+}
+
+std::optional<Finding> JudgePairs(const std::vector<TimedPair>& pairs,
+                                  const std::string& group,
+                                  const std::vector<std::string>& tenants,
+                                  double alpha) {
+  const SignTest t = TestPairs(pairs);
+  if (t.faster == 0 || t.p_value > alpha) return std::nullopt;
+  // What the target said of the faster probes: the cause, where it shows.
+  std::set<std::string> readers;
+  std::vector<int64_t> probes;
+  int cut = 0, cached = 0;
+  for (const TimedPair& p : pairs) {
+    if (!Comparable(p) || p.probe_ttft_ms >= kFasterShare * p.control_ttft_ms) {
+      continue;
+    }
+    readers.insert(tenants[p.tenant]);
+    probes.push_back(p.probe);
+    cut += p.predicted > 0 && p.probe_tokens < p.predicted;
+    cached += p.cached_tokens > 0;
+  }
+  const bool most_cut = 2 * cut > t.faster, most_cached = 2 * cached > t.faster;
+  const char* cause = most_cut && most_cached ? "truncated_then_cached"
+                      : most_cached           ? "cached_prefix"
+                      : most_cut              ? "truncated_prompt"
+                                              : "prompt_not_prefilled";
   Finding f;
   f.detector = "latency";
   f.kind = "latency_implausible";
   f.severity = Severity::kMedium;
-  f.reader = tenant;
-  f.group = {{"template", template_name}};
-  f.detail = {{"tenant", tenant},
-              {"template", template_name},
-              {"prompt_tokens", prompt_tokens},
-              {"ttft_ms", ttft_ms},
-              {"floor_ms", floor_ms},
-              {"calibrated_base_ms", m.base_ms},
-              {"calibrated_per_token_ms", m.per_token_ms}};
+  f.reader = absl::StrJoin(readers, ",");
+  f.group = {{"template", group}, {"cause", cause}};
+  f.detail = {{"template", group},
+              {"cause", cause},
+              {"pairs", t.pairs},
+              {"faster", t.faster},
+              {"faster_share", kFasterShare},
+              {"p_value", t.p_value},
+              {"alpha", alpha},
+              {"median_ttft_ratio", t.median_ratio},
+              {"cut_by_target", cut},
+              {"served_cached_tokens", cached},
+              {"tenants", readers},
+              {"probes", probes}};
   return f;
 }
 
 namespace {
+
+const char* GroupName(ProbeKind k) {
+  return k == ProbeKind::kPastLimit ? "past_limit" : "at_limit";
+}
 
 class LatencyDetector : public DetectorOf<LatencyDetector> {
  public:
@@ -43,46 +98,83 @@ class LatencyDetector : public DetectorOf<LatencyDetector> {
     s.name = "latency";
     s.summary =
         "a first token too fast for the prompt the target claims to have "
-        "read";
-    s.unit = "cache-busted first tokens judged";
+        "read, against a control sent beside it";
+    s.unit = "timed pairs judged";
     s.order = 50;
-    s.probes = {{ProbeKind::kAtLimit, 1.0}};
+    s.default_floor = 5;
+    s.paired = {ProbeKind::kAtLimit, ProbeKind::kPastLimit};
+    s.paired_at_least = kPairsPerGroup;
     return s;
   }
+
   void Judge(const Probe& p, const Completion& c, const std::vector<Finding>&,
-             FindingSink& out) override {
-    const bool past = p.kind == ProbeKind::kPastLimit;
-    if ((p.kind != ProbeKind::kAtLimit && !past) || !p.stream || !c.usable) {
-      return;
+             FindingSink&) override {
+    if (p.pair < 0) return;
+    Half& h = halves_[p.pair];
+    const bool timed = p.stream && c.usable && c.ttft_ms > 0;
+    if (p.control) {
+      h.control = timed;
+      h.pair.control_ttft_ms = c.ttft_ms;
+      h.pair.control_tokens = c.prompt_tokens;
+    } else {
+      h.probe = timed;
+      h.pair.kind = p.kind;
+      h.pair.tenant = p.tenant;
+      h.pair.probe = p.id;
+      h.pair.probe_ttft_ms = c.ttft_ms;
+      h.pair.probe_tokens = c.prompt_tokens;
+      h.pair.predicted = p.predicted;
+      h.pair.cached_tokens = c.cached_tokens;
     }
-    bool judged = false;
-    auto l = JudgeLatency(view().calibration->latency,
-                          c.prompt_tokens > 0 ? c.prompt_tokens : p.predicted,
-                          c.ttft_ms, tenant_name(p.tenant),
-                          past ? "past_limit" : "at_limit", &judged);
-    if (judged) judged_.Add(p.tenant);
-    if (l.has_value()) out.Add(*std::move(l));
+    if (++h.seen < 2) return;
+    if (h.probe && h.control) {
+      pairs_.push_back(h.pair);
+      if (Comparable(h.pair)) judged_.Add(h.pair.tenant);
+    }
+    halves_.erase(p.pair);
   }
 
-  // The calibrated model on a first token at 0 ms for the at-limit prompt
-  // (a finding) and at the model's own prediction (none).
+  absl::Status Finish(CampaignIo&, FindingSink& out) override {
+    for (const ProbeKind kind : spec().paired) {
+      std::vector<TimedPair> group;
+      for (const TimedPair& p : pairs_) {
+        if (p.kind == kind) group.push_back(p);
+      }
+      tests_[GroupName(kind)] = TestPairs(group);
+      auto f = JudgePairs(group, GroupName(kind), view().tenants, Alpha());
+      if (f.has_value()) out.Add(*std::move(f));
+    }
+    return absl::OkStatus();
+  }
+
+  // The same judgement on pairs made up: every probe at a tenth of its
+  // control's time (a finding), and probes as fast as their controls,
+  // half 5% faster and half 5% slower (none).
   std::vector<ControlCase> Controls() const override {
-    if (!prepared() || !view().calibration->latency.calibrated) return {};
-    const Calibration& c = *view().calibration;
-    const LatencyModel m = c.latency;
-    const int tokens = c.base_tokens + c.at_limit_units * c.unit_tokens;
-    const double plausible = m.base_ms + m.per_token_ms * tokens;
-    const std::string tenant = view().tenants[0];
-    auto judge = [=](double ttft_ms) {
+    if (!prepared()) return {};
+    const std::vector<std::string> tenants = view().tenants;
+    const int n = spec().paired_at_least;
+    const double alpha = Alpha();
+    auto judge = [=](double fast, double slow) {
       return [=](FindingSink& out) {
-        auto l = JudgeLatency(m, tokens, ttft_ms, tenant, "control");
-        if (l.has_value()) out.Add(*std::move(l));
+        std::vector<TimedPair> pairs(n);
+        for (int i = 0; i < n; ++i) {
+          pairs[i].tenant = i % static_cast<int>(tenants.size());
+          pairs[i].probe = i;
+          pairs[i].probe_tokens = pairs[i].control_tokens = 256;
+          pairs[i].control_ttft_ms = 30;
+          pairs[i].probe_ttft_ms = 30 * (i % 2 == 0 ? fast : slow);
+        }
+        auto f = JudgePairs(pairs, "control", tenants, alpha);
+        if (f.has_value()) out.Add(*std::move(f));
       };
     };
-    return {{"a first token at 0 ms", judge(0.0),
-             [](const std::vector<Finding>& got) { return !got.empty(); }},
-            {"a first token as calibrated", judge(plausible),
-             [](const std::vector<Finding>& got) { return got.empty(); }}};
+    return {
+        {"every probe at a tenth of its control's first-token time",
+         judge(0.1, 0.1),
+         [](const std::vector<Finding>& got) { return got.size() == 1; }},
+        {"probes as fast as their controls, give or take 5%", judge(0.95, 1.05),
+         [](const std::vector<Finding>& got) { return got.empty(); }}};
   }
 
   DetectorCoverage Coverage(int) const override {
@@ -90,23 +182,52 @@ class LatencyDetector : public DetectorOf<LatencyDetector> {
     if (!prepared()) return d;
     const Calibration& cal = *view().calibration;
     d.coverage = judged_.Named(view().tenants);
+    // A first-token time that does not grow with the prompt cannot show a
+    // prompt that was not read, however many pairs were judged.
     if (!cal.latency.failure.empty()) d.AddFailure(cal.latency.failure);
+    nlohmann::json stats = {{"alpha", kLatencyAlpha},
+                            {"faster_share", kFasterShare}};
+    for (const auto& [group, t] : tests_) {
+      d.notes.push_back(absl::StrFormat(
+          "%s: %d pairs, %d faster (p = %.2g; a finding at p <= %g)", group,
+          t.pairs, t.faster, t.p_value, Alpha()));
+      stats[group + "_pairs"] = t.pairs;
+      stats[group + "_faster"] = t.faster;
+      stats[group + "_p_value"] = t.p_value;
+      stats[group + "_median_ttft_ratio"] = t.median_ratio;
+    }
+    d.notes.push_back(absl::StrFormat(
+        "sign test against controls sent beside each probe: a false alarm "
+        "at most %g per campaign",
+        kLatencyAlpha));
     if (cal.latency.calibrated) {
       d.notes.push_back(
           absl::StrFormat("prefill %.1f us/token, R² %.3f over %d lengths",
                           cal.latency.per_token_ms * 1000, cal.latency.r2,
                           cal.latency.lengths));
     }
-    d.stats = {{"calibrated", cal.latency.calibrated},
-               {"per_token_us", cal.latency.per_token_ms * 1000},
-               {"base_ms", cal.latency.base_ms},
-               {"r2", cal.latency.r2},
-               {"lengths", cal.latency.lengths},
-               {"samples", cal.latency_samples.size()}};
+    stats["calibrated"] = cal.latency.calibrated;
+    stats["per_token_us"] = cal.latency.per_token_ms * 1000;
+    stats["base_ms"] = cal.latency.base_ms;
+    stats["r2"] = cal.latency.r2;
+    stats["lengths"] = cal.latency.lengths;
+    stats["samples"] = cal.latency_samples.size();
+    d.stats = std::move(stats);
     return d;
   }
 
  private:
+  // Each group's share of the campaign's false-alarm probability.
+  double Alpha() const { return kLatencyAlpha / spec().paired.size(); }
+
+  struct Half {
+    TimedPair pair;
+    bool probe = false, control = false;  // answered and timed
+    int seen = 0;
+  };
+  std::map<int64_t, Half> halves_;  // pairs with one answer so far
+  std::vector<TimedPair> pairs_;    // both answered and timed
+  std::map<std::string, SignTest> tests_;
   TenantCounts judged_;
 };
 KVCANARY_REGISTER_DETECTOR(LatencyDetector);

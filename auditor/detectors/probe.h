@@ -30,6 +30,11 @@ struct Probe {
   bool baseline = false;    // sent in golden's same-tenant baseline phase
   int golden_variant = -1;  // kGolden: which variant
   int predicted = 0;  // prompt tokens the auditor predicts (0: not predicted)
+  // A timed pair (DetectorSpec::paired): the pair's number, and whether this
+  // is its control (a cache-busted prompt at the limit sent back to back
+  // with the judged one, in random order); -1: not paired.
+  int64_t pair = -1;
+  bool control = false;
   std::vector<std::string> marker_ids;  // markers its prompt carries
   std::string prompt;                   // a run of a marker it holds is no leak
 };

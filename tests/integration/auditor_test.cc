@@ -96,6 +96,33 @@ TEST(AuditorTest, Stories260KCampaignIsCleanWithEchoActive) {
   }
 }
 
+// The incident's engine, black-box (no trace): past-limit prompts answered
+// from a one-token placeholder come back faster than cache-busted controls
+// at the limit sent beside them, whatever else the machine is doing: one
+// latency row for the past-limit group, its cause the prompt not being
+// prefilled (the target reported every token).
+TEST(AuditorTest, BlackBoxLatencyCatchesAdmissionAbortLostBesideItsControls) {
+  Cluster cluster(
+      {"--fault=admission-abort-lost", "--watermark=off", "--num_pages=64"});
+  ASSERT_TRUE(cluster.ok());
+  const std::string db = TempPath("latency.db");
+  std::vector<std::string> args;
+  for (const std::string& a : ProbeArgs(cluster, db, 120)) {
+    if (a.rfind("--trace", 0) != 0) args.push_back(a);
+  }
+  CliRun r = Auditor(args);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  int latency = 0;
+  for (const auto& f : FindingRows(db)) {
+    if (f["kind"] != "latency_implausible") continue;
+    ++latency;
+    EXPECT_EQ(f["detail"]["template"], "past_limit") << f.dump();
+    EXPECT_EQ(f["detail"]["cause"], "prompt_not_prefilled") << f.dump();
+    EXPECT_LE(f["detail"]["p_value"].get<double>(), 5e-4) << f.dump();
+  }
+  EXPECT_EQ(latency, 1) << r.out;
+}
+
 // Nodes that require mutual TLS (`up --tls`): the auditor follows their
 // traces with the deployment's client certificate and still finds the
 // incident there; without the certificate the trace cannot be read and the

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/stats.h"
 
 namespace kvcanary::auditor {
 
@@ -34,24 +35,6 @@ json KsJson(const KsResult& r) {
           {"d", r.d},
           {"p_value", r.p_value},
           {"exact", r.exact}};
-}
-
-// ln C(n, k).
-double LogChoose(int n, int k) {
-  return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0);
-}
-
-// P(Binomial(n, share) >= k).
-double BinomialTail(int n, double share, int k) {
-  if (k <= 0) return 1;
-  if (k > n || share <= 0) return 0;
-  if (share >= 1) return 1;
-  double p = 0;
-  for (int x = k; x <= n; ++x) {
-    p += std::exp(LogChoose(n, x) + x * std::log(share) +
-                  (n - x) * std::log1p(-share));
-  }
-  return std::min(1.0, p);
 }
 
 bool Sensitive(int n, double alpha) {

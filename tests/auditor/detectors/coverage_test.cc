@@ -38,8 +38,8 @@ void FeedWhatItJudges(Harness& h, Detector& d, int n) {
   } else if (name == "boundary") {
     h.Feed(d, ProbeKind::kPastLimit, n, Refusal());
   } else if (name == "latency") {
-    h.Feed(d, ProbeKind::kAtLimit, n, Answer("x", 256, /*ttft_ms=*/100),
-           /*stream=*/true, /*predicted=*/256);
+    h.FeedPairs(d, ProbeKind::kAtLimit, n, Answer("x", 256, /*ttft_ms=*/100),
+                Answer("x", 256, /*ttft_ms=*/100), /*predicted=*/256);
   }
 }
 
@@ -194,10 +194,9 @@ TEST(PositiveControlTest, EveryDetectorsControlPassesAndFailsWhenBroken) {
 TEST(PositiveControlTest, ADetectorWithNothingCalibratedToRunOnHasNone) {
   Calibration cal = GoodCalibration();
   cal.golden.clear();
-  cal.latency.calibrated = false;
   cal.echo_disabled = "never echoes";
   Harness h(cal);
-  for (const char* name : {"golden", "latency", "echo"}) {
+  for (const char* name : {"golden", "echo"}) {
     EXPECT_FALSE(RunControl(*h.Make(name)).has_value()) << name;
   }
 }

@@ -96,13 +96,42 @@ class Harness {
     return found.findings;
   }
 
+  // `n` timed pairs per tenant (DetectorSpec::paired): a probe of `kind`
+  // answered `probe`, then its at-limit control answered `control`, both
+  // streamed, judged by `d`; returns what it found (its Finish included).
+  std::vector<Finding> FeedPairs(Detector& d, ProbeKind kind, int n,
+                                 const Completion& probe,
+                                 const Completion& control, int predicted) {
+    FindingList found;
+    for (int i = 0; i < n; ++i) {
+      for (int t = 0; t < static_cast<int>(kTenants.size()); ++t) {
+        Probe p;
+        p.kind = kind;
+        p.tenant = t;
+        p.stream = true;
+        p.predicted = predicted;
+        p.pair = next_pair_++;
+        Probe c = p;
+        c.kind = ProbeKind::kAtLimit;
+        c.control = true;
+        p.id = next_id_++;
+        c.id = next_id_++;
+        d.Judge(p, probe, {}, found);
+        d.Judge(c, control, {}, found);
+      }
+    }
+    CampaignIo io;
+    EXPECT_TRUE(d.Finish(io, found).ok());
+    return found.findings;
+  }
+
   const Calibration& cal() const { return cal_; }
 
  private:
   Calibration cal_;
   canaries::MarkerScanner scanner_;
   CampaignView view_;
-  int64_t next_id_ = 0;
+  int64_t next_id_ = 0, next_pair_ = 0;
 };
 
 // A usable answer.
@@ -123,7 +152,7 @@ inline DetectorCoverage Judged(const Detector& d, int floor,
                                std::set<std::string> required = {}) {
   CoverageRules rules;
   rules.tenants = kTenants;
-  rules.settings.floors = {{"", floor}};
+  rules.settings.floors = {{"", floor}, {d.spec().name, floor}};
   rules.required = std::move(required);
   rules.control = RunControl(d);
   return JudgedCoverage(d, rules);

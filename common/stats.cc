@@ -1,0 +1,35 @@
+#include "common/stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvcanary {
+
+double LogChoose(int n, int k) {
+  return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0);
+}
+
+double BinomialTail(int n, double share, int k) {
+  if (k <= 0) return 1;
+  if (k > n || share <= 0) return 0;
+  if (share >= 1) return 1;
+  double p = 0;
+  for (int x = k; x <= n; ++x) {
+    p += std::exp(LogChoose(n, x) + x * std::log(share) +
+                  (n - x) * std::log1p(-share));
+  }
+  return std::min(1.0, p);
+}
+
+std::pair<double, double> Wilson95(int successes, int n) {
+  if (n <= 0) return {0.0, 1.0};
+  constexpr double z = 1.959963984540054;
+  const double p = static_cast<double>(successes) / n;
+  const double z2n = z * z / n;
+  const double centre = (p + z2n / 2) / (1 + z2n);
+  const double half =
+      z * std::sqrt(p * (1 - p) / n + z2n / (4.0 * n)) / (1 + z2n);
+  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+}
+
+}  // namespace kvcanary

@@ -20,7 +20,9 @@ ABSL_FLAG(std::string, tls_cert, "",
 ABSL_FLAG(std::string, tls_key, "", "The key of --tls-cert (PEM).");
 ABSL_FLAG(std::string, tls_ca, "", "The nodes' CA (PEM), the only trusted.");
 ABSL_FLAG(double, duration, 30, "Seconds a campaign probes at most.");
-ABSL_FLAG(int, max_probes, 0, "Probes per campaign at most (0: no cap).");
+ABSL_FLAG(int, max_probes, 0,
+          "Probes per campaign at most (0: no cap), the timed pairs after "
+          "them not counted (docs/auditor.md).");
 ABSL_FLAG(double, rate, 200, "Probes started per second at most.");
 ABSL_FLAG(std::string, floor, "20",
           "Coverage each detector must reach for every tenant before the "

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/temp_path.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -18,9 +19,7 @@ namespace {
 using json = nlohmann::json;
 
 std::string TempPath(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-access-" + std::to_string(getpid()) +
-         "-" + std::to_string(counter++) + "-" + name;
+  return testing_paths::UniqueTempPath("kvcanary-access", name);
 }
 
 std::vector<std::string> Lines(const std::string& path) {

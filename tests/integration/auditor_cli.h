@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/integration/cluster.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::testing {
 
@@ -24,10 +25,7 @@ inline std::string AuditorBinary() {
 }
 
 inline std::string TempPath(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-auditor-" +
-         std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
-         name;
+  return testing_paths::UniqueTempPath("kvcanary-auditor", name);
 }
 
 struct CliRun {

@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fakes/fake_target.h"
 #include "tests/shared_files.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -25,10 +26,7 @@ using testing::FakeTargetOptions;
 using testing::Flavor;
 
 std::string Db(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-cache-audit-" +
-         std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
-         name + ".db";
+  return testing_paths::UniqueTempPath("kvcanary-cache-audit", name + ".db");
 }
 
 // A miss costs ~11 ms of "prefill" (108 tokens x 100 us), a hit ~2.5 ms:

@@ -23,6 +23,7 @@
 #include "storage/evidence_store.h"
 #include "tests/auditor/fakes/fake_target.h"
 #include "tests/shared_files.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -34,10 +35,7 @@ using testing::Flavor;
 using testing::OverLimit;
 
 std::string Db(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-campaign-error-" +
-         std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
-         name + ".db";
+  return testing_paths::UniqueTempPath("kvcanary-campaign-error", name + ".db");
 }
 
 CampaignOptions Options(const std::string& target, const std::string& name) {

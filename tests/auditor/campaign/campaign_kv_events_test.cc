@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/auditor/fakes/fake_kv_publisher.h"
 #include "tests/auditor/fakes/fake_target.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -56,8 +57,8 @@ CampaignResult Campaign(
   CampaignOptions o;
   o.target = e.target->url();
   o.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}, {"initech", "sk-i"}};
-  o.db_path = ::testing::TempDir() + "/kvcanary-campaign-kv-" +
-              std::to_string(getpid()) + "-" + name + ".db";
+  o.db_path =
+      testing_paths::UniqueTempPath("kvcanary-campaign-kv", name + ".db");
   o.max_probes = 360;
   o.duration = absl::Seconds(60);
   o.progress = false;

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "tests/auditor/fakes/fake_target.h"
 #include "tests/shared_files.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -83,8 +84,7 @@ TEST(ToyDetectorTest, ARegisteredDetectorAppearsEverywhereWithoutOtherEdits) {
   CampaignOptions o;
   o.target = target.url();
   o.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}, {"initech", "sk-i"}};
-  o.db_path =
-      absl::StrCat(::testing::TempDir(), "/kvcanary-toy-", getpid(), ".db");
+  o.db_path = testing_paths::UniqueTempPath("kvcanary-toy", "campaign.db");
   o.max_probes = 360;
   o.duration = absl::Seconds(60);
   o.progress = false;

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "tests/auditor/fakes/fake_target.h"
 #include "tests/command_checks.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor::cli {
 namespace {
@@ -69,7 +70,7 @@ std::pair<int, std::string> Probe(const std::string& target,
       "probe",
       "--target=" + target,
       "--tenants=" + tenants,
-      absl::StrCat("--db=", dir, "/kvcanary-cli-", getpid(), ".db"),
+      "--db=" + testing_paths::UniqueTempPath("kvcanary-cli", "probe.db"),
       "--quiet"};
   args.insert(args.end(), flags.begin(), flags.end());
   std::vector<const char*> argv;

@@ -13,6 +13,7 @@
 #include "auditor/result/finding.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -20,10 +21,7 @@ namespace {
 using json = nlohmann::json;
 
 std::string Db(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-commands-" +
-         std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
-         name + ".db";
+  return testing_paths::UniqueTempPath("kvcanary-commands", name + ".db");
 }
 
 Finding Cut(const std::string& kind, const std::string& tenant, int64_t probe,

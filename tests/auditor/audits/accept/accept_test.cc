@@ -30,6 +30,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fakes/fake_target.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -42,9 +43,7 @@ using testing::Flavor;
 using testing::OverLimit;
 
 std::string Db(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-accept-" + std::to_string(getpid()) +
-         "-" + std::to_string(counter++) + "-" + name + ".db";
+  return testing_paths::UniqueTempPath("kvcanary-accept", name + ".db");
 }
 
 AcceptOptions Options(const std::string& target, const std::string& name) {

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/auditor/fakes/fake_target.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -25,10 +26,8 @@ using testing::FakeTargetOptions;
 using testing::Flavor;
 
 std::string Db(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-cache-audit-unit-" +
-         std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
-         name + ".db";
+  return testing_paths::UniqueTempPath("kvcanary-cache-audit-unit",
+                                       name + ".db");
 }
 
 // llama.cpp's server as builds before usage_json_oaicompat answer: usage

@@ -31,6 +31,7 @@
 #include "storage/evidence_store.h"
 #include "tests/auditor/fakes/fake_target.h"
 #include "tests/shared_files.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -44,9 +45,7 @@ using testing::Flavor;
 constexpr char kKey[] = "facts-test-secret-key-0123456789";
 
 std::string Db(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-facts-" + std::to_string(getpid()) +
-         "-" + std::to_string(counter++) + "-" + name + ".db";
+  return testing_paths::UniqueTempPath("kvcanary-facts", name + ".db");
 }
 
 FactsOptions Options(const std::string& url, std::vector<AuditTenant> tenants,

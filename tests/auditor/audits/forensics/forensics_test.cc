@@ -23,6 +23,7 @@
 #include "nlohmann/json.hpp"
 #include "storage/evidence_store.h"
 #include "tests/shared_files.h"
+#include "tests/temp_path.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -32,10 +33,7 @@ using json = nlohmann::json;
 constexpr int kLimit = 256;
 
 std::string TempFile(const std::string& name) {
-  static int counter = 0;
-  return ::testing::TempDir() + "/kvcanary-forensics-" +
-         std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" +
-         name;
+  return testing_paths::UniqueTempPath("kvcanary-forensics", name);
 }
 
 // A served request in the router's access log; `over` replaces fields.

@@ -32,6 +32,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -56,13 +57,15 @@ ABSL_FLAG(int, healthy_runs, 0,
 ABSL_FLAG(int, duration, 4, "Seconds each campaign probes (--duration).");
 ABSL_FLAG(std::string, only, "",
           "Only configurations whose name contains this.");
+ABSL_FLAG(std::string, modes, "",
+          "Only these modes (comma-separated: blackbox, trace, kv_events).");
 ABSL_FLAG(std::string, json, "", "Write the figures as JSON here.");
 ABSL_FLAG(std::string, model, "",
           "Model for the engine (llama2.c .bin); empty: the embedded one.");
 ABSL_FLAG(std::string, tokenizer, "", "Tokenizer for --model.");
 ABSL_FLAG(bool, fail_on_false_alarm, false,
           "Exit 1 if any campaign against a healthy configuration raised a "
-          "finding (the test of --quick).");
+          "finding, or any campaign ended in error (the test of --quick).");
 
 namespace kvcanary::bench {
 namespace {
@@ -290,7 +293,11 @@ Campaign RunCampaign(const Up& up, const std::string& mode, int seed,
     args.push_back("--trace=" + up.url("prefill") + "," + up.url("decode"));
     args.push_back("--trace-token-file=" + up.url("trace-token-file"));
   }
-  if (mode == "kv_events") args.push_back("--kv-events=" + up.url("kv-events"));
+  if (mode == "kv_events") {
+    // The stream's login is the trace token (docs/nodes.md).
+    args.push_back("--kv-events=" + up.url("kv-events"));
+    args.push_back("--trace-token-file=" + up.url("trace-token-file"));
+  }
   const int64_t started = NowUs();
   const auto t0 = Clock::now();
   const std::string auditor = BinDir() + "/kvcanary-auditor";
@@ -313,9 +320,11 @@ Campaign RunCampaign(const Up& up, const std::string& mode, int seed,
   if (rows.is_array()) {
     for (const json& r : rows) {
       const std::string d = r.value("detector", "");
-      // A judgement over many probes (latency's pairs) came at its last.
-      int64_t probe = r.value("probe", int64_t{-1});
+      // A finding on one answer names its probe; a judgement over many
+      // (latency's pairs) came at the last of them; one over a stream
+      // (trace, kv_events) names none.
       const json& detail = r.value("detail", json::object());
+      int64_t probe = detail.value("probe", int64_t{-1});
       if (detail.contains("probes") && detail["probes"].is_array()) {
         for (const json& p : detail["probes"]) {
           if (p.is_number_integer()) probe = std::max(probe, p.get<int64_t>());
@@ -372,11 +381,13 @@ json Summarise(const Config& c, const std::string& mode,
   json detectors = json::object();
   for (const auto& [d, k] : caught) {
     const auto [lo, hi] = Wilson95(k, n);
-    detectors[d] = {{"campaigns_with_finding", k},
-                    {"rate", static_cast<double>(k) / n},
-                    {"wilson95", {lo, hi}},
-                    {"median_probes_to_first", Median(probes[d])},
-                    {"median_seconds_to_first", Median(seconds[d])}};
+    detectors[d] = {
+        {"campaigns_with_finding", k},
+        {"rate", static_cast<double>(k) / n},
+        {"wilson95", {lo, hi}},
+        {"median_probes_to_first",
+         probes[d].empty() ? json(nullptr) : json(Median(probes[d]))},
+        {"median_seconds_to_first", Median(seconds[d])}};
   }
   const auto [lo, hi] = Wilson95(any, n);
   return {{"config", c.name},
@@ -449,13 +460,15 @@ int Main() {
        {"mode", TextTable::kLeft, 9},
        {"any finding [95%]", TextTable::kRight, 20},
        {"inconcl.", TextTable::kRight, 8},
+       {"errors", TextTable::kRight, 6},
        {"detectors (campaigns, median to first)", TextTable::kLeft, 40}},
       TextTable::Markdown());
   std::printf("%s", table.HeaderText().c_str());
   std::fflush(stdout);
   json rows = json::array();
-  int false_alarms = 0, healthy_campaigns = 0;
+  int false_alarms = 0, healthy_campaigns = 0, errors = 0;
   const std::string only = absl::GetFlag(FLAGS_only);
+  const std::string modes = absl::GetFlag(FLAGS_modes);
   const auto t0 = Clock::now();
   for (const Config& c : matrix) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
@@ -468,6 +481,7 @@ int Main() {
     std::optional<SwingingLoad> load;
     if (c.swinging_load) load.emplace(up.url("router"));
     for (const std::string& mode : c.modes) {
+      if (!modes.empty() && !absl::StrContains(modes, mode)) continue;
       std::vector<Campaign> runs;
       for (int s = 0; s < seeds; ++s)
         runs.push_back(RunCampaign(up, mode, s, dir));
@@ -476,12 +490,14 @@ int Main() {
         false_alarms += row["with_any_finding"].get<int>();
         healthy_campaigns += row["campaigns"].get<int>();
       }
+      errors += row["errors"].get<int>();
       if (load.has_value()) row["load_requests"] = load->requests();
       std::printf("%s",
                   table
                       .RowText({c.name, mode,
                                 Rate(row["with_any_finding"], row["campaigns"]),
                                 absl::StrCat(row["inconclusive"].get<int>()),
+                                absl::StrCat(row["errors"].get<int>()),
                                 DetectorCell(row)})
                       .c_str());
       std::fflush(stdout);
@@ -510,8 +526,8 @@ int Main() {
     }
   }
   rmdir(dir.c_str());
-  const bool fail =
-      absl::GetFlag(FLAGS_fail_on_false_alarm) && false_alarms > 0;
+  const bool fail = absl::GetFlag(FLAGS_fail_on_false_alarm) &&
+                    (false_alarms > 0 || errors > 0);
   return fail ? 1 : 0;
 }
 

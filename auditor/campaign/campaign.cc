@@ -52,16 +52,6 @@ DetectorSettings Settings(const CampaignOptions& o) {
   return s;
 }
 
-// Records every finding a detector makes, as it makes it.
-class CampaignSink : public FindingSink {
- public:
-  explicit CampaignSink(std::vector<Finding>* found) : found_(found) {}
-  void Add(Finding f) override { found_->push_back(std::move(f)); }
-
- private:
-  std::vector<Finding>* found_;
-};
-
 class Campaign {
  public:
   Campaign(const CampaignOptions& options, AuditorMetrics* metrics)
@@ -283,10 +273,9 @@ absl::Status Campaign::Judge(const Probe& p, const Completion& c) {
   RETURN_IF_ERROR(RecordProbe(p, c));
   std::vector<Finding> found;  // every detector's, in report order
   for (const auto& d : detectors_) {
-    std::vector<Finding> mine;
-    CampaignSink sink(&mine);
-    d->Judge(p, c, found, sink);
-    for (Finding& f : mine) found.push_back(std::move(f));
+    FindingList mine;
+    d->Judge(p, c, found, mine);
+    for (Finding& f : mine.findings) found.push_back(std::move(f));
   }
   for (Finding& x : found) {
     x.probe = p.id;
@@ -443,11 +432,10 @@ absl::Status Campaign::FinishDetectors(bool after_error) {
           !finished_.insert(d.get()).second) {
         continue;
       }
-      std::vector<Finding> found;
-      CampaignSink sink(&found);
-      const absl::Status s = d->Finish(io_, sink);
+      FindingList found;
+      const absl::Status s = d->Finish(io_, found);
       // What it found before an error is kept.
-      RETURN_IF_ERROR(AddFindings(std::move(found), /*flush=*/true));
+      RETURN_IF_ERROR(AddFindings(std::move(found.findings), /*flush=*/true));
       RETURN_IF_ERROR(s);
     }
   }

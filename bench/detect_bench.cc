@@ -472,6 +472,12 @@ int Main() {
   const auto t0 = Clock::now();
   for (const Config& c : matrix) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
+    // A configuration none of whose modes is asked for starts no engine.
+    if (std::none_of(c.modes.begin(), c.modes.end(), [&](const auto& m) {
+          return modes.empty() || absl::StrContains(modes, m);
+        })) {
+      continue;
+    }
     Up up(c, dir);
     if (!up.ok()) {
       std::fprintf(stderr, "kvcanary-engine up did not start for %s\n",

@@ -13,9 +13,13 @@
 
 namespace kvcanary::auditor {
 
+bool CutThenCached(const TimedPair& p) {
+  return p.predicted > 0 && p.probe_tokens < p.predicted && p.cached_tokens > 0;
+}
+
 bool Comparable(const TimedPair& p) {
   return p.probe_ttft_ms > 0 && p.control_ttft_ms > 0 &&
-         p.probe_tokens * 10 >= p.control_tokens * 9;
+         p.probe_tokens * 10 >= p.control_tokens * 9 && !CutThenCached(p);
 }
 
 int PairsToDecide(double alpha) {
@@ -60,10 +64,10 @@ std::optional<Finding> JudgePairs(const std::vector<TimedPair>& pairs,
     cached += p.cached_tokens > 0;
   }
   const bool most_cut = 2 * cut > t.faster, most_cached = 2 * cached > t.faster;
-  const char* cause = most_cut && most_cached ? "truncated_then_cached"
-                      : most_cached           ? "cached_prefix"
-                      : most_cut              ? "truncated_prompt"
-                                              : "prompt_not_prefilled";
+  // (A probe both cut and cached is never judged: Comparable.)
+  const char* cause = most_cached ? "cached_prefix"
+                      : most_cut  ? "truncated_prompt"
+                                  : "prompt_not_prefilled";
   Finding f;
   f.detector = "latency";
   f.kind = "latency_implausible";
@@ -130,6 +134,7 @@ class LatencyDetector : public DetectorOf<LatencyDetector> {
     if (h.probe && h.control) {
       pairs_.push_back(h.pair);
       if (Comparable(h.pair)) judged_.Add(h.pair.tenant);
+      cut_then_cached_ += CutThenCached(h.pair);
     }
     halves_.erase(p.pair);
   }
@@ -196,6 +201,14 @@ class LatencyDetector : public DetectorOf<LatencyDetector> {
       stats[group + "_p_value"] = t.p_value;
       stats[group + "_median_ttft_ratio"] = t.median_ratio;
     }
+    if (cut_then_cached_ > 0) {
+      d.notes.push_back(absl::StrFormat(
+          "%d pairs not judged: the target cut the probe's prompt, its "
+          "cache-busting head with it, and served cached tokens (cache-audit "
+          "says whose cache)",
+          cut_then_cached_));
+    }
+    stats["cut_then_cached_pairs"] = cut_then_cached_;
     d.notes.push_back(absl::StrFormat(
         "sign test against controls sent beside each probe: a false alarm "
         "at most %g per campaign",
@@ -229,6 +242,7 @@ class LatencyDetector : public DetectorOf<LatencyDetector> {
   std::vector<TimedPair> pairs_;    // both answered and timed
   std::map<std::string, SignTest> tests_;
   TenantCounts judged_;
+  int cut_then_cached_ = 0;  // pairs not judged for that
 };
 KVCANARY_REGISTER_DETECTOR(LatencyDetector);
 

@@ -49,10 +49,18 @@ struct TimedPair {
   int cached_tokens = -1;  // the judged probe's, as reported (-1: not)
 };
 
-// Whether a pair can be judged: both first tokens timed, and the probe
-// claims at least 90% of the control's prompt tokens (a probe the target
-// says was shorter may rightly be faster).
+// Whether a pair can be judged: both first tokens timed, the probe claims
+// at least 90% of the control's prompt tokens (a probe the target says was
+// shorter may rightly be faster), and the probe was not both cut by the
+// target and served cached tokens: a target that cuts a prompt's head
+// cuts its cache-busting prefix with it, and what is left is the tail every
+// probe shares, which the same tenant's earlier probes may rightly have
+// cached (whether another tenant's did is cache-audit's question, not one
+// timing can answer).
 bool Comparable(const TimedPair& p);
+// Whether the target cut the probe's prompt and served part of what was
+// left from its cache.
+bool CutThenCached(const TimedPair& p);
 
 // The pairs a group needs, all faster, for the sign test to reject at
 // `alpha`: the least n with 2^-n <= alpha.

@@ -317,6 +317,28 @@ TEST(CampaignTest, SharedPromptCacheDoesNotFoolTheLatencyCalibration) {
   EXPECT_GT(target.cached_tokens_served(), 0);
 }
 
+// A server that cuts an over-long prompt's head (its cache-busting prefix
+// with it) and caches per key: a past-limit probe's tail was cached by the
+// same tenant's earlier probes, so it is rightly fast. The cut is a
+// finding; the speed is not judged (latency.h, CutThenCached).
+TEST(CampaignTest, AHeadCuttingCachingServerIsNoLatencyFinding) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.over_limit = OverLimit::kKeepTail;
+  fo.per_key_prompt_cache = true;
+  fo.report_cached_tokens = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "tailcache"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_GT(Count(r, "prompt_truncated"), 0);
+  EXPECT_EQ(Count(r, "latency_implausible"), 0) << Explain(r);
+  const DetectorCoverage* latency = Detector(r, "latency");
+  ASSERT_NE(latency, nullptr);
+  EXPECT_GT(latency->stats["cut_then_cached_pairs"].get<int>(), 0)
+      << latency->stats.dump();
+}
+
 // (d) The target dies mid-campaign: stop early, exit 2, "target down".
 TEST(CampaignTest, ATargetThatDiesMidCampaignIsAnErrorNamingIt) {
   FakeTargetOptions fo = Fake(Flavor::kVllm);

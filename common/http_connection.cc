@@ -245,6 +245,7 @@ void Connection::ReadRequest() {
   parser_->body_limit(server_->options.max_body_bytes);
   request_ = Request();
   request_.remote_addr = remote_addr_;
+  request_.is_connection_closed = [this] { return PeerGone(); };
   // The first request's deadline runs from the accept; a pipelined one's
   // from now; otherwise the idle wait comes first.
   if (first_request_ || buffer_.size() > 0 ||

@@ -91,6 +91,11 @@ struct Request {
   Headers headers;
   std::string remote_addr;  // the peer's IP address
   int version = 11;         // 10: HTTP/1.0, 11: HTTP/1.1
+  // Whether the client has hung up (closed its side with nothing left to
+  // read), as cpp-httplib's member of the same name: for a handler that
+  // waits on other work before it answers. Cheap (one poll()); callable
+  // from any thread while the handler runs. Unset outside the server.
+  std::function<bool()> is_connection_closed;
 
   // The first field named `name` (any case), "" if none.
   std::string get_header_value(absl::string_view name) const;

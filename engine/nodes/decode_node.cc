@@ -277,10 +277,12 @@ void DecodeNode::HandleGenerate(const http::Request& req, http::Response& res) {
 
   // Ask a prefill node to compute the prompt's K/V and ship it here.
   absl::Status transfer =
-      RequestPrefill(request, **pending, &prefill_outcome, &cached_tokens);
-  // No answer at all: the prefill node went away (a transfer it cut short
-  // is no corruption).
-  const bool prefill_gone = !transfer.ok() && prefill_outcome.is_null();
+      RequestPrefill(request, **pending, req.is_connection_closed,
+                     &prefill_outcome, &cached_tokens);
+  // No answer at all, and not because the router gave up: the prefill node
+  // went away (a transfer it cut short is no corruption).
+  const bool prefill_gone = !transfer.ok() && prefill_outcome.is_null() &&
+                            !absl::IsCancelled(transfer);
   transfer = SettleTransfer(request.id, **pending, transfer, prefill_gone);
   transfer = InstallFromSlot(request.id, **pending, transfer);
   if (!transfer.ok()) {
@@ -444,10 +446,10 @@ void DecodeNode::StreamDecoding(http::Response& res,
       });
 }
 
-absl::Status DecodeNode::RequestPrefill(const NodeRequest& request,
-                                        const PendingTransfer& pending,
-                                        nlohmann::json* prefill_outcome,
-                                        int* cached_tokens) {
+absl::Status DecodeNode::RequestPrefill(
+    const NodeRequest& request, const PendingTransfer& pending,
+    const std::function<bool()>& router_gone, nlohmann::json* prefill_outcome,
+    int* cached_tokens) {
   nlohmann::json pj;
   pj["request_id"] = request.id.value();
   pj["tenant_id"] = request.tenant.value();
@@ -466,10 +468,22 @@ absl::Status DecodeNode::RequestPrefill(const NodeRequest& request,
   client->set_connection_timeout(5, 0);
   client->set_read_timeout(us / 1000000, us % 1000000);
   client->set_write_timeout(us / 1000000, us % 1000000);
-  auto pres = client->Post(
-      "/internal/v1/prefill",
-      {{"Authorization", options_.creds.internal.AuthorizationHeader()}},
-      pj.dump(), "application/json");
+  httplib::ClientImpl* const raw = client.get();
+  httplib::Result pres(nullptr, httplib::Error::Unknown);
+  bool abandoned = false;
+  {
+    const HangupWatch::Scope watch =
+        hangups_.Watch(router_gone, [raw] { raw->stop(); });
+    pres = client->Post(
+        "/internal/v1/prefill",
+        {{"Authorization", options_.creds.internal.AuthorizationHeader()}},
+        pj.dump(), "application/json");
+    abandoned = watch.fired();
+  }
+  if (abandoned) {
+    return absl::CancelledError(
+        "the router hung up while the prompt was prefilled and shipped");
+  }
   if (!pres) return NodeCallError("prefill", url, pres.error());
   if (pres->status != 200) {
     absl::Status s = StatusFromInternalResponse(pres->status, pres->body);

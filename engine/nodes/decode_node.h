@@ -16,6 +16,7 @@
 #define KVCANARY_ENGINE_NODES_DECODE_NODE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@
 #include "engine/core/engine_loop.h"
 #include "engine/core/faults.h"
 #include "engine/core/trace_bus.h"
+#include "engine/nodes/hangup_watch.h"
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/node_metrics.h"
 #include "engine/transfer/kv_connection.h"
@@ -146,9 +148,12 @@ class DecodeNode {
                       int prompt_tokens, int cached_tokens,
                       const nlohmann::json& prefill_outcome);
   // Asks a prefill node to fill the reservation; its answer's outcome and
-  // cached tokens into *prefill_outcome / *cached_tokens.
+  // cached tokens into *prefill_outcome / *cached_tokens. kCancelled as
+  // soon as `router_gone` says the router hung up (the client gave up): the
+  // request is then aborted while its K/V may still be arriving.
   absl::Status RequestPrefill(const NodeRequest& request,
                               const PendingTransfer& pending,
+                              const std::function<bool()>& router_gone,
                               nlohmann::json* prefill_outcome,
                               int* cached_tokens);
   std::shared_ptr<PendingTransfer> FindPending(RequestId id);
@@ -180,6 +185,7 @@ class DecodeNode {
   std::vector<MetadataSlot> slots_ ABSL_GUARDED_BY(mu_);
   uint64_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;  // metadata-slot-reuse
   std::atomic<uint64_t> next_prefill_{0};
+  HangupWatch hangups_;  // routers that give up while a prompt is prefilled
 };
 
 }  // namespace kvcanary::engine

@@ -45,8 +45,17 @@ DecodeStream::DecodeStream(const std::string& url, std::string authorization,
       }
       return true;
     };
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancel_.load()) {
+        done_ = true;
+        return;
+      }
+      client_ = client.get();
+    }
     auto result = client->send(r);
     absl::MutexLock lock(&mu_);
+    client_ = nullptr;
     done_ = true;
     if (!result && !cancel_.load()) {
       transport_ = NodeCallError("decode", url, result.error());
@@ -57,6 +66,12 @@ DecodeStream::DecodeStream(const std::string& url, std::string authorization,
 DecodeStream::~DecodeStream() {
   cancel_.store(true);
   thread_.join();
+}
+
+void DecodeStream::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancel_.store(true);
+  if (client_ != nullptr) client_->stop();
 }
 
 absl::Status DecodeStream::WaitHeaders() {

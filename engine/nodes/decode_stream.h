@@ -19,6 +19,10 @@
 #include "common/tls.h"
 #include "nlohmann/json.hpp"
 
+namespace httplib {
+class ClientImpl;
+}  // namespace httplib
+
 namespace kvcanary::engine {
 
 class DecodeStream {
@@ -44,7 +48,10 @@ class DecodeStream {
   std::optional<nlohmann::json> Next();
   // Why the stream ended before its final line.
   absl::Status transport();
-  void Cancel() { cancel_.store(true); }
+  // Gives up: the stream ends, and a request still waiting for the
+  // headers is cut off (its connection shut down), so the decode node sees
+  // the router hang up.
+  void Cancel();
 
  private:
   absl::Mutex mu_;
@@ -56,6 +63,8 @@ class DecodeStream {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status transport_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> cancel_{false};
+  // The thread's client while it sends (null before and after).
+  httplib::ClientImpl* client_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::thread thread_;
 };
 

@@ -324,7 +324,7 @@ void Router::HandleCompletion(const http::Request& req, http::Response& res,
   // From here on every answer, error or not, names the request: the id the
   // body's "id" and the engine's trace carry too.
   res.set_header(kRequestIdHeader, absl::StrCat((*admitted)->request_id));
-  Relay(*std::move(admitted), res, record);
+  Relay(*std::move(admitted), res, record, req.is_connection_closed);
 }
 
 absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
@@ -412,7 +412,8 @@ CompletionResult Router::NewResult(const Admitted& a) const {
 }
 
 void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
-                   std::shared_ptr<AccessRecord> record) {
+                   std::shared_ptr<AccessRecord> record,
+                   const std::function<bool()>& client_gone) {
   const CompletionRequest& request = a->request;
   const bool chat = request.chat;
   // Nodes that are down are skipped; none of a role up: 503 naming it.
@@ -422,7 +423,24 @@ void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
   auto stream = std::make_shared<DecodeStream>(
       route->decode_url, options_.internal_secret.AuthorizationHeader(),
       DecodeRequestBody(*a), options_.node_timeout, options_.tls.get());
-  absl::Status started = stream->WaitHeaders();
+  absl::Status started;
+  {
+    const HangupWatch::Scope watch =
+        hangups_.Watch(client_gone, [stream] { stream->Cancel(); });
+    started = stream->WaitHeaders();
+    if (watch.fired()) {
+      started =
+          absl::CancelledError("the client hung up before its first token");
+    }
+  }
+  if (absl::IsCancelled(started)) {
+    // Nothing was sent: logged as nginx logs it (499, client closed
+    // request); the response goes nowhere.
+    metrics_.CountRequest(started);
+    record->status = 499;
+    record->reason = "client_disconnected";
+    return Log(record.get());
+  }
   if (!started.ok()) {
     // What each node reported, if the decode node answered.
     const nlohmann::json error = stream->error_json();

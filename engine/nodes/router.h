@@ -17,6 +17,7 @@
 #define KVCANARY_ENGINE_NODES_ROUTER_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "engine/core/faults.h"
 #include "engine/model/tokenizer.h"
 #include "engine/nodes/access_log.h"
+#include "engine/nodes/hangup_watch.h"
 #include "engine/nodes/node_health.h"
 #include "engine/nodes/node_metrics.h"
 #include "engine/nodes/node_settings.h"
@@ -90,8 +92,12 @@ class Router {
   // The answer's fields known before the first token.
   CompletionResult NewResult(const Admitted& admitted) const;
   // Relays the decode node's answer to the client, JSON or SSE.
+  // `client_gone`: whether the client hung up (polled until the decode
+  // node answers; the request is then given up, the decode node told by
+  // the connection it was waiting on).
   void Relay(std::shared_ptr<Admitted> admitted, http::Response& res,
-             std::shared_ptr<AccessRecord> record);
+             std::shared_ptr<AccessRecord> record,
+             const std::function<bool()>& client_gone);
   // Answers `status` as an OpenAI error and logs the request.
   void Fail(const absl::Status& status, http::Response& res,
             AccessRecord* record);
@@ -113,6 +119,7 @@ class Router {
   RequestIdSequence request_ids_;
   std::unique_ptr<NodeHealth> health_;  // from Start()
   std::atomic<uint64_t> next_node_{0};
+  HangupWatch hangups_;  // clients that give up before their first token
   std::atomic<int> in_flight_{0};
   // Requests in flight per tenant, indexed by TenantId (1..N).
   std::unique_ptr<std::atomic<int>[]> tenant_in_flight_;

@@ -240,6 +240,35 @@ TEST_F(HttpServerTest, AClientThatLeavesMidStreamFailsTheWrite) {
   EXPECT_LT(*write_failed_at_ - left, absl::Seconds(1));
 }
 
+// A handler that waits on other work sees the client hang up before it
+// answers (Request::is_connection_closed), and not while it is there.
+TEST_F(HttpServerTest, AWaitingHandlerSeesItsClientHangUp) {
+  std::promise<absl::Duration> noticed;
+  std::atomic<bool> closed_at_start{true};
+  Serve({}, [&](Server& s) {
+    s.Get("/wait", [&](const Request& req, Response& res) {
+      closed_at_start = req.is_connection_closed();
+      const absl::Time start = absl::Now();
+      while (!req.is_connection_closed() &&
+             absl::Now() - start < absl::Seconds(10)) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      noticed.set_value(absl::Now() - start);
+      res.set_content("late", "text/plain");
+    });
+  });
+  RawClient client(port_);
+  ASSERT_TRUE(client.Send(Get("/wait")));
+  absl::SleepFor(absl::Milliseconds(200));
+  client.Close();
+  auto f = noticed.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const absl::Duration waited = f.get();
+  EXPECT_FALSE(closed_at_start.load());
+  EXPECT_GE(waited, absl::Milliseconds(150));  // not before it hung up
+  EXPECT_LT(waited, absl::Seconds(5));
+}
+
 TEST_F(HttpServerTest, ASlowHeaderIsAnswered408WithinTheDeadline) {
   Options options;
   options.header_timeout = absl::Seconds(1);

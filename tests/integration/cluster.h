@@ -279,10 +279,13 @@ struct HttpResult {
   }
 };
 
+// `read_timeout_s`: how long the client waits for a byte before it hangs
+// up (status 0).
 inline HttpResult Post(const std::string& base, const std::string& path,
-                       const std::string& body, const std::string& api_key) {
+                       const std::string& body, const std::string& api_key,
+                       int read_timeout_s = 120) {
   httplib::Client client(base);
-  client.set_read_timeout(120, 0);
+  client.set_read_timeout(read_timeout_s, 0);
   httplib::Headers headers;
   if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
   auto res = client.Post(path.c_str(), headers, body, "application/json");

@@ -97,31 +97,49 @@ TEST(NoScrubReuseTest, FaultOffTheSameRequestsAreClean) {
 // --- abort-transfer-race -----------------------------------------------------
 
 // globex's long prompt crosses a slow link (100 KB/s, about 3.4 s for its
-// K/V) and the decode node gives up on it after 1 s, freeing its 16 pages;
-// then 10 clients of acme, initech and umbrella send short requests (3 pages
-// each, their transfers take tens of ms): the freed pages, on top of the
-// free list, are all reallocated, again and again, while globex's transfer
-// is still writing into them.
+// K/V), and after 1 s its request is given up — by the decode node (its
+// transfer timeout) or by globex's client, which hangs up (the router and
+// the decode node notice at once: engine/nodes/hangup_watch.h) — freeing its
+// 16 pages; then 10 clients of acme, initech and umbrella send short
+// requests (3 pages each, their transfers take tens of ms): the freed pages,
+// on top of the free list, are all reallocated, again and again, while
+// globex's transfer is still writing into them.
+enum class GivesUp { kDecodeTimeout, kClientHangsUp };
+
 struct RaceRun {
   HttpResult globex;
+  // The decode node's cancelled requests 300 ms after globex's client hung
+  // up, with its transfer still ~2 s from done (kClientHangsUp only).
+  double cancelled_before_transfer_end = 0;
   std::vector<HttpResult> others;
   std::vector<TraceEvent> trace;
 };
 
-RaceRun RunAbortTransferRace(const std::vector<std::string>& flags) {
-  std::vector<std::string> args = {"--transfer_timeout_ms=1000",
-                                   "--test_kv_receive_bytes_per_s=100000",
+RaceRun RunAbortTransferRace(const std::vector<std::string>& flags,
+                             GivesUp gives_up = GivesUp::kDecodeTimeout) {
+  std::vector<std::string> args = {"--test_kv_receive_bytes_per_s=100000",
                                    "--num_pages=64"};
+  if (gives_up == GivesUp::kDecodeTimeout) {
+    args.push_back("--transfer_timeout_ms=1000");
+  }
   args.insert(args.end(), flags.begin(), flags.end());
   Cluster cluster(args);
   RaceRun run;
   EXPECT_TRUE(cluster.ok());
   if (!cluster.ok()) return run;
   TraceTap tap(cluster.decode(), cluster.trace_token());
-  // globex's client hears of the abort at once; its transfer goes on for
-  // about 2.4 s more.
-  run.globex = Post(cluster.router(), "/v1/completions",
-                    Completion(LongPrompt(80), 8), "sk-globex");
+  // globex's client hears of the abort (or gives up) at once; its
+  // transfer goes on for about 2.4 s more.
+  run.globex =
+      Post(cluster.router(), "/v1/completions", Completion(LongPrompt(80), 8),
+           "sk-globex",
+           /*read_timeout_s=*/gives_up == GivesUp::kClientHangsUp ? 1 : 120);
+  if (gives_up == GivesUp::kClientHangsUp) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    run.cancelled_before_transfer_end =
+        MetricValue(Get(cluster.decode(), "/metrics").body,
+                    "kvcanary_node_requests_total", "outcome=\"cancelled\"");
+  }
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(3000);
   run.others = RunClients(
@@ -173,6 +191,33 @@ TEST(AbortTransferRaceTest, EnforceFailsTheNextOwnerWithNoText) {
 TEST(AbortTransferRaceTest, FaultOffTheSameRaceIsClean) {
   RaceRun run = RunAbortTransferRace({"--watermark=detect"});
   EXPECT_NE(run.globex.status, 200) << run.globex.body;
+  EXPECT_EQ(CountViolations(run.trace), 0);
+  for (const HttpResult& r : run.others) EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// The same race from the client's side: it hangs up mid-transfer, and the
+// decode node, noticing, aborts the request while its K/V still arrives.
+TEST(AbortTransferRaceTest, AClientHangingUpMidTransferLeavesLateWrites) {
+  RaceRun run = RunAbortTransferRace(
+      {"--fault=abort-transfer-race", "--watermark=detect"},
+      GivesUp::kClientHangsUp);
+  EXPECT_EQ(run.globex.status, 0) << run.globex.body;  // it hung up
+  EXPECT_GE(run.cancelled_before_transfer_end, 1);
+  const auto late = ViolationsOf(run.trace, ViolationKind::kLateWrite);
+  ASSERT_FALSE(late.empty());
+  for (const TraceEvent& v : late) {
+    EXPECT_EQ(v.writer.tenant.value(), kGlobex);
+  }
+}
+
+// Without the fault a client that hangs up mid-transfer frees its pages at
+// once (the decode node counts it cancelled ~2 s before its K/V would have
+// arrived), and nothing it sent lands anywhere.
+TEST(AbortTransferRaceTest, FaultOffAClientHangingUpIsGivenUpAtOnceAndClean) {
+  RaceRun run =
+      RunAbortTransferRace({"--watermark=detect"}, GivesUp::kClientHangsUp);
+  EXPECT_EQ(run.globex.status, 0) << run.globex.body;
+  EXPECT_GE(run.cancelled_before_transfer_end, 1);
   EXPECT_EQ(CountViolations(run.trace), 0);
   for (const HttpResult& r : run.others) EXPECT_EQ(r.status, 200) << r.body;
 }

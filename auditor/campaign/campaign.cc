@@ -38,6 +38,7 @@ constexpr int kSniffMaxTokens = 48;
 // What the campaign itself counts per tenant, beside its detectors.
 struct TenantState {
   int plant_cursor = 0, golden_cursor = 0;  // which plant or variant next
+  int hangup_cursor = 0;                    // which stage next
   int refused = 0;                          // 401/403 during the run
 };
 
@@ -77,6 +78,7 @@ class Campaign {
   // The kinds of probe to send each tenant, and how many of each.
   ProbeMix Mix(bool rate_mode) const;
   absl::Status MainLoop();
+  absl::Status Bursts();
   absl::Status TimedPairs();
   // What the detectors judge over the whole campaign: those that send
   // first (the kv_events pairs), then the others; after an error only the
@@ -88,6 +90,8 @@ class Campaign {
   // generates; fills in p's other fields.
   std::string ProbePrompt(Probe* p, int* max_tokens);
   ProbeRequest MakeProbe(Probe* p);
+  // When a hang-up probe's client gives up (p->hangup set here), on `r`.
+  void AimHangup(Probe* p, ProbeRequest* r);
   // One answer: its evidence row, then every detector's judgement.
   absl::Status Judge(const Probe& p, const Completion& c);
   absl::Status RecordProbe(const Probe& p, const Completion& c);
@@ -206,7 +210,8 @@ std::string Campaign::ProbePrompt(Probe* p, int* max_tokens) {
       *max_tokens = kEchoMaxTokens;
       break;
     case ProbeKind::kAtLimit:
-    case ProbeKind::kPastLimit: {
+    case ProbeKind::kPastLimit:
+    case ProbeKind::kHangup: {
       const bool past = p->kind == ProbeKind::kPastLimit;
       const int units = past ? cal_.past_limit_units : cal_.at_limit_units;
       p->predicted = cal_.base_tokens + units * cal_.unit_tokens;
@@ -225,8 +230,43 @@ std::string Campaign::ProbePrompt(Probe* p, int* max_tokens) {
 ProbeRequest Campaign::MakeProbe(Probe* p) {
   int max_tokens = 0;
   const std::string prompt = ProbePrompt(p, &max_tokens);
-  return session_.Request(static_cast<uint64_t>(p->id), o_.tenants[p->tenant],
-                          prompt, max_tokens, p->stream);
+  ProbeRequest r =
+      session_.Request(static_cast<uint64_t>(p->id), o_.tenants[p->tenant],
+                       prompt, max_tokens, p->stream);
+  if (p->kind == ProbeKind::kHangup) AimHangup(p, &r);
+  return r;
+}
+
+// Stages in turn per tenant; the ones in mid-prefill and mid-transfer only
+// where the first-token time alone was calibrated (they are aimed by it).
+void Campaign::AimHangup(Probe* p, ProbeRequest* r) {
+  const LatencyModel& lm = cal_.latency;
+  const bool timed = lm.calibrated && lm.per_token_ms > 0;
+  int& cursor = tenants_[p->tenant].hangup_cursor;
+  HangupStage stage;
+  do {
+    stage = static_cast<HangupStage>(cursor++ % kHangupStages);
+  } while (!timed &&
+           (stage == HangupStage::kPrefill || stage == HangupStage::kTransfer));
+  p->hangup = stage;
+  const double alone_ms = lm.base_ms + lm.per_token_ms * p->predicted;
+  const double u = static_cast<double>(RandomU64() % 1000) / 1000;
+  switch (stage) {
+    case HangupStage::kQueued:
+      r->hang_up_after = absl::Milliseconds(1);
+      break;
+    case HangupStage::kPrefill:
+      r->hang_up_after =
+          absl::Milliseconds(std::max(1.0, alone_ms * (0.3 + 0.4 * u)));
+      break;
+    case HangupStage::kTransfer:
+      r->hang_up_after =
+          absl::Milliseconds(std::max(1.0, alone_ms * (0.8 + 0.2 * u)));
+      break;
+    case HangupStage::kDecode:
+      r->hang_up_at_first_byte = true;
+      break;
+  }
 }
 
 absl::Status Campaign::RecordProbe(const Probe& p, const Completion& c) {
@@ -239,7 +279,8 @@ absl::Status Campaign::RecordProbe(const Probe& p, const Completion& c) {
   probe_times_.push_back(NowUs());
   if (c.usable) {
     ++r_.usable;
-  } else if (!(p.kind == ProbeKind::kPastLimit && IsRefusal(c.status))) {
+  } else if (!(p.kind == ProbeKind::kPastLimit && IsRefusal(c.status)) &&
+             !c.hung_up) {
     error_times_.push_back(probe_times_.back());
   }
   if (c.status == 401 || c.status == 403) ++tenants_[p.tenant].refused;
@@ -261,6 +302,8 @@ absl::Status Campaign::RecordProbe(const Probe& p, const Completion& c) {
     probe["pair"] = p.pair;
     probe["pair_role"] = p.control ? "control" : "judged";
   }
+  if (p.kind == ProbeKind::kHangup) probe["hangup"] = HangupStageName(p.hangup);
+  if (p.burst >= 0) probe["burst"] = p.burst;
   if (c.usable) {
     probe["output_sha256"] = Sha256Hex(c.text);
     probe["prompt_tokens"] = c.prompt_tokens;
@@ -300,13 +343,15 @@ ProbeMix Campaign::Mix(bool rate_mode) const {
     }
   }
   const int tenants = static_cast<int>(o_.tenants.size());
-  ProbeMix mix(tenants, floors, {3, 3, rate_mode ? 4 : 2, 1, 1, 1});
+  // Hang-ups at most one probe in 13 once the floors are met.
+  ProbeMix mix(tenants, floors, {3, 3, rate_mode ? 4 : 2, 1, 1, 1, 1});
   for (int t = 0; t < tenants; ++t) {
     if (cal_.plants[t].empty()) mix.Disable(t, ProbeKind::kPlant);
     if (cal_.golden.empty()) mix.Disable(t, ProbeKind::kGolden);
     if (!cal_.nonces[t]) mix.Disable(t, ProbeKind::kEcho);
     if (cal_.unit_tokens == 0 || cal_.at_limit_units == 0) {
       mix.Disable(t, ProbeKind::kAtLimit);
+      mix.Disable(t, ProbeKind::kHangup);
     }
     if (cal_.unit_tokens == 0 || cal_.past_limit_units == 0) {
       mix.Disable(t, ProbeKind::kPastLimit);
@@ -374,6 +419,66 @@ absl::Status Campaign::MainLoop() {
       done);
   RETURN_IF_ERROR(error);
   RETURN_IF_ERROR(session_.down());
+  return Flush();
+}
+
+// The bursts the detectors ask for (DetectorSpec::burst_size): each one
+// `size` probes, tenants in turn, all started at once, a second apart;
+// plants, echoes, sniffs and (where answers are exact alone) golden
+// prompts, so whatever a burst mixes up between requests shows in an
+// answer as well as in a trace.
+absl::Status Campaign::Bursts() {
+  int size = 0, bursts = 0;
+  for (const auto& d : detectors_) {
+    size = std::max(size, d->spec().burst_size);
+    bursts = std::max(bursts, d->spec().bursts);
+  }
+  if (size == 0 || bursts == 0) return absl::OkStatus();
+  const int tenants = static_cast<int>(o_.tenants.size());
+  std::vector<ProbeKind> kinds = {ProbeKind::kPlant, ProbeKind::kEcho,
+                                  ProbeKind::kSniff};
+  if (!cal_.golden.empty() && cal_.golden_by_rate.empty()) {
+    kinds.push_back(ProbeKind::kGolden);
+  }
+  absl::Status error;
+  for (int b = 0; b < bursts && error.ok(); ++b) {
+    if (b > 0) absl::SleepFor(absl::Seconds(1));
+    std::map<uint64_t, Probe> in_flight;
+    int sent = 0;
+    MultiClient client(size);
+    client.Run(
+        [&]() -> std::optional<ProbeRequest> {
+          if (sent >= size) return std::nullopt;
+          Probe p;
+          p.tenant = sent % tenants;
+          p.burst = b;
+          // The first kind this tenant can be sent, from its turn on.
+          for (size_t k = 0; k < kinds.size(); ++k) {
+            p.kind = kinds[(sent / tenants + k) % kinds.size()];
+            if (p.kind == ProbeKind::kPlant && cal_.plants[p.tenant].empty()) {
+              continue;
+            }
+            if (p.kind == ProbeKind::kEcho && !cal_.nonces[p.tenant]) continue;
+            break;
+          }
+          p.id = next_probe_++;
+          ++sent;
+          ProbeRequest r = MakeProbe(&p);
+          in_flight[static_cast<uint64_t>(p.id)] = std::move(p);
+          return r;
+        },
+        [&](ProbeResponse resp) {
+          Probe p = std::move(in_flight[resp.id]);
+          in_flight.erase(resp.id);
+          const Completion c = ParseCompletion(resp, p.stream);
+          session_.NoteTransport(c);
+          absl::Status s = Judge(p, c);
+          if (!s.ok() && error.ok()) error = s;
+        },
+        [&] { return sent >= size; });
+    if (error.ok()) error = session_.down();
+  }
+  RETURN_IF_ERROR(error);
   return Flush();
 }
 
@@ -530,6 +635,7 @@ absl::Status Campaign::Steps() {
   RETURN_IF_ERROR(Calibrated());
   Progress("calibrated");
   RETURN_IF_ERROR(MainLoop());
+  RETURN_IF_ERROR(Bursts());
   RETURN_IF_ERROR(TimedPairs());
   return FinishDetectors(/*after_error=*/false);
 }

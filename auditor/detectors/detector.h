@@ -69,6 +69,16 @@ struct DetectorSpec {
   // `paired_at_least` in all.
   std::vector<ProbeKind> paired;
   int paired_at_least = 0;
+  // An exercise: it sends traffic on purpose (hang-ups, bursts) and finds
+  // nothing itself — what the traffic exposes, the other detectors find —
+  // so it has no positive control and its coverage counts what it did.
+  // Never required by default.
+  bool exercise = false;
+  // Bursts it needs sent (an exercise: more requests in flight at once
+  // than a split engine's transfer slots): `bursts` of `burst_size` probes
+  // from the campaign's mix, every tenant in each, all started at once,
+  // after the load (Probe::burst). The most any detector asks.
+  int burst_size = 0, bursts = 0;
 };
 
 // Where a detector puts what it found. The campaign's sink records each

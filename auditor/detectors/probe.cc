@@ -16,6 +16,22 @@ const char* ProbeKindName(ProbeKind k) {
       return "at_limit";
     case ProbeKind::kPastLimit:
       return "past_limit";
+    case ProbeKind::kHangup:
+      return "hangup";
+  }
+  return "unknown";
+}
+
+const char* HangupStageName(HangupStage s) {
+  switch (s) {
+    case HangupStage::kQueued:
+      return "queued";
+    case HangupStage::kPrefill:
+      return "prefill";
+    case HangupStage::kTransfer:
+      return "transfer";
+    case HangupStage::kDecode:
+      return "decode";
   }
   return "unknown";
 }

@@ -17,9 +17,24 @@ enum class ProbeKind {
   kEcho,       // asks the model to repeat the tenant's nonce
   kAtLimit,    // streamed, cache-busted, at the input limit
   kPastLimit,  // past the input limit (alternately streamed)
+  // Streamed, cache-busted, at the input limit, and hung up on purpose at
+  // one stage of the request (HangupStage): an exercise of the target's
+  // abort paths, never an answer.
+  kHangup,
 };
-inline constexpr int kProbeKinds = 6;
-const char* ProbeKindName(ProbeKind k);  // plant, sniff, golden, echo, ...
+inline constexpr int kProbeKinds = 7;
+
+// When a hang-up probe's client gives up, aimed from outside by the time an
+// at-limit prompt takes alone (a black box shows no stage; a trace does).
+enum class HangupStage {
+  kQueued,    // 1 ms after sending: before any work starts under load
+  kPrefill,   // 30-70% of its time to first token alone
+  kTransfer,  // 80-100%: where a split engine ships the prompt's K/V
+  kDecode,    // at its first token
+};
+inline constexpr int kHangupStages = 4;
+const char* HangupStageName(HangupStage s);  // queued, prefill, ...
+const char* ProbeKindName(ProbeKind k);      // plant, sniff, golden, echo, ...
 
 // One probe as it was sent.
 struct Probe {
@@ -35,6 +50,9 @@ struct Probe {
   // with the judged one, in random order); -1: not paired.
   int64_t pair = -1;
   bool control = false;
+  HangupStage hangup = HangupStage::kQueued;  // kHangup only
+  // A burst (DetectorSpec::burst_size): the burst's number; -1: none.
+  int64_t burst = -1;
   std::vector<std::string> marker_ids;  // markers its prompt carries
   std::string prompt;                   // a run of a marker it holds is no leak
 };

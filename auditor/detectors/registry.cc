@@ -39,6 +39,8 @@ void DetectorRegistry::Add(const DetectorSpec& spec, Factory make) {
   CHECK(IsSnakeCase(spec.name))
       << "detector name '" << spec.name << "' is not snake_case";
   CHECK(!spec.unit.empty()) << "detector " << spec.name << " has no unit";
+  CHECK(!(spec.exercise && spec.required_by_default))
+      << "exercise " << spec.name << " is required by default";
   absl::MutexLock lock(&mu_);
   CHECK(entries_.count(spec.name) == 0)
       << "detector " << spec.name << " registered twice";

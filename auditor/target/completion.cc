@@ -313,6 +313,7 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
     uint64_t id = 0;
     if (absl::SimpleAtoi(it->second, &id)) c.engine_request = id;
   }
+  c.hung_up = r.hung_up;
   if (!r.transport.ok()) {
     c.error = r.transport;
     return c;
@@ -333,6 +334,7 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
 }
 
 std::string Outcome(const Completion& c) {
+  if (c.hung_up) return "hung_up";
   if (!c.error.ok() && c.status == 0) return "transport_error";
   if (c.status == 200) return c.usable ? "ok" : "bad_response";
   if (c.status >= 500) return "http_5xx";

@@ -59,6 +59,9 @@ struct Completion {
   double ttft_ms = 0;
   double total_ms = 0;
   absl::Status error;  // transport error, or why the answer is not usable
+  // The auditor hung up on purpose before the answer ended
+  // (ProbeRequest::hang_up_after): no answer, and no sign of a target down.
+  bool hung_up = false;
 };
 
 // A target's way of saying a prompt is too long: 400, 413 or 422 (also
@@ -86,7 +89,8 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream);
 int ErrorObjectStatus(const nlohmann::json& error,
                       const nlohmann::json& outer = nlohmann::json());
 
-// ok, bad_response, http_4xx, http_5xx or transport_error.
+// hung_up (the auditor's own hang-up), ok, bad_response, http_4xx, http_5xx
+// or transport_error.
 std::string Outcome(const Completion& c);
 
 }  // namespace kvcanary::auditor

@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -35,6 +36,13 @@ size_t OnData(char* data, size_t size, size_t n, void* p) {
   if (!t->got_byte) {
     t->got_byte = true;
     t->response.first_byte = absl::FromChrono(Clock::now() - t->start);
+    long code = 0;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
+    // An error answer is read whole: only a completion is hung up on.
+    if (t->request.hang_up_at_first_byte && code == 200) {
+      t->response.hung_up = true;
+      return 0;  // curl closes the connection
+    }
   }
   if (t->response.body.size() + size * n > t->max_bytes) {
     t->too_big = true;
@@ -72,9 +80,11 @@ void StartTransfer(CURLM* multi, ProbeRequest request, size_t max_bytes) {
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->error);
-  curl_easy_setopt(
-      e, CURLOPT_TIMEOUT_MS,
-      static_cast<long>(absl::ToInt64Milliseconds(t->request.timeout)));
+  // A hang-up on purpose is the transfer's timeout (checked in
+  // FinishTransfer).
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                   static_cast<long>(absl::ToInt64Milliseconds(std::min(
+                       t->request.timeout, t->request.hang_up_after))));
   curl_easy_setopt(e, CURLOPT_USERAGENT, "kvcanary-auditor");
   for (const std::string& h : t->request.headers) {
     t->headers = curl_slist_append(t->headers, h.c_str());
@@ -105,7 +115,14 @@ ProbeResponse FinishTransfer(CURLM* multi, CURLMsg* msg) {
   std::unique_ptr<Transfer> t(raw);
   t->response.total = absl::FromChrono(Clock::now() - t->start);
   const CURLcode rc = msg->data.result;
-  if (rc == CURLE_OK) {
+  if (rc == CURLE_OPERATION_TIMEDOUT &&
+      t->request.hang_up_after < t->request.timeout) {
+    t->response.hung_up = true;
+  }
+  if (t->response.hung_up) {
+    t->response.transport = absl::CancelledError(
+        absl::StrCat(t->request.url, ": hung up on purpose"));
+  } else if (rc == CURLE_OK) {
     long code = 0;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &code);
     t->response.status = static_cast<int>(code);

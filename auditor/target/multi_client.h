@@ -23,6 +23,11 @@ struct ProbeRequest {
   std::string body;  // POSTed as application/json; empty: GET
   std::vector<std::string> headers;
   absl::Duration timeout = absl::Seconds(60);
+  // A client that gives up on purpose (the campaign's hang-ups): it closes
+  // the connection this long after the request started, or as soon as the
+  // first body byte arrives; the response is then `hung_up`.
+  absl::Duration hang_up_after = absl::InfiniteDuration();
+  bool hang_up_at_first_byte = false;
 };
 
 struct ProbeResponse {
@@ -34,6 +39,8 @@ struct ProbeResponse {
   std::map<std::string, std::string> headers;
   absl::Duration first_byte;  // request start to the first body byte
   absl::Duration total;
+  // The client hung up as the request asked, before the answer ended.
+  bool hung_up = false;
 };
 
 class MultiClient {

@@ -100,15 +100,16 @@ ProbeRequest Target::Request(uint64_t id, const AuditTenant& tenant,
 }
 
 void Target::NoteTransport(const Completion& c) {
+  if (c.hung_up) return;  // the auditor's doing: says nothing either way
   if (Outcome(c) != "transport_error") {
     consecutive_failures_ = 0;
     return;
   }
   if (++consecutive_failures_ >= o_.max_consecutive_failures && down_.ok()) {
-    down_ = absl::UnavailableError(absl::StrCat(
-        "target down at ", Rfc3339Utc(NowUs()), ": ",
-        consecutive_failures_, " consecutive requests to ", root(),
-        " got no HTTP answer (last: ", c.error.message(), ")"));
+    down_ = absl::UnavailableError(
+        absl::StrCat("target down at ", Rfc3339Utc(NowUs()), ": ",
+                     consecutive_failures_, " consecutive requests to ", root(),
+                     " got no HTTP answer (last: ", c.error.message(), ")"));
   }
 }
 

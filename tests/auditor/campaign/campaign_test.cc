@@ -497,7 +497,8 @@ std::vector<std::string> AnswerDetectors() {
   std::vector<std::string> names;
   for (const DetectorRegistry::Entry& e :
        DetectorRegistry::Global().Entries()) {
-    if (!e.spec.probes.empty() || !e.spec.paired.empty()) {
+    if (!e.spec.exercise &&
+        (!e.spec.probes.empty() || !e.spec.paired.empty())) {
       names.push_back(e.spec.name);
     }
   }

@@ -20,7 +20,8 @@ TEST(DetectorRegistryTest, TheBuiltinDetectorsInReportOrder) {
   EXPECT_EQ(
       DetectorRegistry::Global().Names(),
       (std::vector<std::string>{"output_scan", "golden", "echo", "boundary",
-                                "latency", "trace", "kv_events"}));
+                                "latency", "trace", "kv_events", "hangups",
+                                "bursts"}));
   for (const auto& e : DetectorRegistry::Global().Entries()) {
     EXPECT_FALSE(e.spec.summary.empty()) << e.spec.name;
     EXPECT_FALSE(e.spec.unit.empty()) << e.spec.name;

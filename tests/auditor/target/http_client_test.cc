@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "auditor/target/multi_client.h"
 #include "common/http_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -49,10 +50,41 @@ class HttpClientTest : public ::testing::Test {
       }
       res.set_content("late", "text/plain");
     });
+    // A first chunk at once, then nothing until the fixture stops.
+    server_.Get("/trickle", [this](const http::Request&, http::Response& res) {
+      res.set_chunked_content_provider(
+          "text/event-stream", [this](size_t offset, http::DataSink& sink) {
+            if (offset == 0) return sink.write("data: 1\n\n", 9);
+            for (int i = 0; i < 500 && !stopping_; ++i) {
+              std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+            sink.done();
+            return true;
+          });
+    });
     auto port = server_.Bind("127.0.0.1", 0);
     ASSERT_TRUE(port.ok()) << port.status();
     port_ = *port;
     server_.Start();
+  }
+
+  // One request through a MultiClient.
+  auditor::ProbeResponse Multi(auditor::ProbeRequest r) {
+    auditor::ProbeResponse out;
+    bool sent = false, got = false;
+    auditor::MultiClient client(1);
+    client.Run(
+        [&]() -> std::optional<auditor::ProbeRequest> {
+          if (sent) return std::nullopt;
+          sent = true;
+          return r;
+        },
+        [&](auditor::ProbeResponse resp) {
+          out = std::move(resp);
+          got = true;
+        },
+        [&] { return got; });
+    return out;
   }
 
   void TearDown() override {
@@ -151,6 +183,40 @@ TEST_F(HttpClientTest, NonPositiveTimeoutIsInvalidArgument) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// The campaign's hang-ups: the client gives up on purpose, at a time or at
+// the first byte of a 200, and says so; an error answer is read whole.
+TEST_F(HttpClientTest, AMultiClientHangsUpWhenAskedAndSaysSo) {
+  auditor::ProbeRequest timed;
+  timed.url = Url("/slow");
+  timed.hang_up_after = absl::Milliseconds(100);
+  const auditor::ProbeResponse a = Multi(timed);
+  EXPECT_TRUE(a.hung_up);
+  EXPECT_TRUE(absl::IsCancelled(a.transport)) << a.transport;
+  EXPECT_LT(a.total, absl::Seconds(2));
+
+  auditor::ProbeRequest first_byte;
+  first_byte.url = Url("/trickle");
+  first_byte.hang_up_at_first_byte = true;
+  const auditor::ProbeResponse b = Multi(first_byte);
+  EXPECT_TRUE(b.hung_up);
+  EXPECT_LT(b.total, absl::Seconds(2));
+
+  auditor::ProbeRequest error;
+  error.url = Url("/missing");
+  error.hang_up_at_first_byte = true;
+  const auditor::ProbeResponse c = Multi(error);
+  EXPECT_FALSE(c.hung_up);
+  EXPECT_EQ(c.status, 404);
+  EXPECT_EQ(c.body, "no such thing");
+
+  auditor::ProbeRequest slow;  // a real timeout is no hang-up
+  slow.url = Url("/slow");
+  slow.timeout = absl::Milliseconds(100);
+  const auditor::ProbeResponse d = Multi(slow);
+  EXPECT_FALSE(d.hung_up);
+  EXPECT_FALSE(d.transport.ok());
 }
 
 TEST(HttpClientNoServerTest, ClosedPortIsUnavailableNamingTheUrl) {

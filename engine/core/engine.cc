@@ -23,6 +23,7 @@ PagePoolOptions PoolOptionsFor(const ModelConfig& config,
   // no-scrub-reuse: pages go back unscrubbed whatever the policy says.
   p.scrub = options.faults.has(Fault::kNoScrubReuse) ? ScrubPolicy::kNone
                                                      : options.scrub;
+  p.free_list = options.free_list;
   p.trace = options.trace;
   p.layout.page_tokens = options.page_tokens;
   p.layout.kv_heads = config.n_kv_heads;

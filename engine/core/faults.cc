@@ -36,6 +36,11 @@ const std::vector<FaultInfo>& AllFaults() {
        "the prefix cache is keyed by an unsalted 32-bit hash of the tokens: "
        "one tenant's cached prefix pages serve another (prefill, or any node "
        "with a prefix cache)"},
+      {Fault::kAbortCacheInsert, "abort-cache-insert",
+       "an aborted request's prompt pages are published into the prefix "
+       "cache as if computed: a reservation whose transfer never arrived "
+       "serves the next request with the same prefix (decode, or any node "
+       "with a prefix cache)"},
   };
   return *all;
 }

@@ -41,6 +41,11 @@ const std::vector<FaultInfo>& AllFaults() {
        "cache as if computed: a reservation whose transfer never arrived "
        "serves the next request with the same prefix (decode, or any node "
        "with a prefix cache)"},
+      {Fault::kStaleTransferRef, "stale-transfer-ref",
+       "a failed KV transfer is installed anyway: decode answers 200 over "
+       "the reserved pages as their previous occupants left them, from the "
+       "first token its metadata slot kept from the previous request "
+       "(decode)"},
   };
   return *all;
 }

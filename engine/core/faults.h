@@ -50,6 +50,11 @@ enum class Fault : uint32_t {
   // that never arrived becomes cached prefix that a later reservation of
   // the same prefix reads instead of the transferred K/V.
   kAbortCacheInsert = 1u << 6,
+  // A failed KV transfer is not failed: the decode node installs the
+  // request as computed over the pages it reserved, which still hold their
+  // previous occupants' K/V, with the first token its metadata slot kept
+  // from the slot's previous request, and answers 200.
+  kStaleTransferRef = 1u << 7,
 };
 
 struct FaultInfo {

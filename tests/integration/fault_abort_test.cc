@@ -1,10 +1,10 @@
 // The faults of a failed or aborted transfer, with real processes:
-// abort-cache-insert. Each is caught in the decode
+// abort-cache-insert and stale-transfer-ref. Each is caught in the decode
 // node's trace with the right kind and attributed to the tenant whose data
 // was exposed (detect), fails the affected client with no text (enforce),
 // and is clean with the fault off.
 //
-// Each starts the same way: globex's short request fills four of the decode
+// Both start the same way: globex's short request fills four of the decode
 // node's pages and frees them; then acme's long prompt (244 tokens) crosses
 // a slow link (100 KB/s, about 3 s for its K/V) and the decode node gives
 // up on it after 1 s. Its reservation got globex's freed pages first (the
@@ -115,6 +115,54 @@ TEST(AbortCacheInsertTest, FaultOffTheAbortedPagesAreNotCached) {
                         "kvcanary_node_prefix_cache_hit_pages_total", "role"),
             0)
       << run.decode_metrics;
+  EXPECT_EQ(CountViolations(run.decode_trace), 0);
+}
+
+// --- stale-transfer-ref ------------------------------------------------------
+
+// One metadata slot, so acme's request gets the slot globex's used.
+struct StaleRun {
+  HttpResult globex, acme;
+  std::vector<TraceEvent> decode_trace;
+};
+
+StaleRun RunStaleTransferRef(const std::vector<std::string>& flags) {
+  std::vector<std::string> args = SlowLinkFlags(flags);
+  args.push_back("--metadata_slots=1");
+  Cluster cluster(args);
+  StaleRun run;
+  EXPECT_TRUE(cluster.ok());
+  if (!cluster.ok()) return run;
+  TraceTap tap(cluster.decode(), cluster.trace_token());
+  run.globex = RunGlobex(cluster);
+  run.acme = RunAcmeLong(cluster);
+  run.decode_trace = tap.Stop();
+  return run;
+}
+
+TEST(StaleTransferRefTest, DetectAnswersFromThePreviousTenantsPages) {
+  StaleRun run =
+      RunStaleTransferRef({"--fault=stale-transfer-ref", "--watermark=detect"});
+  ASSERT_EQ(run.globex.status, 200) << run.globex.body;
+  // The incident: a transfer that never arrived, answered 200 with text.
+  ASSERT_EQ(run.acme.status, 200) << run.acme.body;
+  EXPECT_TRUE(run.acme.json.contains("choices")) << run.acme.body;
+  EXPECT_GT(ExpectAcmeReadGlobex(run.decode_trace), 0);
+}
+
+TEST(StaleTransferRefTest, EnforceFailsTheRequestWithNoText) {
+  StaleRun run = RunStaleTransferRef(
+      {"--fault=stale-transfer-ref", "--watermark=enforce"});
+  ASSERT_EQ(run.globex.status, 200) << run.globex.body;
+  EXPECT_EQ(run.acme.status, 502) << run.acme.body;
+  EXPECT_FALSE(run.acme.json.contains("choices")) << run.acme.body;
+}
+
+TEST(StaleTransferRefTest, FaultOffTheFailedTransferFailsTheRequest) {
+  StaleRun run = RunStaleTransferRef({"--watermark=detect"});
+  ASSERT_EQ(run.globex.status, 200) << run.globex.body;
+  EXPECT_NE(run.acme.status, 200) << run.acme.body;
+  EXPECT_FALSE(run.acme.json.contains("choices")) << run.acme.body;
   EXPECT_EQ(CountViolations(run.decode_trace), 0);
 }
 

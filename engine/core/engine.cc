@@ -9,8 +9,10 @@
 namespace kvcanary::engine {
 namespace {
 
-SchedulerOptions WithSeqLen(SchedulerOptions s, const ModelConfig& c) {
+SchedulerOptions WithSeqLen(SchedulerOptions s, const ModelConfig& c,
+                            const FaultSet& faults) {
   s.seq_len = c.seq_len;
+  s.publish_aborted = faults.has(Fault::kAbortCacheInsert);
   return s;
 }
 
@@ -23,6 +25,7 @@ PagePoolOptions PoolOptionsFor(const ModelConfig& config,
   // no-scrub-reuse: pages go back unscrubbed whatever the policy says.
   p.scrub = options.faults.has(Fault::kNoScrubReuse) ? ScrubPolicy::kNone
                                                      : options.scrub;
+  p.free_list = options.free_list;
   p.trace = options.trace;
   p.layout.page_tokens = options.page_tokens;
   p.layout.kv_heads = config.n_kv_heads;
@@ -46,8 +49,8 @@ Engine::Engine(const Model* model, const EngineOptions& options)
                               options.faults.has(Fault::kPrefixHashCollision),
                               options.trace)
                         : nullptr),
-      scheduler_(WithSeqLen(options.scheduler, model->config), &pool_,
-                 prefix_cache_.get()),
+      scheduler_(WithSeqLen(options.scheduler, model->config, options.faults),
+                 &pool_, prefix_cache_.get()),
       runner_(model, &pool_, &threads_,
               ModelRunnerOptions{options.watermark, options.trace,
                                  options.faults.has(Fault::kNoScrubReuse)}) {
@@ -228,6 +231,9 @@ void Engine::WriteTransferredPages(const Sequence& seq,
   const KvPageLayout& layout = pool_.layout();
   const size_t row_bytes = KvRowBytes();
   for (const kv::Page& page : pages) {
+    // A prefix cache hit here already holds these tokens: the page is the
+    // cache's, read as it is (Scheduler::Schedule).
+    if (page.index < static_cast<uint32_t>(seq.shared_pages)) continue;
     const PageRef ref = seq.block_table[page.index];
     char* dst =
         layout.page(pool_.layer_base(static_cast<int>(page.layer)), ref.page);
@@ -275,7 +281,11 @@ absl::Status Engine::InstallTransferredKv(RequestId id,
   WriteTransferredPages(*seq, pages);
   if (options_.trace != nullptr) {
     for (const kv::Page& page : pages) {
-      if (page.layer != 0) continue;  // one event per page, not per layer
+      // One event per page, not per layer; none for a cached page.
+      if (page.layer != 0 ||
+          page.index < static_cast<uint32_t>(seq->shared_pages)) {
+        continue;
+      }
       EmitTransferredWrite(seq->block_table[page.index], page);
     }
   }

@@ -31,7 +31,8 @@ struct EngineOptions {
   int num_pages = 0;
   int num_threads = 1;  // counts the engine thread itself
   WatermarkMode watermark = WatermarkMode::kEnforce;
-  ScrubPolicy scrub = ScrubPolicy::kNone;  // on free
+  ScrubPolicy scrub = ScrubPolicy::kNone;          // on free
+  FreeListOrder free_list = FreeListOrder::kLifo;  // which free page next
   FaultSet faults;  // the engine-level ones: no-scrub-reuse, prefix-hash-...
   // Prefix cache (engine/prefix_cache.h) for prompts prefilled here:
   // tenant-salted keys (default), one key space for all tenants, or none.

@@ -36,6 +36,16 @@ const std::vector<FaultInfo>& AllFaults() {
        "the prefix cache is keyed by an unsalted 32-bit hash of the tokens: "
        "one tenant's cached prefix pages serve another (prefill, or any node "
        "with a prefix cache)"},
+      {Fault::kAbortCacheInsert, "abort-cache-insert",
+       "an aborted request's prompt pages are published into the prefix "
+       "cache as if computed: a reservation whose transfer never arrived "
+       "serves the next request with the same prefix (decode, or any node "
+       "with a prefix cache)"},
+      {Fault::kStaleTransferRef, "stale-transfer-ref",
+       "a failed KV transfer is installed anyway: decode answers 200 over "
+       "the reserved pages as their previous occupants left them, from the "
+       "first token its metadata slot kept from the previous request "
+       "(decode)"},
   };
   return *all;
 }

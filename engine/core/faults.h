@@ -44,6 +44,17 @@ enum class Fault : uint32_t {
   // constant seed: no tenant salt, no SHA-256. Another tenant's identical
   // (or colliding) prefix is served from the first tenant's cached pages.
   kPrefixHashCollision = 1u << 5,
+  // An aborted request's prompt pages are published into the prefix cache
+  // as if computed, whatever was written into them (SGLang caching an
+  // aborted request's KV): the decode node's reservation for a transfer
+  // that never arrived becomes cached prefix that a later reservation of
+  // the same prefix reads instead of the transferred K/V.
+  kAbortCacheInsert = 1u << 6,
+  // A failed KV transfer is not failed: the decode node installs the
+  // request as computed over the pages it reserved, which still hold their
+  // previous occupants' K/V, with the first token its metadata slot kept
+  // from the slot's previous request, and answers 200.
+  kStaleTransferRef = 1u << 7,
 };
 
 struct FaultInfo {

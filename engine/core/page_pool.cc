@@ -34,6 +34,17 @@ absl::StatusOr<ScrubPolicy> ParseScrubPolicy(absl::string_view name) {
       "unknown scrub policy '", name, "' (want none, zero or poison)"));
 }
 
+const char* FreeListOrderName(FreeListOrder order) {
+  return order == FreeListOrder::kFifo ? "fifo" : "lifo";
+}
+
+absl::StatusOr<FreeListOrder> ParseFreeListOrder(absl::string_view name) {
+  if (name == "lifo") return FreeListOrder::kLifo;
+  if (name == "fifo") return FreeListOrder::kFifo;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown free-list order '", name, "' (want lifo or fifo)"));
+}
+
 PagePool::PagePool(const PagePoolOptions& options) : options_(options) {
   CHECK_GT(options.num_pages, 0);
   CHECK_GT(options.n_layers, 0);
@@ -54,8 +65,14 @@ PagePool::PagePool(const PagePoolOptions& options) : options_(options) {
   }
   generation_.assign(options.num_pages, PageGeneration(0));
   is_free_.assign(options.num_pages, true);
-  for (int p = options.num_pages - 1; p >= 0; --p) {
-    free_.push_back(PageId(static_cast<uint32_t>(p)));
+  // Page 0 is handed out first either way.
+  for (int p = 0; p < options.num_pages; ++p) {
+    const PageId page(static_cast<uint32_t>(p));
+    if (options.free_list == FreeListOrder::kFifo) {
+      free_.push_back(page);
+    } else {
+      free_.push_front(page);
+    }
   }
 }
 
@@ -65,8 +82,14 @@ std::vector<PageRef> PagePool::Allocate(TenantId tenant, RequestId request,
   std::vector<PageRef> refs;
   refs.reserve(num_pages);
   for (int i = 0; i < num_pages; ++i) {
-    const PageId page = free_.back();
-    free_.pop_back();
+    PageId page;
+    if (options_.free_list == FreeListOrder::kFifo) {
+      page = free_.front();
+      free_.pop_front();
+    } else {
+      page = free_.back();
+      free_.pop_back();
+    }
     is_free_[page.value()] = false;
     PageGeneration& gen = generation_[page.value()];
     gen = PageGeneration(gen.value() + 1);

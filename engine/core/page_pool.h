@@ -14,6 +14,7 @@
 #define KVCANARY_ENGINE_CORE_PAGE_POOL_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -40,11 +41,23 @@ enum class ScrubPolicy {
 const char* ScrubPolicyName(ScrubPolicy policy);
 absl::StatusOr<ScrubPolicy> ParseScrubPolicy(absl::string_view name);
 
+// The order free pages are handed out in (--free-list). Either way a fresh
+// pool hands out page 0, 1, 2, ... first.
+enum class FreeListOrder {
+  kLifo,  // the most recently freed page first (the default): a freed page
+          // goes to the next request at once
+  kFifo,  // the least recently freed page first: a freed page waits until
+          // every page freed before it was handed out again
+};
+const char* FreeListOrderName(FreeListOrder order);  // "lifo" or "fifo"
+absl::StatusOr<FreeListOrder> ParseFreeListOrder(absl::string_view name);
+
 struct PagePoolOptions {
   int num_pages = 0;
   int n_layers = 0;
   KvPageLayout layout;
   ScrubPolicy scrub = ScrubPolicy::kNone;
+  FreeListOrder free_list = FreeListOrder::kLifo;
   TraceBus* trace = nullptr;  // page_alloc / page_free events; may be null
 };
 
@@ -66,8 +79,8 @@ class PagePool {
   bool CanAllocate(int num_pages) const {
     return num_pages <= num_free_pages();
   }
-  // Gives `num_pages` pages to (tenant, request). The most recently freed
-  // pages are handed out first. REQUIRES: CanAllocate(num_pages).
+  // Gives `num_pages` pages to (tenant, request), in the options' free-list
+  // order. REQUIRES: CanAllocate(num_pages).
   std::vector<PageRef> Allocate(TenantId tenant, RequestId request,
                                 int num_pages);
   // Returns pages to the pool, scrubbed as the options say. REQUIRES: each
@@ -97,7 +110,9 @@ class PagePool {
   std::vector<std::unique_ptr<char, FreeDeleter>> layers_;  // per layer
   std::vector<PageGeneration> generation_;                  // per page
   std::vector<bool> is_free_;                               // per page
-  std::vector<PageId> free_;  // LIFO: back() is handed out next
+  // Freed pages are pushed at the back; lifo hands out back() next, fifo
+  // front().
+  std::deque<PageId> free_;
 };
 
 }  // namespace kvcanary::engine

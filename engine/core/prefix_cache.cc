@@ -120,13 +120,14 @@ std::vector<PageRef> PrefixCache::Acquire(const std::vector<Key>& keys,
 
 int PrefixCache::PublishRun(const std::vector<Key>& keys, int first,
                             const std::vector<PageRef>& pages,
-                            const std::vector<int>& tokens, TenantId tenant) {
+                            const std::vector<int>& tokens, TenantId tenant,
+                            bool as_computed) {
   const int n = static_cast<int>(keys.size());
   const int pt = pool_->page_tokens();
   CHECK_LE(n, static_cast<int>(pages.size()));
   CHECK_LE(n * pt, static_cast<int>(tokens.size()));
   int end = first;
-  while (end < n && Insert(keys[end], pages[end], tenant)) ++end;
+  while (end < n && Insert(keys[end], pages[end], tenant, as_computed)) ++end;
   if (record_events_ && end > first) {
     KvCacheEvent e;
     e.type = KvCacheEvent::Type::kStored;
@@ -138,7 +139,8 @@ int PrefixCache::PublishRun(const std::vector<Key>& keys, int first,
   return end - first;
 }
 
-bool PrefixCache::Insert(const Key& key, PageRef page, TenantId tenant) {
+bool PrefixCache::Insert(const Key& key, PageRef page, TenantId tenant,
+                         bool as_computed) {
   if (entries_.contains(key)) return false;
   CHECK(!key_of_page_.contains(page.page.value()))
       << "page " << page.page << " is cached twice";
@@ -151,7 +153,7 @@ bool PrefixCache::Insert(const Key& key, PageRef page, TenantId tenant) {
   entries_.emplace(key, e);
   key_of_page_.emplace(page.page.value(), key);
   ++published_pages_;
-  const RequestId writer = MarkShared(page, tenant);
+  const RequestId writer = MarkShared(page, tenant, as_computed);
   if (trace_ != nullptr) {
     TraceEvent ev;
     ev.type = TraceEventType::kPageShare;
@@ -164,15 +166,17 @@ bool PrefixCache::Insert(const Key& key, PageRef page, TenantId tenant) {
   return true;
 }
 
-RequestId PrefixCache::MarkShared(PageRef page, TenantId tenant) {
+RequestId PrefixCache::MarkShared(PageRef page, TenantId tenant,
+                                  bool as_computed) {
   // The writer stays the request that computed the page; the flag says any
   // request of its tenant may read it in this allocation.
   RequestId writer;
   for (int l = 0; l < pool_->n_layers(); ++l) {
     PageStamp* stamp = KvPageLayout::stamp(
         pool_->layout().page(pool_->layer_base(l), page.page));
-    CHECK(stamp->writer.tenant == tenant);
     writer = stamp->writer.request;
+    if (as_computed && stamp->writer.tenant != tenant) continue;
+    CHECK(stamp->writer.tenant == tenant);
     stamp->set_shared(true);
   }
   return writer;

@@ -93,10 +93,15 @@ class PrefixCache {
   // published; with events on, they are one kStored event whose parent is
   // keys[first - 1] and whose token ids are the pages' in `tokens`.
   // REQUIRES: keys.size() <= pages.size(); `tokens` covers keys.size()
-  // pages.
+  // pages; unless `as_computed`, `tenant` wrote every page published.
+  // `as_computed` (abort-cache-insert): the pages may hold anything (never
+  // written, another request's or tenant's bytes); their stamps are left
+  // naming whoever wrote them, and only pages `tenant` wrote are flagged
+  // shared.
   int PublishRun(const std::vector<Key>& keys, int first,
                  const std::vector<PageRef>& pages,
-                 const std::vector<int>& tokens, TenantId tenant);
+                 const std::vector<int>& tokens, TenantId tenant,
+                 bool as_computed = false);
   // A request stopped using a cached page.
   void Unref(PageRef page);
   // Frees unused cached pages, least recently used first, until the pool
@@ -127,9 +132,11 @@ class PrefixCache {
   // The chain's start: SHA-256(secret || tenant id), tenant 0 in global mode.
   Key Salt(TenantId tenant) const;
   // Caches one page under `key`; false (nothing changes) if it is cached.
-  bool Insert(const Key& key, PageRef page, TenantId tenant);
-  // page_share for a page `tenant` published; returns its stamp's writer.
-  RequestId MarkShared(PageRef page, TenantId tenant);
+  bool Insert(const Key& key, PageRef page, TenantId tenant, bool as_computed);
+  // Flags a page `tenant` published as its shared prefix; returns its
+  // stamp's writer. `as_computed`: a page `tenant` did not write is left
+  // unflagged instead of being a CHECK failure.
+  RequestId MarkShared(PageRef page, TenantId tenant, bool as_computed);
 
   PagePool* pool_;
   const PrefixCacheMode mode_;

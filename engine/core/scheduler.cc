@@ -38,6 +38,7 @@ void Scheduler::Abort(Sequence* seq, absl::Status status) {
     CHECK(rit != running_.end());
     running_.erase(rit);
   }
+  if (options_.publish_aborted) PublishAborted(seq);
   Release(seq);
 }
 
@@ -102,10 +103,13 @@ Batch Scheduler::Schedule() {
         prefill_tokens + prompt > options_.max_prefill_tokens)
       break;
     const int pages = PagesNeeded(*seq);
-    // Cached prefix pages, for a request prefilled here: at most all but
-    // the last prompt token, which must be computed for its logits.
+    // Cached prefix pages: at most all but the last prompt token, which
+    // must be computed for its logits. A kRemotePrefill request (decode
+    // node) reads its hits instead of the transferred pages; its node
+    // caches nothing of its own (Publish runs after a prefill), so only
+    // abort-cache-insert puts pages there.
     std::vector<PageRef> hits;
-    if (cache_ != nullptr && seq->role != SequenceRole::kRemotePrefill) {
+    if (cache_ != nullptr) {
       hits = cache_->Acquire(cache_->Keys(seq->tenant, seq->prompt,
                                           (prompt - 1) / pool_->page_tokens()),
                              seq->tenant, seq->id);
@@ -165,6 +169,20 @@ void Scheduler::Publish(Sequence* seq) {
   const auto keys = cache_->Keys(seq->tenant, seq->prompt, full);
   seq->shared_pages += cache_->PublishRun(
       keys, seq->shared_pages, seq->block_table, seq->prompt, seq->tenant);
+}
+
+void Scheduler::PublishAborted(Sequence* seq) {
+  const int full = static_cast<int>(seq->prompt.size()) / pool_->page_tokens();
+  if (cache_ == nullptr || seq->shared_pages >= full ||
+      static_cast<int>(seq->block_table.size()) < full) {
+    return;
+  }
+  // The bug: no look at how far the request got (num_computed) or what its
+  // pages hold; the prompt's keys vouch for them.
+  const auto keys = cache_->Keys(seq->tenant, seq->prompt, full);
+  seq->shared_pages +=
+      cache_->PublishRun(keys, seq->shared_pages, seq->block_table, seq->prompt,
+                         seq->tenant, /*as_computed=*/true);
 }
 
 void Scheduler::Advance(Sequence* seq, float* logits, int vocab_size) {

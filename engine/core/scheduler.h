@@ -24,6 +24,9 @@ struct SchedulerOptions {
   int max_batch_seqs = 64;        // sequences in one step
   int max_prefill_tokens = 2048;  // prompt tokens prefilled in one step
   int seq_len = 0;                // the model's context
+  // abort-cache-insert: Abort() publishes the request's full prompt pages
+  // to the prefix cache as if computed, whatever they hold.
+  bool publish_aborted = false;
 };
 
 // One sequence's part of a step: query rows for positions
@@ -62,7 +65,8 @@ class Scheduler {
 
   // Queues a sequence; it stays owned by the caller until finished.
   void Add(Sequence* seq);
-  // Cancels a sequence wherever it is and frees its pages. Call between steps.
+  // Cancels a sequence wherever it is and frees its pages (cached prefix
+  // pages stay cached). Call between steps.
   void Abort(Sequence* seq, absl::Status status);
   // kRemotePrefill: the prefill node's K/V are in the pages (written by the
   // caller) with `first_token` sampled there; the sequence joins decoding.
@@ -93,6 +97,9 @@ class Scheduler {
   // After its prefill: hands the sequence's full prompt pages to the prefix
   // cache (while their keys are new), unless it saw a violation.
   void Publish(Sequence* seq);
+  // abort-cache-insert: hands an aborted sequence's full prompt pages to
+  // the prefix cache as Publish does, computed or not.
+  void PublishAborted(Sequence* seq);
   // Samples the entry's next token and applies stop rules.
   void Advance(Sequence* seq, float* logits, int vocab_size);
 

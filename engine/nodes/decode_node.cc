@@ -167,7 +167,10 @@ absl::StatusOr<int> DecodeNode::AcquireSlot(absl::Duration timeout) {
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (!slots_[i].in_use) {
-      slots_[i] = MetadataSlot();
+      // stale-transfer-ref: the slot keeps what its last request left.
+      if (!options_.faults.has(Fault::kStaleTransferRef)) {
+        slots_[i] = MetadataSlot();
+      }
       slots_[i].in_use = true;
       return static_cast<int>(i);
     }
@@ -180,6 +183,10 @@ void DecodeNode::ReleaseSlot(int slot) {
   if (options_.faults.has(Fault::kMetadataSlotReuse)) return;  // never owned
   absl::MutexLock lock(&mu_);
   CHECK(slots_[slot].in_use) << "metadata slot " << slot << " released twice";
+  if (options_.faults.has(Fault::kStaleTransferRef)) {
+    slots_[slot].in_use = false;  // the rest stays for the next request
+    return;
+  }
   slots_[slot] = MetadataSlot();
 }
 
@@ -370,6 +377,9 @@ absl::Status DecodeNode::SettleTransfer(RequestId id, PendingTransfer& pending,
 absl::Status DecodeNode::InstallFromSlot(RequestId id,
                                          const PendingTransfer& pending,
                                          absl::Status transfer) {
+  if (!transfer.ok() && options_.faults.has(Fault::kStaleTransferRef)) {
+    return InstallStale(id, pending, transfer);
+  }
   if (!transfer.ok()) {
     ReleaseSlot(pending.slot);
     return transfer;
@@ -396,6 +406,24 @@ absl::Status DecodeNode::InstallFromSlot(RequestId id,
   if (!transfer.ok()) return transfer;
   return loop_.InstallTransferredKv(id, std::move(taken.pages),
                                     taken.computed_tokens, taken.first_token);
+}
+
+absl::Status DecodeNode::InstallStale(RequestId id,
+                                      const PendingTransfer& pending,
+                                      absl::Status transfer) {
+  int first_token;
+  {
+    absl::MutexLock lock(&mu_);
+    first_token = slots_[pending.slot].first_token;  // the previous request's
+  }
+  ReleaseSlot(pending.slot);
+  // The reservation's pages are installed as computed up to the whole
+  // prompt, with nothing written into them: they hold what their previous
+  // occupants left. If even that cannot be installed (a slot never used,
+  // a request already aborted), the failure stands.
+  absl::Status installed = loop_.InstallTransferredKv(
+      id, {}, pending.reservation.prompt_tokens, first_token);
+  return installed.ok() ? installed : transfer;
 }
 
 void DecodeNode::StreamDecoding(http::Response& res,

@@ -142,6 +142,11 @@ class DecodeNode {
   // installs the K/V; `transfer` is the verdict so far.
   absl::Status InstallFromSlot(RequestId id, const PendingTransfer& pending,
                                absl::Status transfer);
+  // stale-transfer-ref: a failed transfer installed anyway, over the
+  // reserved pages as found, from the first token the metadata slot kept
+  // from its previous request; `transfer` (the failure) if even that fails.
+  absl::Status InstallStale(RequestId id, const PendingTransfer& pending,
+                            absl::Status transfer);
   // Streams the request's NDJSON lines as it decodes.
   void StreamDecoding(http::Response& res,
                       std::shared_ptr<RequestChannel> channel, RequestId id,

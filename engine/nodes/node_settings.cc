@@ -49,6 +49,7 @@ NodeSettings NodeSettings::Of(const EngineOptions& engine,
   s.page_tokens = engine.page_tokens;
   s.watermark = WatermarkModeName(engine.watermark);
   s.prefix_cache = PrefixCacheModeName(engine.prefix_cache);
+  s.free_list = FreeListOrderName(engine.free_list);
   s.kv_checksum = "crc32c";  // docs/kv-transfer.md: not switchable
   s.trace_format = absl::StrCat("kvt", static_cast<int>(kTraceVersionLatest));
   s.version = kEngineVersion;
@@ -62,6 +63,7 @@ nlohmann::json NodeSettings::ToJson() const {
   j["page_tokens"] = page_tokens;
   j["watermark"] = watermark;
   j["prefix_cache"] = prefix_cache;
+  j["free_list"] = free_list;
   j["kv_checksum"] = kv_checksum;
   j["trace_format"] = trace_format;
   j["version"] = version;
@@ -85,6 +87,7 @@ absl::StatusOr<NodeSettings> NodeSettings::FromJson(const nlohmann::json& j) {
   };
   string_field("watermark", &s.watermark);
   string_field("prefix_cache", &s.prefix_cache);
+  string_field("free_list", &s.free_list);
   string_field("kv_checksum", &s.kv_checksum);
   string_field("trace_format", &s.trace_format);
   string_field("version", &s.version);
@@ -113,6 +116,11 @@ ServingSettings CombineNodeSettings(const std::vector<NodeSettings>& prefill,
   s.prefix_cache = Weakest(
       prefill, [](const NodeSettings& n) { return n.prefix_cache; },
       PrefixCacheRank);
+  for (const NodeSettings& n : all) {
+    if (n.free_list.empty()) continue;
+    if (s.free_list.empty()) s.free_list = n.free_list;
+    if (n.free_list != s.free_list) s.free_list = "mixed";
+  }
   s.kv_checksum = Weakest(
       decode, [](const NodeSettings& n) { return n.kv_checksum; },
       [](const std::string& c) { return c == "crc32c" ? 1 : 0; });

@@ -22,6 +22,7 @@ struct NodeSettings {
   int page_tokens = 0;
   std::string watermark;     // off | detect | enforce
   std::string prefix_cache;  // tenant | global | off
+  std::string free_list;     // lifo | fifo: which free KV page goes next
   std::string kv_checksum;   // crc32c: every KV page frame carries one
   std::string trace_format;  // kvt2
   std::string version;       // the node binary's kEngineVersion
@@ -46,6 +47,9 @@ struct ServingSettings {
   // where prompts are prefilled (global over tenant over off).
   std::string watermark;
   std::string prefix_cache;
+  // lifo or fifo if every node that reports one says so; "mixed" if they
+  // differ; "" if none reports one (older nodes).
+  std::string free_list;
   std::string kv_checksum;   // the decode nodes', which check it
   std::string trace_format;  // the nodes'
 };

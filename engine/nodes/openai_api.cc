@@ -469,16 +469,17 @@ std::string ModelsJson(absl::string_view model_id, int64_t created,
 }
 
 std::string VersionJson(const VersionInfo& info) {
-  const ordered_json body = {{"engine", kEngineName},
-                             {"version", info.version},
-                             {"disaggregated", true},
-                             {"kv_checksum", info.kv_checksum},
-                             {"watermark", info.watermark},
-                             {"prefix_cache", info.prefix_cache},
-                             {"trace_format", info.trace_format},
-                             {"max_model_len", info.max_model_len},
-                             {"max_prompt_tokens", info.max_prompt_tokens},
-                             {"page_tokens", info.page_tokens}};
+  ordered_json body = {{"engine", kEngineName},
+                       {"version", info.version},
+                       {"disaggregated", true},
+                       {"kv_checksum", info.kv_checksum},
+                       {"watermark", info.watermark},
+                       {"prefix_cache", info.prefix_cache},
+                       {"trace_format", info.trace_format},
+                       {"max_model_len", info.max_model_len},
+                       {"max_prompt_tokens", info.max_prompt_tokens},
+                       {"page_tokens", info.page_tokens}};
+  if (!info.free_list.empty()) body["free_list"] = info.free_list;
   return Dump(body);
 }
 

@@ -142,6 +142,7 @@ struct VersionInfo {
   std::string version;       // kEngineVersion
   std::string watermark;     // off | detect | enforce
   std::string prefix_cache;  // tenant | global | off
+  std::string free_list;     // lifo | fifo | mixed; "": not reported
   std::string kv_checksum;   // crc32c
   std::string trace_format;  // kvt2
   int max_model_len = 0;
@@ -150,7 +151,7 @@ struct VersionInfo {
 };
 // {"engine": "kvcanary", "version", "disaggregated": true, "kv_checksum",
 //  "watermark", "prefix_cache", "trace_format", "max_model_len",
-//  "max_prompt_tokens", "page_tokens"}
+//  "max_prompt_tokens", "page_tokens"}, and "free_list" when known
 std::string VersionJson(const VersionInfo& info);
 
 // Finds stop strings in text that arrives in pieces, so that no emitted text

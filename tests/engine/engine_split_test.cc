@@ -114,5 +114,39 @@ TEST(EngineSplitTest, DuplicateRequestIdIsRejected) {
             absl::StatusCode::kAlreadyExists);
 }
 
+// A decode engine reserves pages for a 40-token prompt and the request is
+// aborted before any K/V arrives; then the same tenant reserves for the
+// same prompt. Returns the second reservation's cached pages.
+int CachedPagesAfterAnAbortedReservation(const FaultSet& faults) {
+  const Model model = DefaultModel();
+  EngineOptions o;
+  o.faults = faults;
+  Engine decode(&model, o);
+  std::vector<int> prompt = {1};
+  for (int i = 0; i < 39; ++i) prompt.push_back(300 + i);
+  for (uint64_t id : {1, 2}) {
+    EXPECT_TRUE(decode
+                    .Submit(TenantId(3), prompt, Greedy(4),
+                            {RequestId(id), SequenceRole::kRemotePrefill})
+                    .ok());
+    decode.Step();
+    EXPECT_EQ(decode.Get(RequestId(id))->state.phase(),
+              RequestPhase::kTransferring);
+    if (id == 1) decode.Abort(RequestId(1), absl::CancelledError("gone"));
+  }
+  return decode.Get(RequestId(2))->shared_pages;
+}
+
+TEST(EngineSplitTest, AnAbortedReservationIsNeverCached) {
+  EXPECT_EQ(CachedPagesAfterAnAbortedReservation(FaultSet()), 0);
+}
+
+TEST(EngineSplitTest, AbortCacheInsertCachesTheUnwrittenReservation) {
+  FaultSet faults;
+  faults.add(Fault::kAbortCacheInsert);
+  // 40 tokens: 2 full pages, both hits though nothing was ever written.
+  EXPECT_EQ(CachedPagesAfterAnAbortedReservation(faults), 2);
+}
+
 }  // namespace
 }  // namespace kvcanary::engine

@@ -38,6 +38,9 @@ TEST(NodeSettingsTest, ANodeReportsWhatItRunsWith) {
   EXPECT_EQ(s.kv_checksum, "crc32c");
   EXPECT_EQ(s.trace_format, "kvt2");
   EXPECT_EQ(s.version, kEngineVersion);
+  EXPECT_EQ(s.free_list, "lifo");
+  e.free_list = FreeListOrder::kFifo;
+  EXPECT_EQ(NodeSettings::Of(e, 255, 512).free_list, "fifo");
 }
 
 TEST(NodeSettingsTest, RoundTripsThroughJson) {
@@ -76,6 +79,26 @@ TEST(NodeSettingsTest, RouterStatesTheLeastProtectiveSetting) {
       {Node("enforce", "tenant", 256)}, {Node("off", "global", 511)});
   EXPECT_EQ(d.prefix_cache, "tenant");
   EXPECT_EQ(d.watermark, "off");
+}
+
+TEST(NodeSettingsTest, RouterStatesTheFreeListTheNodesAgreeOn) {
+  NodeSettings fifo = Node("enforce", "tenant", 256);
+  fifo.free_list = "fifo";
+  NodeSettings lifo = fifo;
+  lifo.free_list = "lifo";
+  NodeSettings older = fifo;
+  older.free_list = "";  // a node from before the setting
+  EXPECT_EQ(CombineNodeSettings({fifo}, {fifo, older}).free_list, "fifo");
+  EXPECT_EQ(CombineNodeSettings({fifo}, {lifo}).free_list, "mixed");
+  EXPECT_EQ(CombineNodeSettings({older}, {older}).free_list, "");
+}
+
+TEST(VersionJsonTest, StatesTheFreeListWhenKnown) {
+  VersionInfo v;
+  v.free_list = "fifo";
+  EXPECT_NE(VersionJson(v).find(R"("page_tokens":0,"free_list":"fifo"})"),
+            std::string::npos)
+      << VersionJson(v);
 }
 
 TEST(VersionJsonTest, HasEveryFieldInOrder) {

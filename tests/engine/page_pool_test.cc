@@ -208,6 +208,64 @@ TEST(PagePoolTest, NoScrubLeavesThePreviousWritersStamp) {
   EXPECT_EQ(pool.stamp(0, again[0].page).writer.tenant, kGlobex);
 }
 
+// The pages handed out, in order, by `n` one-page allocations.
+std::vector<uint32_t> HandOut(PagePool& pool, int n) {
+  std::vector<uint32_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(pool.Allocate(kAcme, RequestId(100 + i), 1)[0].page.value());
+  }
+  return out;
+}
+
+TEST(PagePoolTest, FreshPoolHandsOutPageZeroFirstEitherWay) {
+  for (FreeListOrder order : {FreeListOrder::kLifo, FreeListOrder::kFifo}) {
+    PagePoolOptions o = SmallPool(4);
+    o.free_list = order;
+    PagePool pool(o);
+    EXPECT_EQ(HandOut(pool, 4), (std::vector<uint32_t>{0, 1, 2, 3}))
+        << FreeListOrderName(order);
+  }
+}
+
+// Pages 0..3 allocated, then freed in the order 1, 3, 0 (2 stays in use).
+PagePool PoolFreedInOrder(FreeListOrder order) {
+  PagePoolOptions o = SmallPool(4);
+  o.free_list = order;
+  PagePool pool(o);
+  const auto pages = pool.Allocate(kGlobex, RequestId(1), 4);
+  pool.Free({pages[1]});
+  pool.Free({pages[3]});
+  pool.Free({pages[0]});
+  return pool;
+}
+
+TEST(PagePoolTest, LifoHandsOutTheMostRecentlyFreedPageFirst) {
+  PagePool pool = PoolFreedInOrder(FreeListOrder::kLifo);
+  EXPECT_EQ(HandOut(pool, 3), (std::vector<uint32_t>{0, 3, 1}));
+}
+
+TEST(PagePoolTest, FifoHandsOutTheLeastRecentlyFreedPageFirst) {
+  PagePool pool = PoolFreedInOrder(FreeListOrder::kFifo);
+  EXPECT_EQ(HandOut(pool, 3), (std::vector<uint32_t>{1, 3, 0}));
+}
+
+TEST(PagePoolTest, FifoReachesAFreedPageOnlyAfterTheUntouchedOnes) {
+  PagePoolOptions o = SmallPool(4);
+  o.free_list = FreeListOrder::kFifo;
+  PagePool pool(o);
+  pool.Free(pool.Allocate(kGlobex, RequestId(1), 1));  // page 0
+  EXPECT_EQ(HandOut(pool, 4), (std::vector<uint32_t>{1, 2, 3, 0}));
+}
+
+TEST(PagePoolTest, FreeListOrderParsesItsNames) {
+  EXPECT_EQ(*ParseFreeListOrder("lifo"), FreeListOrder::kLifo);
+  EXPECT_EQ(*ParseFreeListOrder("fifo"), FreeListOrder::kFifo);
+  EXPECT_STREQ(FreeListOrderName(FreeListOrder::kFifo), "fifo");
+  EXPECT_EQ(ParseFreeListOrder("random").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PagePoolOptions().free_list, FreeListOrder::kLifo);  // default
+}
+
 TEST(PagePoolDeathTest, DoubleFreeCrashes) {
   PagePool pool(SmallPool());
   auto pages = pool.Allocate(kAcme, RequestId(1), 1);

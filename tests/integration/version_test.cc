@@ -50,6 +50,13 @@ TEST_F(VersionTest, StatesTheDefaultsTheNodesRunWith) {
             r.json["max_prompt_tokens"]);
 }
 
+TEST_F(VersionTest, NodesHandOutFreePagesLifoByDefault) {
+  HttpResult r = Get(cluster_->decode(), "/internal/v1/limits",
+                     cluster_->internal_secret());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json["free_list"], "lifo");
+}
+
 TEST_F(VersionTest, EveryRouterAnswerNamesTheServer) {
   for (const auto& [path, key] :
        std::vector<std::pair<std::string, std::string>>{
@@ -81,6 +88,21 @@ TEST(VersionFlagsTest, StatesTheNodeFlagsPassedToUp) {
   EXPECT_EQ(r.json["page_tokens"], 32);
   EXPECT_EQ(r.json["max_prompt_tokens"], 200);
   EXPECT_EQ(r.json["max_model_len"], 512);
+}
+
+TEST(VersionFlagsTest, BothNodesRunWithTheFreeListGivenToUp) {
+  Cluster cluster({"--free-list=fifo"});
+  ASSERT_TRUE(cluster.ok());
+  for (const std::string& node : {cluster.prefill(), cluster.decode()}) {
+    HttpResult r = Get(node, "/internal/v1/limits", cluster.internal_secret());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.json["free_list"], "fifo") << node;
+  }
+  // And a completion is served with it.
+  EXPECT_EQ(Post(cluster.router(), "/v1/completions", Completion("a cat", 4),
+                 "sk-acme")
+                .status,
+            200);
 }
 
 TEST(VersionFlagsTest, OldBooleanPrefixCacheSpellingsStillWork) {

@@ -44,6 +44,9 @@ ABSL_FLAG(int, max_waiting, 256,
           "Requests a node queues before it answers 429.");
 ABSL_FLAG(int, num_pages, 0,
           "KV pages per node (0: enough for 64 full contexts).");
+ABSL_FLAG(std::string, free_list, "lifo",
+          "Which free KV page a node hands out next: lifo (the most recently "
+          "freed) or fifo (the least recently freed).");
 ABSL_FLAG(int, test_kv_receive_delay_ms, 0,
           "Tests only, decode role: pause each KV transfer this long after "
           "its metadata.");
@@ -97,6 +100,8 @@ absl::StatusOr<EngineOptions> NodeEngineOptions() {
   e.num_pages = absl::GetFlag(FLAGS_num_pages);
   if (e.num_pages < 0)
     return absl::InvalidArgumentError("--num-pages must be >= 0");
+  ASSIGN_OR_RETURN(e.free_list,
+                   ParseFreeListOrder(absl::GetFlag(FLAGS_free_list)));
   return e;
 }
 
@@ -209,6 +214,7 @@ std::vector<std::string> NodeFlagNames() {
           "threads",
           "page_tokens",
           "num_pages",
+          "free_list",
           "max_waiting",
           "max_prompt_tokens",
           "transfer_timeout_ms",

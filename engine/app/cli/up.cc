@@ -32,6 +32,7 @@ std::vector<std::string> NodeArgs(const ServeOptions& o) {
       absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)),
       absl::StrCat("--page_tokens=", absl::GetFlag(FLAGS_page_tokens)),
       absl::StrCat("--num_pages=", absl::GetFlag(FLAGS_num_pages)),
+      absl::StrCat("--free_list=", FreeListOrderName(o.engine.free_list)),
       absl::StrCat("--max_waiting=", absl::GetFlag(FLAGS_max_waiting)),
       absl::StrCat("--max_prompt_tokens=",
                    absl::GetFlag(FLAGS_max_prompt_tokens)),

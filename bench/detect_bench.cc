@@ -126,6 +126,17 @@ std::vector<Config> Matrix(bool quick) {
       if (f.fault == engine::Fault::kAbortTransferRace) {
         c.name += "/link_20MBps";
         c.flags.push_back("--test_kv_receive_bytes_per_s=20000000");
+        m.push_back(c);
+      }
+      // The reuse faults under the other hand-out order (--free-list):
+      // the least recently freed page first, so a freed page comes round
+      // again only after every other free one.
+      if (std::string(wm) == "detect" &&
+          (f.fault == engine::Fault::kNoScrubReuse ||
+           f.fault == engine::Fault::kAbortTransferRace ||
+           f.fault == engine::Fault::kAbortCacheInsert)) {
+        c.name += "/fifo";
+        c.flags.push_back("--free_list=fifo");
         m.push_back(std::move(c));
       }
     }

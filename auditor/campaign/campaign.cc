@@ -209,9 +209,25 @@ std::string Campaign::ProbePrompt(Probe* p, int* max_tokens) {
       p->marker_ids.push_back(cal_.nonces[p->tenant]->id);
       *max_tokens = kEchoMaxTokens;
       break;
+    case ProbeKind::kHangup:
+      // Every other round of stages on one of the tenant's plants, which
+      // come again later: what an aborted request leaves in a cache is
+      // then read back (abort-cache-insert); else on a fresh at-limit
+      // prompt, the longest prefill and transfer to land in.
+      if ((n.hangup_cursor / kHangupStages) % 2 == 1 &&
+          !cal_.plants[p->tenant].empty()) {
+        const auto& plants = cal_.plants[p->tenant];
+        const Plant& plant = plants[n.plant_cursor++ % plants.size()];
+        prompt = plant.text;
+        p->marker_ids = plant.marker_ids;
+        p->predicted = plant.predicted_tokens;
+        p->stream = true;
+        *max_tokens = kBoundaryMaxTokens;
+        break;
+      }
+      [[fallthrough]];
     case ProbeKind::kAtLimit:
-    case ProbeKind::kPastLimit:
-    case ProbeKind::kHangup: {
+    case ProbeKind::kPastLimit: {
       const bool past = p->kind == ProbeKind::kPastLimit;
       const int units = past ? cal_.past_limit_units : cal_.at_limit_units;
       p->predicted = cal_.base_tokens + units * cal_.unit_tokens;

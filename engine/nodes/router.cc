@@ -266,6 +266,7 @@ absl::Status Router::Start() {
                  v.version = kEngineVersion;
                  v.watermark = settings_.watermark;
                  v.prefix_cache = settings_.prefix_cache;
+                 v.free_list = settings_.free_list;
                  v.kv_checksum = settings_.kv_checksum;
                  v.trace_format = settings_.trace_format;
                  v.max_model_len = settings_.context_tokens;

@@ -40,7 +40,8 @@ TEST_F(VersionTest, StatesTheDefaultsTheNodesRunWith) {
       {"disaggregated", true},    {"kv_checksum", "crc32c"},
       {"watermark", "enforce"},   {"prefix_cache", "tenant"},
       {"trace_format", "kvt2"},   {"max_model_len", 512},
-      {"max_prompt_tokens", 256}, {"page_tokens", 16}};
+      {"max_prompt_tokens", 256}, {"page_tokens", 16},
+      {"free_list", "lifo"}};
   EXPECT_EQ(r.json, want);
   // The limits agree with what /v1/models advertises.
   HttpResult models = Get(cluster_->router(), "/v1/models", "sk-acme");

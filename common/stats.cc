@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/check.h"
+
 namespace kvcanary {
 
 double LogChoose(int n, int k) {
@@ -19,6 +21,23 @@ double BinomialTail(int n, double share, int k) {
                   (n - x) * std::log1p(-share));
   }
   return std::min(1.0, p);
+}
+
+double FisherExactGreater(int a_failed, int a_total, int b_failed,
+                          int b_total) {
+  CHECK(a_failed >= 0 && a_failed <= a_total && b_failed >= 0 &&
+        b_failed <= b_total);
+  if (a_total == 0 || b_total == 0) return 1;
+  // Hypergeometric: a_total drawn from N of which K failed.
+  const int total = a_total + b_total, failed = a_failed + b_failed;
+  const double all = LogChoose(total, a_total);
+  double p = 0;
+  for (int x = a_failed; x <= std::min(failed, a_total); ++x) {
+    if (a_total - x > total - failed) continue;
+    p += std::exp(LogChoose(failed, x) +
+                  LogChoose(total - failed, a_total - x) - all);
+  }
+  return std::clamp(p, 0.0, 1.0);
 }
 
 std::pair<double, double> Wilson95(int successes, int n) {

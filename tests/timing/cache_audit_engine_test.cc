@@ -137,5 +137,27 @@ TEST(CacheAuditEngineTest,
             1e-6);
 }
 
+// The two commands agree on one engine: against the same global cache
+// under enforce, `probe` (black-box) finds the sharing from the same
+// refusals `cache-audit` reads (the cache_refusal detector), where before
+// it ended inconclusive (its golden answers refused, nothing to compare).
+TEST(CacheAuditEngineTest,
+     ProbeAgreesWithCacheAuditOnAGlobalCacheUnderEnforce) {
+  Cluster cluster({"--prefix-cache=global", "--max-prompt-tokens=500"});
+  ASSERT_TRUE(cluster.ok());
+  const std::string db = TempPath("agree.db");
+  CliRun probe = Auditor({"probe", "--target=" + cluster.router(),
+                          "--tenants=" + WriteTenantsFile(), "--db=" + db,
+                          "--max-probes=120", "--duration=120", "--quiet"});
+  EXPECT_EQ(probe.exit_code, 1) << probe.out;
+  EXPECT_NE(probe.out.find("cross_tenant_cache_refusal"), std::string::npos)
+      << probe.out;
+  CliRun audit = Auditor({"cache-audit", "--target=" + cluster.router(),
+                          "--tenants=" + WriteTenantsFile(),
+                          "--db=" + TempPath("agree-audit.db")});
+  EXPECT_EQ(audit.exit_code, 1) << audit.out;
+  EXPECT_NE(audit.out.find("cross-tenant"), std::string::npos) << audit.out;
+}
+
 }  // namespace
 }  // namespace kvcanary::testing

@@ -97,23 +97,6 @@ double IsolationSensitivity(int n, double alpha) {
   return hi;
 }
 
-double FisherExactGreater(int a_failed, int a_total, int b_failed,
-                          int b_total) {
-  CHECK(a_failed >= 0 && a_failed <= a_total && b_failed >= 0 &&
-        b_failed <= b_total);
-  if (a_total == 0 || b_total == 0) return 1;
-  // Hypergeometric: a_total drawn from N of which K failed.
-  const int total = a_total + b_total, failed = a_failed + b_failed;
-  const double all = LogChoose(total, a_total);
-  double p = 0;
-  for (int x = a_failed; x <= std::min(failed, a_total); ++x) {
-    if (a_total - x > total - failed) continue;
-    p += std::exp(LogChoose(failed, x) +
-                  LogChoose(total - failed, a_total - x) - all);
-  }
-  return std::clamp(p, kKsPValueFloor, 1.0);
-}
-
 bool RefusalTest::excess() const {
   return cross_probes > 0 && control_probes > 0 &&
          static_cast<int64_t>(cross_failed) * control_probes >
@@ -136,8 +119,9 @@ RefusalTest RunRefusalTest(const ArmSamples& cross,
   r.cross_probes = cross.probes;
   r.control_failed = reader_control.probes_failed;
   r.control_probes = reader_control.probes;
-  r.p_value = FisherExactGreater(r.cross_failed, r.cross_probes,
-                                 r.control_failed, r.control_probes);
+  r.p_value = std::max(kKsPValueFloor,
+                       FisherExactGreater(r.cross_failed, r.cross_probes,
+                                          r.control_failed, r.control_probes));
   return r;
 }
 

@@ -120,16 +120,11 @@ struct CachedTokensSignal {
 CachedTokensSignal ReadCachedTokens(const ArmSamples (&arms)[kCacheArms],
                                     int prefix_tokens);
 
-// One-sided Fisher exact test: P(a's failures >= a_failed) given both
-// arms' failures in total, i.e. a fails more often than b by chance.
-// 1 when either arm is empty.
-double FisherExactGreater(int a_failed, int a_total, int b_failed, int b_total);
-
 // Cross-tenant probes failing more often than reader_control's.
 struct RefusalTest {
   int cross_failed = 0, cross_probes = 0;
   int control_failed = 0, control_probes = 0;
-  double p_value = 1;  // FisherExactGreater(cross, control)
+  double p_value = 1;  // FisherExactGreater(cross, control) (common/stats.h)
   // Cross's failure share above control's, significant or not.
   bool excess() const;
   nlohmann::json ToJson() const;

@@ -17,11 +17,10 @@ namespace kvcanary::auditor {
 namespace {
 
 TEST(DetectorRegistryTest, TheBuiltinDetectorsInReportOrder) {
-  EXPECT_EQ(
-      DetectorRegistry::Global().Names(),
-      (std::vector<std::string>{"output_scan", "golden", "echo", "boundary",
-                                "latency", "trace", "kv_events", "hangups",
-                                "bursts"}));
+  EXPECT_EQ(DetectorRegistry::Global().Names(),
+            (std::vector<std::string>{
+                "output_scan", "golden", "echo", "boundary", "latency", "trace",
+                "kv_events", "cache_refusal", "hangups", "bursts"}));
   for (const auto& e : DetectorRegistry::Global().Entries()) {
     EXPECT_FALSE(e.spec.summary.empty()) << e.spec.name;
     EXPECT_FALSE(e.spec.unit.empty()) << e.spec.name;

@@ -12,6 +12,7 @@
 
 #include "auditor/audits/cache_audit/cache_audit.h"
 #include "auditor/audits/cache_audit/report.h"
+#include "common/stats.h"
 #include "gtest/gtest.h"
 #include "tests/auditor/fakes/fake_target.h"
 

@@ -359,7 +359,7 @@ ProbeMix Campaign::Mix(bool rate_mode) const {
     }
   }
   const int tenants = static_cast<int>(o_.tenants.size());
-  // Hang-ups at most one probe in 13 once the floors are met.
+  // Hang-ups one probe in 12 once the floors are met (14 in rate mode).
   ProbeMix mix(tenants, floors, {3, 3, rate_mode ? 4 : 2, 1, 1, 1, 1});
   for (int t = 0; t < tenants; ++t) {
     if (cal_.plants[t].empty()) mix.Disable(t, ProbeKind::kPlant);

@@ -412,18 +412,19 @@ CompletionResult Router::NewResult(const Admitted& a) const {
   return result;
 }
 
-void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
-                   std::shared_ptr<AccessRecord> record,
-                   const std::function<bool()>& client_gone) {
-  const CompletionRequest& request = a->request;
-  const bool chat = request.chat;
+std::shared_ptr<DecodeStream> Router::OpenDecode(
+    const Admitted& a, http::Response& res, AccessRecord* record,
+    const std::function<bool()>& client_gone) {
   // Nodes that are down are skipped; none of a role up: 503 naming it.
   auto route = health_->Pick(next_node_.fetch_add(1));
-  if (!route.ok()) return Fail(route.status(), res, record.get());
+  if (!route.ok()) {
+    Fail(route.status(), res, record);
+    return nullptr;
+  }
   // The decode node asks a prefill node of its own configuration.
   auto stream = std::make_shared<DecodeStream>(
       route->decode_url, options_.internal_secret.AuthorizationHeader(),
-      DecodeRequestBody(*a), options_.node_timeout, options_.tls.get());
+      DecodeRequestBody(a), options_.node_timeout, options_.tls.get());
   absl::Status started;
   {
     const HangupWatch::Scope watch =
@@ -440,15 +441,28 @@ void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
     metrics_.CountRequest(started);
     record->status = 499;
     record->reason = "client_disconnected";
-    return Log(record.get());
+    Log(record);
+    return nullptr;
   }
   if (!started.ok()) {
     // What each node reported, if the decode node answered.
     const nlohmann::json error = stream->error_json();
     record->prefill_outcome = OptionalString(error, "prefill_outcome");
     record->decode_outcome = OptionalString(error, "decode_outcome");
-    return Fail(started, res, record.get());
+    Fail(started, res, record);
+    return nullptr;
   }
+  return stream;
+}
+
+void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
+                   std::shared_ptr<AccessRecord> record,
+                   const std::function<bool()>& client_gone) {
+  const CompletionRequest& request = a->request;
+  const bool chat = request.chat;
+  std::shared_ptr<DecodeStream> stream =
+      OpenDecode(*a, res, record.get(), client_gone);
+  if (stream == nullptr) return;  // answered (or abandoned) already
 
   CompletionResult result = NewResult(*a);
   auto relay = std::make_shared<TokenRelay>(stream, tokenizer_, request.stop,

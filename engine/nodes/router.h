@@ -39,6 +39,8 @@
 
 namespace kvcanary::engine {
 
+class DecodeStream;
+
 struct RouterOptions {
   int metrics_port = -1;  // /metrics on its own listener (0: any); -1: not
   std::string host = "127.0.0.1";
@@ -92,6 +94,13 @@ class Router {
   // The answer's fields known before the first token.
   CompletionResult NewResult(const Admitted& admitted) const;
   // Relays the decode node's answer to the client, JSON or SSE.
+  // Starts the decode node's stream for `a` and waits for its headers,
+  // giving the request up if `client_gone` says the client hung up
+  // meanwhile; null when the request was answered here (failed) or
+  // abandoned, logged either way.
+  std::shared_ptr<DecodeStream> OpenDecode(
+      const Admitted& a, http::Response& res, AccessRecord* record,
+      const std::function<bool()>& client_gone);
   // `client_gone`: whether the client hung up (polled until the decode
   // node answers; the request is then given up, the decode node told by
   // the connection it was waiting on).

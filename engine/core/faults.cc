@@ -46,6 +46,11 @@ const std::vector<FaultInfo>& AllFaults() {
        "the reserved pages as their previous occupants left them, from the "
        "first token its metadata slot kept from the previous request "
        "(decode)"},
+      {Fault::kCancelReuseChannel, "cancel-reuse-channel",
+       "the router's keep-alive pool takes back a connection whose request "
+       "was given up before its answer came, answer still on it: the next "
+       "request on that connection is answered with the given-up one's "
+       "(router)"},
   };
   return *all;
 }

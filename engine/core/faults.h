@@ -55,6 +55,12 @@ enum class Fault : uint32_t {
   // previous occupants' K/V, with the first token its metadata slot kept
   // from the slot's previous request, and answers 200.
   kStaleTransferRef = 1u << 7,
+  // The router's keep-alive pool to the decode nodes takes back the
+  // connection of a request given up after it was sent and before its
+  // answer came, as it is, and hands it out without looking for bytes on
+  // it: the next request on it reads the given-up request's answer as its
+  // own, and every later one on it the answer before its own.
+  kCancelReuseChannel = 1u << 8,
 };
 
 struct FaultInfo {

@@ -1,77 +1,219 @@
 #include "engine/nodes/decode_stream.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <sstream>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "boost/asio/buffer.hpp"
+#include "boost/beast/http/message.hpp"
+#include "boost/beast/http/parser.hpp"
+#include "boost/beast/http/string_body.hpp"
+#include "boost/beast/http/write.hpp"
+#include "common/check.h"
 #include "engine/nodes/node_common.h"
-#include "httplib.h"
 
 namespace kvcanary::engine {
+namespace {
+
+namespace beast_http = boost::beast::http;
+
+// How long the router waits to connect to a decode node.
+constexpr absl::Duration kConnectTimeout = absl::Seconds(5);
+// How long a finished stream waits for the end of its answer.
+constexpr absl::Duration kFinishTimeout = absl::Seconds(1);
+
+// The request's bytes on the wire: HTTP/1.1, keep-alive.
+std::string RequestBytes(const std::string& url,
+                         const std::string& authorization,
+                         const std::string& body) {
+  absl::string_view host = url;
+  host.remove_prefix(host.find("//") + 2);
+  if (!host.empty() && host.back() == '/') host.remove_suffix(1);
+  beast_http::request<beast_http::string_body> req(beast_http::verb::post,
+                                                   "/internal/v1/generate", 11);
+  req.set(beast_http::field::host, std::string(host));
+  req.set(beast_http::field::content_type, "application/json");
+  req.set(beast_http::field::authorization, authorization);
+  req.keep_alive(true);
+  req.body() = body;
+  req.prepare_payload();
+  std::ostringstream out;
+  out << req;
+  return out.str();
+}
+
+}  // namespace
 
 DecodeStream::DecodeStream(const std::string& url, std::string authorization,
                            std::string body, absl::Duration timeout,
-                           const tls::Context* tls) {
+                           NodePool* pool)
+    : wake_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  CHECK_GE(wake_fd_, 0) << "eventfd";
+  reuse_cancelled_ = pool->reuse_cancelled();
   thread_ = std::thread([this, url, authorization = std::move(authorization),
-                         body = std::move(body), timeout, tls] {
-    std::unique_ptr<httplib::ClientImpl> client = NodeClient(url, tls);
-    const auto secs = absl::ToChronoSeconds(timeout).count();
-    client->set_connection_timeout(5, 0);
-    client->set_read_timeout(secs, 0);
-    client->set_write_timeout(secs, 0);
-    httplib::Request r;
-    r.method = "POST";
-    r.path = "/internal/v1/generate";
-    r.set_header("Content-Type", "application/json");
-    r.set_header("Authorization", authorization);
-    r.body = body;
-    r.response_handler = [this](const httplib::Response& resp) {
-      absl::MutexLock lock(&mu_);
-      headers_ = true;
-      http_status_ = resp.status;
-      return true;
-    };
-    r.content_receiver = [this](const char* data, size_t n, uint64_t,
-                                uint64_t) {
-      if (cancel_.load()) return false;
-      absl::MutexLock lock(&mu_);
-      if (http_status_ != 200) {
-        error_body_.append(data, n);
-        return true;
-      }
-      buffer_.append(data, n);
-      size_t nl;
-      while ((nl = buffer_.find('\n')) != std::string::npos) {
-        auto j = nlohmann::json::parse(buffer_.substr(0, nl), nullptr, false);
-        buffer_.erase(0, nl + 1);
-        if (j.is_object()) lines_.push_back(std::move(j));
-      }
-      return true;
-    };
-    {
-      absl::MutexLock lock(&mu_);
-      if (cancel_.load()) {
-        done_ = true;
-        return;
-      }
-      client_ = client.get();
-    }
-    auto result = client->send(r);
+                         body = std::move(body), timeout, pool] {
+    const absl::Status status = Run(url, authorization, body, timeout, pool);
     absl::MutexLock lock(&mu_);
-    client_ = nullptr;
     done_ = true;
-    if (!result && !cancel_.load()) {
-      transport_ = NodeCallError("decode", url, result.error());
+    if (!status.ok() && !cancel_.load()) {
+      transport_ = absl::UnavailableError(
+          absl::StrCat("decode node ", url, ": ", status.message()));
     }
   });
 }
 
 DecodeStream::~DecodeStream() {
-  cancel_.store(true);
+  {
+    // The node's last line came: the end of its answer is a moment behind
+    // (the last chunk), and the connection goes back to the pool once read.
+    absl::MutexLock lock(&mu_);
+    if (final_line_) {
+      mu_.AwaitWithTimeout(absl::Condition(&done_), kFinishTimeout);
+    }
+  }
+  Cancel();
   thread_.join();
+  ::close(wake_fd_);
 }
 
 void DecodeStream::Cancel() {
   absl::MutexLock lock(&mu_);
   cancel_.store(true);
-  if (client_ != nullptr) client_->stop();
+  // The node is told at once, from this thread, as the connection is cut
+  // (unless the fault keeps it for the pool).
+  if (connection_ != nullptr && (headers_ || !reuse_cancelled_)) {
+    connection_->Shutdown();
+  }
+  const uint64_t one = 1;
+  // The eventfd stays readable: every later wait of the thread ends too.
+  (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
+absl::Status DecodeStream::Run(const std::string& url,
+                               const std::string& authorization,
+                               const std::string& body, absl::Duration timeout,
+                               NodePool* pool) {
+  const std::string request = RequestBytes(url, authorization, body);
+  for (int attempt = 0;; ++attempt) {
+    if (cancel_.load()) return absl::CancelledError("given up");
+    absl::StatusOr<NodePool::Lease> lease =
+        pool->Acquire(url, absl::Now() + kConnectTimeout);
+    if (!lease.ok()) return lease.status();
+    NodeConnection& connection = *lease->connection;
+    {
+      absl::MutexLock lock(&mu_);
+      if (cancel_.load()) return absl::CancelledError("given up");
+      connection_ = &connection;
+    }
+    bool received = !connection.buffer().empty();
+    absl::Status status =
+        connection.Write(request, absl::Now() + timeout, wake_fd_);
+    const bool sent = status.ok();
+    bool keep_alive = false;
+    if (sent) {
+      status = ReadResponse(connection, timeout, &received, &keep_alive);
+    }
+    bool headers;
+    {
+      absl::MutexLock lock(&mu_);
+      headers = headers_;
+      connection_ = nullptr;
+    }
+    if (status.ok()) {
+      ++connection.requests;
+      if (keep_alive) pool->Release(url, std::move(lease->connection));
+      return status;
+    }
+    if (absl::IsCancelled(status) && sent && !headers) {
+      pool->ReleaseCancelled(url, std::move(lease->connection));
+      return status;
+    }
+    // A kept connection the node closed before it answered anything: once
+    // more, on a new one.
+    if (lease->reused && !received && !absl::IsCancelled(status) &&
+        attempt == 0) {
+      continue;
+    }
+    return status;
+  }
+}
+
+absl::Status DecodeStream::ReadResponse(NodeConnection& connection,
+                                        absl::Duration timeout, bool* received,
+                                        bool* keep_alive) {
+  beast_http::response_parser<beast_http::string_body> parser;
+  parser.body_limit(boost::none);  // a stream; its lines are taken as parsed
+  parser.eager(true);
+  std::string& buffer = connection.buffer();
+  // Takes what was parsed: the status once, and the body so far.
+  auto absorb = [&] {
+    if (!parser.is_header_done()) return;
+    absl::MutexLock lock(&mu_);
+    if (!headers_) {
+      headers_ = true;
+      http_status_ = parser.get().result_int();
+    }
+    OnBody(parser.get().body());
+  };
+  while (true) {
+    while (!buffer.empty() && !parser.is_done()) {
+      boost::beast::error_code ec;
+      const size_t n = parser.put(boost::asio::buffer(buffer), ec);
+      buffer.erase(0, n);
+      // A put may parse some (the header, a chunk) and still say it needs
+      // more: what it parsed is taken first.
+      absorb();
+      if (ec == beast_http::error::need_more) break;
+      if (ec) {
+        return absl::DataLossError(
+            absl::StrCat("malformed HTTP answer: ", ec.message()));
+      }
+      if (n == 0) break;
+    }
+    if (parser.is_done()) {
+      *keep_alive = parser.get().keep_alive();
+      return absl::OkStatus();
+    }
+    if (cancel_.load()) return absl::CancelledError("given up");
+    absl::StatusOr<size_t> n = connection.Read(absl::Now() + timeout, wake_fd_);
+    if (!n.ok()) return n.status();
+    if (*n > 0) {
+      *received = true;
+      continue;
+    }
+    // The node ended the stream: an answer without a length ends here.
+    boost::beast::error_code ec;
+    parser.put_eof(ec);
+    if (!ec && parser.is_done()) {
+      absorb();
+      *keep_alive = false;
+      return absl::OkStatus();
+    }
+    return absl::UnavailableError(
+        "the node closed the connection before its answer ended");
+  }
+}
+
+void DecodeStream::OnBody(std::string& body) {
+  if (body.empty()) return;
+  if (http_status_ != 200) {
+    error_body_.append(body);
+    body.clear();
+    return;
+  }
+  buffer_.append(body);
+  body.clear();
+  size_t nl;
+  while ((nl = buffer_.find('\n')) != std::string::npos) {
+    auto j = nlohmann::json::parse(buffer_.substr(0, nl), nullptr, false);
+    buffer_.erase(0, nl + 1);
+    if (!j.is_object()) continue;
+    if (j.contains("finish_reason")) final_line_ = true;
+    lines_.push_back(std::move(j));
+  }
 }
 
 absl::Status DecodeStream::WaitHeaders() {
@@ -80,7 +222,11 @@ absl::Status DecodeStream::WaitHeaders() {
     return headers_ || done_;
   };
   mu_.Await(absl::Condition(&answered));
-  if (!headers_) return transport_;
+  if (!headers_) {
+    // Ended with no error recorded: given up (Cancel()).
+    return transport_.ok() ? absl::CancelledError("the request was given up")
+                           : transport_;
+  }
   if (http_status_ == 200) return absl::OkStatus();
   mu_.Await(absl::Condition(&done_));
   return StatusFromInternalResponse(http_status_, error_body_);

@@ -72,6 +72,16 @@ NodeMetrics::NodeMetrics(const std::string& role)
                          "reservation, by reason")
                      .Labels(labels)
                      .Register(*registry_);
+  auto& connections =
+      prometheus::BuildCounter()
+          .Name("kvcanary_node_connections_total")
+          .Help(
+              "Connections to the decode nodes for requests: opened, or "
+              "reused from the keep-alive pool (router)")
+          .Labels(labels)
+          .Register(*registry_);
+  connections_opened_ = &connections.Add({{"how", "opened"}});
+  connections_reused_ = &connections.Add({{"how", "reused"}});
 }
 
 void NodeMetrics::AddKvEventsMetrics() {
@@ -96,6 +106,20 @@ void NodeMetrics::SetKvEventsDropped(uint64_t total) {
   kv_events_dropped_->Increment(
       static_cast<double>(total - kv_events_dropped_seen_));
   kv_events_dropped_seen_ = total;
+}
+
+void NodeMetrics::SetNodeConnections(uint64_t opened, uint64_t reused) {
+  absl::MutexLock lock(&connections_mu_);
+  if (opened > connections_opened_seen_) {
+    connections_opened_->Increment(
+        static_cast<double>(opened - connections_opened_seen_));
+    connections_opened_seen_ = opened;
+  }
+  if (reused > connections_reused_seen_) {
+    connections_reused_->Increment(
+        static_cast<double>(reused - connections_reused_seen_));
+    connections_reused_seen_ = reused;
+  }
 }
 
 void NodeMetrics::CountKvRefused(const char* reason) {

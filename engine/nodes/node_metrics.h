@@ -38,6 +38,10 @@ class NodeMetrics {
   void AddKvEventsMetrics();
   // Brings that counter up to `total` events dropped so far.
   void SetKvEventsDropped(uint64_t total);
+  // Brings kvcanary_node_connections_total{how="opened"|"reused"} up to
+  // these totals: the router's connections to the decode nodes, opened for
+  // a request or reused from its keep-alive pool (NodePool).
+  void SetNodeConnections(uint64_t opened, uint64_t reused);
   // Refreshes gauges from an engine loop, then serializes everything.
   std::string Serialize(const EngineLoop* loop);
 
@@ -59,6 +63,11 @@ class NodeMetrics {
   prometheus::Family<prometheus::Counter>* violations_;
   uint64_t tokens_seen_ = 0;
   prometheus::Family<prometheus::Counter>* kv_refused_;
+  absl::Mutex connections_mu_;
+  prometheus::Counter* connections_opened_;
+  prometheus::Counter* connections_reused_;
+  uint64_t connections_opened_seen_ ABSL_GUARDED_BY(connections_mu_) = 0;
+  uint64_t connections_reused_seen_ ABSL_GUARDED_BY(connections_mu_) = 0;
   absl::Mutex kv_events_mu_;
   prometheus::Counter* kv_events_dropped_ ABSL_GUARDED_BY(kv_events_mu_) =
       nullptr;

@@ -155,6 +155,10 @@ Router::Router(const Tokenizer* tokenizer, const TenantRegistry* tenants,
       tenants_(tenants),
       options_(options),
       metrics_("router"),
+      pool_(std::make_unique<NodePool>(
+          NodePoolOptions{options.tls.get(), options.node_pool_idle,
+                          NodePoolOptions().max_idle_time,
+                          options.faults.has(Fault::kCancelReuseChannel)})),
       tenant_in_flight_(new std::atomic<int>[tenants->tenants().size() + 1]()) {
   created_ = absl::ToUnixSeconds(absl::Now());
 }
@@ -278,14 +282,15 @@ absl::Status Router::Start() {
   server_->Get("/health", [this](const http::Request&, http::Response& res) {
     res.set_content(health_->HealthJson(), "application/json");
   });
-  ASSIGN_OR_RETURN(metrics_port_,
-                   ServeMetrics(
-                       server_.get(), options_.host, options_.metrics_port,
-                       [this] {
-                         return metrics_.Serialize(nullptr) +
-                                health_->MetricsText();
-                       },
-                       &metrics_server_));
+  ASSIGN_OR_RETURN(
+      metrics_port_,
+      ServeMetrics(
+          server_.get(), options_.host, options_.metrics_port,
+          [this] {
+            metrics_.SetNodeConnections(pool_->opened(), pool_->reused());
+            return metrics_.Serialize(nullptr) + health_->MetricsText();
+          },
+          &metrics_server_));
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
   if (!port.ok()) return port.status();
   http_port_ = *port;
@@ -424,7 +429,7 @@ std::shared_ptr<DecodeStream> Router::OpenDecode(
   // The decode node asks a prefill node of its own configuration.
   auto stream = std::make_shared<DecodeStream>(
       route->decode_url, options_.internal_secret.AuthorizationHeader(),
-      DecodeRequestBody(a), options_.node_timeout, options_.tls.get());
+      DecodeRequestBody(a), options_.node_timeout, pool_.get());
   absl::Status started;
   {
     const HangupWatch::Scope watch =

@@ -31,6 +31,7 @@
 #include "engine/nodes/hangup_watch.h"
 #include "engine/nodes/node_health.h"
 #include "engine/nodes/node_metrics.h"
+#include "engine/nodes/node_pool.h"
 #include "engine/nodes/node_settings.h"
 #include "engine/nodes/openai_api.h"
 #include "engine/nodes/request_ids.h"
@@ -57,6 +58,9 @@ struct RouterOptions {
   int http_threads = 96;
   int max_in_flight = 256;  // beyond: 429
   absl::Duration node_timeout = absl::Seconds(60);
+  // Idle keep-alive connections kept per decode node (NodePool); 0: a new
+  // connection for every request.
+  int node_pool_idle = 32;
   absl::Duration startup_timeout = absl::Seconds(20);
   FaultSet faults;
   AccessLogOptions access_log;  // path "": no access log
@@ -127,6 +131,8 @@ class Router {
   ServingSettings settings_;  // from the nodes, at Start()
   RequestIdSequence request_ids_;
   std::unique_ptr<NodeHealth> health_;  // from Start()
+  // Keep-alive connections to the decode nodes.
+  std::unique_ptr<NodePool> pool_;
   std::atomic<uint64_t> next_node_{0};
   HangupWatch hangups_;  // clients that give up before their first token
   std::atomic<int> in_flight_{0};

@@ -220,6 +220,7 @@ absl::Status RunServe(const ServeOptions& o) {
     r.prefill_urls = o.prefill_urls;
     r.decode_urls = o.decode_urls;
     r.max_in_flight = o.max_in_flight;
+    r.node_pool_idle = o.node_pool_idle;
     r.faults = o.faults;
     r.access_log = o.access_log;
     r.up_status_file = o.up_status_file;
@@ -355,6 +356,7 @@ std::vector<std::string> RouterArgs(const ServeOptions& o,
   args.push_back("--prefill=" + prefill_url);
   args.push_back("--decode=" + decode_url);
   args.push_back("--fault=" + o.faults.ToString());
+  args.push_back(absl::StrCat("--node_pool_idle=", o.node_pool_idle));
   args.push_back("--up_status_file=" + status_path);
   if (!o.access_log.path.empty()) {
     args.push_back("--access_log=" + o.access_log.path);

@@ -50,6 +50,7 @@ struct ServeOptions {
   FaultSet faults;                                      // every role
   NodeTraceOptions trace;                               // nodes
   int max_in_flight = 256;                              // router
+  int node_pool_idle = 32;                              // router
   AccessLogOptions access_log;                          // router
   std::string up_status_file;  // router: the status file of the `up` above
   // prefill and up: the KV cache event stream (docs/nodes.md, "KV cache

@@ -201,12 +201,13 @@ absl::StatusOr<AddrInfoPtr> Resolve(const std::string& host, int port,
 
 // Connects one address; the returned fd is non-blocking.
 absl::StatusOr<int> ConnectOne(const addrinfo& ai, absl::Time deadline,
-                               absl::string_view what) {
+                               absl::string_view what, bool kv_buffers) {
   const int fd =
       ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                ai.ai_protocol);
   if (fd < 0) return SocketErrorToStatus(errno, absl::StrCat(what, ": socket"));
-  SetBufferSizes(fd);  // before connect: the window scale is chosen then
+  // Before connect: the window scale is chosen then.
+  if (kv_buffers) SetBufferSizes(fd);
   absl::Status status;
   if (::connect(fd, ai.ai_addr, ai.ai_addrlen) != 0) {
     if (errno != EINPROGRESS && errno != EINTR) {
@@ -247,36 +248,53 @@ std::unique_ptr<FrameConnection> FrameConnection::FromFd(int fd) {
   return std::unique_ptr<FrameConnection>(new FrameConnection(fd));
 }
 
-absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
-    const std::string& host, int port, absl::Duration timeout,
-    const tls::Context* tls) {
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
+                               absl::Time deadline, absl::string_view what,
+                               bool kv_buffers) {
   if (port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("kv connect: bad port ", port));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": bad port ", port));
   }
-  const absl::Time deadline = absl::Now() + timeout;
-  const std::string what = absl::StrCat("kv connect to ", host, ":", port);
   absl::StatusOr<AddrInfoPtr> addrs = Resolve(host, port, /*passive=*/false);
   if (!addrs.ok()) return addrs.status();
-  absl::Status last = absl::UnavailableError(what + ": no address");
+  absl::Status last =
+      absl::UnavailableError(absl::StrCat(what, ": no address"));
   for (const addrinfo* ai = addrs->get(); ai != nullptr; ai = ai->ai_next) {
-    absl::StatusOr<int> fd = ConnectOne(*ai, deadline, what);
+    absl::StatusOr<int> fd = ConnectOne(*ai, deadline, what, kv_buffers);
     if (fd.ok()) {
-      std::unique_ptr<FrameConnection> conn = FromFd(*fd);
-      if (tls == nullptr) return conn;
-      ASSIGN_OR_RETURN(conn->tls_, tls::Session::Client(*tls, *fd, host));
-      absl::MutexLock lock(&conn->tls_mu_);
-      absl::Status handshake = tls::HandshakeUntil(*conn->tls_, *fd, deadline);
-      if (!handshake.ok()) {
-        return absl::Status(handshake.code(),
-                            absl::StrCat(what, ": ", handshake.message()));
-      }
-      return conn;
+      SetNoDelay(*fd);
+      return fd;
     }
     last = fd.status();
     if (absl::IsDeadlineExceeded(last)) break;
   }
   return last;
+}
+
+absl::Status SocketError(int err, absl::string_view what) {
+  return SocketErrorToStatus(err, what);
+}
+
+absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
+    const std::string& host, int port, absl::Duration timeout,
+    const tls::Context* tls) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string what = absl::StrCat("kv connect to ", host, ":", port);
+  if (port <= 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv connect: bad port ", port));
+  }
+  ASSIGN_OR_RETURN(const int fd,
+                   ConnectTcp(host, port, deadline, what, /*kv_buffers=*/true));
+  std::unique_ptr<FrameConnection> conn = FromFd(fd);
+  if (tls == nullptr) return conn;
+  ASSIGN_OR_RETURN(conn->tls_, tls::Session::Client(*tls, fd, host));
+  absl::MutexLock lock(&conn->tls_mu_);
+  absl::Status handshake = tls::HandshakeUntil(*conn->tls_, fd, deadline);
+  if (!handshake.ok()) {
+    return absl::Status(handshake.code(),
+                        absl::StrCat(what, ": ", handshake.message()));
+  }
+  return conn;
 }
 
 absl::Status FrameConnection::AcceptTls(const tls::Context& ctx,

@@ -49,6 +49,18 @@ inline constexpr absl::Duration kPollBeforeSleep = absl::Microseconds(50);
 // between asks: the first half of every KV wait, before a sleeping poll().
 bool ReadyBeforeSleep(pollfd* fds, nfds_t count, absl::Time deadline);
 
+// A connected non-blocking TCP socket (close-on-exec, TCP_NODELAY) to
+// host:port, connected by `deadline`, trying each address the host resolves
+// to; the caller owns the descriptor. `kv_buffers`: the KV sockets' buffer
+// sizes. Errors as FrameConnection::Connect's, with `what` in their
+// messages.
+absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
+                               absl::Time deadline, absl::string_view what,
+                               bool kv_buffers);
+// The Status every socket error of this file becomes (errno `err`, `what`
+// in the message): kUnavailable for a refused, reset or unreachable peer.
+absl::Status SocketError(int err, absl::string_view what);
+
 // One TCP connection carrying frames, blocking with per-call timeouts.
 //
 // Thread-safety: one sender thread (Send) and one receiver thread (Receive)

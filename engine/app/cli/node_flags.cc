@@ -56,6 +56,10 @@ ABSL_FLAG(int64_t, test_kv_receive_bytes_per_s, 0,
 ABSL_FLAG(int, transfer_timeout_ms, 30000,
           "How long a request may wait on a node for pages, prefill and its "
           "KV transfer (at least 1).");
+ABSL_FLAG(int, node_pool_idle, 32,
+          "Router role: idle keep-alive connections it keeps to each decode "
+          "node for the next requests (0 to 1024; 0: a new connection for "
+          "every request).");
 ABSL_FLAG(int, metadata_slots, 16,
           "Decode role: transfer metadata slots, which hand the first token "
           "and the staged K/V from the receiver to the request (1 to "
@@ -178,6 +182,10 @@ absl::Status LimitFlags(ServeOptions* o) {
   o->transfer_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_transfer_timeout_ms));
   o->metadata_slots = absl::GetFlag(FLAGS_metadata_slots);
+  o->node_pool_idle = absl::GetFlag(FLAGS_node_pool_idle);
+  if (o->node_pool_idle < 0 || o->node_pool_idle > 1024) {
+    return absl::InvalidArgumentError("--node-pool-idle must be in [0, 1024]");
+  }
   o->access_log.path = absl::GetFlag(FLAGS_access_log);
   o->access_log.max_bytes = absl::GetFlag(FLAGS_access_log_max_bytes);
   o->access_log.keep = absl::GetFlag(FLAGS_access_log_keep);
@@ -219,6 +227,7 @@ std::vector<std::string> NodeFlagNames() {
           "max_prompt_tokens",
           "transfer_timeout_ms",
           "metadata_slots",
+          "node_pool_idle",
           "trace_read_sample",
           "test_kv_receive_delay_ms",
           "test_kv_receive_bytes_per_s",

@@ -22,7 +22,11 @@
 //    with exit status 1 and no figures.
 // 2. End-to-end request throughput of `kvcanary-engine up` (router, prefill
 //    and decode processes, embedded default model) at 1/8/32 concurrent
-//    clients.
+//    clients, with the router's keep-alive connections to the decode node
+//    (--node_pool_idle=32, the default) and with a new connection per
+//    request (--node_pool_idle=0), plain and over mutual TLS (--tls): four
+//    `up`s at once, the two rows of one client count measured one after
+//    the other, and the ratio of requests/s kept : new.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -70,7 +74,7 @@ struct Up {
   std::string router;
 };
 
-Up StartUp(const std::string& tenants) {
+Up StartUp(const std::string& tenants, int pool_idle, bool tls) {
   int fds[2];
   Up up;
   if (pipe(fds) != 0) return up;
@@ -78,9 +82,10 @@ Up StartUp(const std::string& tenants) {
   if (up.pid == 0) {
     dup2(fds[1], STDOUT_FILENO);
     const std::string bin = std::string(KVCANARY_BIN_DIR) + "/kvcanary-engine";
+    const std::string pool = absl::StrCat("--node_pool_idle=", pool_idle);
     execl(bin.c_str(), bin.c_str(), "up", "--port=0",
-          ("--tenants=" + tenants).c_str(), "--max_waiting=1024",
-          static_cast<char*>(nullptr));
+          ("--tenants=" + tenants).c_str(), "--max_waiting=1024", pool.c_str(),
+          tls ? "--tls" : "--tls=false", static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[1]);
@@ -89,6 +94,56 @@ Up StartUp(const std::string& tenants) {
   while (read(fds[0], &ch, 1) == 1 && ch != '\n') line.push_back(ch);
   if (line.rfind("router ", 0) == 0) up.router = line.substr(7);
   return up;
+}
+
+struct Row {
+  double requests_per_s = 0;
+  double tokens_per_s = 0;
+  double mean_latency_s = 0;
+  int errors = 0;
+};
+
+// `total` requests from `clients` concurrent clients against `router`.
+Row Measure(const std::string& router, int clients, int total) {
+  std::atomic<int> next{0}, errors{0};
+  std::atomic<long> tokens{0};
+  std::atomic<double> latency_sum{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < clients; ++t) {
+    threads.emplace_back([&, t] {
+      httplib::Client client(router);
+      client.set_read_timeout(120, 0);
+      httplib::Headers h = {
+          {"Authorization", t % 2 ? "Bearer sk-a" : "Bearer sk-b"}};
+      while (true) {
+        const int i = next.fetch_add(1);
+        if (i >= total) return;
+        nlohmann::json j;
+        j["prompt"] =
+            "request " + std::to_string(i) + " tells a story about a dog";
+        j["max_tokens"] = absl::GetFlag(FLAGS_max_tokens);
+        j["temperature"] = 0;
+        const auto s = Clock::now();
+        auto res =
+            client.Post("/v1/completions", h, j.dump(), "application/json");
+        double l = latency_sum.load();
+        while (!latency_sum.compare_exchange_weak(l, l + Seconds(s))) {
+        }
+        if (!res || res->status != 200) {
+          ++errors;
+          continue;
+        }
+        auto body = nlohmann::json::parse(res->body, nullptr, false);
+        if (body.is_object())
+          tokens += body["usage"]["completion_tokens"].get<int>();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double dt = Seconds(t0);
+  return {total / dt, tokens.load() / dt, latency_sum.load() / total,
+          errors.load()};
 }
 
 void ServingFigures() {
@@ -101,79 +156,73 @@ void ServingFigures() {
     std::fprintf(stderr, "%s\n", written.ToString().c_str());
     return;
   }
-  Up up = StartUp(tenants);
-  if (up.router.empty()) {
-    std::fprintf(stderr, "kvcanary-engine up did not start\n");
-    return;
+  struct Deployment {
+    const char* name;
+    bool tls;
+    Up kept, fresh;  // --node_pool_idle=32, and 0
+  };
+  std::vector<Deployment> deployments = {{"plain", false, {}, {}},
+                                         {"mutual TLS", true, {}, {}}};
+  for (Deployment& d : deployments) {
+    d.kept = StartUp(tenants, 32, d.tls);
+    d.fresh = StartUp(tenants, 0, d.tls);
+    if (d.kept.router.empty() || d.fresh.router.empty()) {
+      std::fprintf(stderr, "kvcanary-engine up did not start\n");
+      return;
+    }
   }
   std::printf(
-      "\n## End to end through router -> prefill -> decode (embedded model, %d "
-      "tokens "
-      "per request, %d requests per row)\n",
+      "\n## End to end through router -> prefill -> decode (embedded model, "
+      "%d tokens per request, %d requests per row)\n\n"
+      "router -> decode: `kept` = keep-alive connections "
+      "(--node_pool_idle=32, the default), `new` = a new connection per "
+      "request (--node_pool_idle=0); kept : new is the ratio of requests/s, "
+      "the two measured one after the other.\n\n",
       absl::GetFlag(FLAGS_max_tokens), absl::GetFlag(FLAGS_requests));
   // Rows are printed as each client count is measured.
-  const TextTable table({{"clients", TextTable::kLeft, 8},
+  const TextTable table({{"internal plane", TextTable::kLeft, 14},
+                         {"clients", TextTable::kLeft, 8},
+                         {"router->decode", TextTable::kLeft, 14},
                          {"req/s", TextTable::kRight, 10},
-                         {"tokens/s", TextTable::kRight, 12},
-                         {"mean latency", TextTable::kRight, 14},
-                         {"errors", TextTable::kRight, 8}},
+                         {"tokens/s", TextTable::kRight, 10},
+                         {"mean latency", TextTable::kRight, 13},
+                         {"errors", TextTable::kRight, 7},
+                         {"kept : new", TextTable::kRight, 10}},
                         TextTable::Markdown());
   std::printf("%s", table.HeaderText().c_str());
-  for (absl::string_view c :
-       absl::StrSplit(absl::GetFlag(FLAGS_clients), ',')) {
-    int clients = 0;
-    if (!absl::SimpleAtoi(c, &clients) || clients < 1) continue;
-    const int total = absl::GetFlag(FLAGS_requests);
-    std::atomic<int> next{0}, errors{0};
-    std::atomic<long> tokens{0};
-    std::atomic<double> latency_sum{0};
-    const auto t0 = Clock::now();
-    std::vector<std::thread> threads;
-    for (int t = 0; t < clients; ++t) {
-      threads.emplace_back([&, t] {
-        httplib::Client client(up.router);
-        client.set_read_timeout(120, 0);
-        httplib::Headers h = {
-            {"Authorization", t % 2 ? "Bearer sk-a" : "Bearer sk-b"}};
-        while (true) {
-          const int i = next.fetch_add(1);
-          if (i >= total) return;
-          nlohmann::json j;
-          j["prompt"] =
-              "request " + std::to_string(i) + " tells a story about a dog";
-          j["max_tokens"] = absl::GetFlag(FLAGS_max_tokens);
-          j["temperature"] = 0;
-          const auto s = Clock::now();
-          auto res =
-              client.Post("/v1/completions", h, j.dump(), "application/json");
-          double l = latency_sum.load();
-          while (!latency_sum.compare_exchange_weak(l, l + Seconds(s))) {
-          }
-          if (!res || res->status != 200) {
-            ++errors;
-            continue;
-          }
-          auto body = nlohmann::json::parse(res->body, nullptr, false);
-          if (body.is_object())
-            tokens += body["usage"]["completion_tokens"].get<int>();
-        }
-      });
+  for (const Deployment& d : deployments) {
+    for (absl::string_view c :
+         absl::StrSplit(absl::GetFlag(FLAGS_clients), ',')) {
+      int clients = 0;
+      if (!absl::SimpleAtoi(c, &clients) || clients < 1) continue;
+      const int total = absl::GetFlag(FLAGS_requests);
+      const Row fresh = Measure(d.fresh.router, clients, total);
+      const Row kept = Measure(d.kept.router, clients, total);
+      auto print = [&](const char* label, const Row& row,
+                       const std::string& ratio) {
+        std::printf("%s",
+                    table
+                        .RowText({d.name, absl::StrCat(clients), label,
+                                  absl::StrFormat("%.1f", row.requests_per_s),
+                                  absl::StrFormat("%.0f", row.tokens_per_s),
+                                  absl::StrFormat("%.2f ms",
+                                                  1000.0 * row.mean_latency_s),
+                                  absl::StrCat(row.errors), ratio})
+                        .c_str());
+      };
+      print("new", fresh, "");
+      print(
+          "kept", kept,
+          absl::StrFormat("%.2f", kept.requests_per_s / fresh.requests_per_s));
+      std::fflush(stdout);
     }
-    for (auto& t : threads) t.join();
-    const double dt = Seconds(t0);
-    std::printf(
-        "%s", table
-                  .RowText({absl::StrCat(clients),
-                            absl::StrFormat("%.1f", total / dt),
-                            absl::StrFormat("%.0f", tokens.load() / dt),
-                            absl::StrFormat(
-                                "%.1f ms", 1000.0 * latency_sum.load() / total),
-                            absl::StrCat(errors.load())})
-                  .c_str());
-    std::fflush(stdout);
   }
-  kill(up.pid, SIGTERM);
-  waitpid(up.pid, nullptr, 0);
+  for (const Deployment& d : deployments) {
+    for (const Up& up : {d.kept, d.fresh}) {
+      kill(up.pid, SIGTERM);
+      waitpid(up.pid, nullptr, 0);
+    }
+  }
 }
 
 }  // namespace

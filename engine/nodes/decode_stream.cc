@@ -131,9 +131,10 @@ absl::Status DecodeStream::Run(const std::string& url,
       pool->ReleaseCancelled(url, std::move(lease->connection));
       return status;
     }
-    // A kept connection the node closed before it answered anything: once
-    // more, on a new one.
-    if (lease->reused && !received && !absl::IsCancelled(status) &&
+    // A kept connection the node closed (or reset) before it answered
+    // anything: once more, on a new one. Not after a timeout: the node may
+    // still be working on it.
+    if (lease->reused && !received && absl::IsUnavailable(status) &&
         attempt == 0) {
       continue;
     }

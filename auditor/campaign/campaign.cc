@@ -92,6 +92,10 @@ class Campaign {
   ProbeRequest MakeProbe(Probe* p);
   // When a hang-up probe's client gives up (p->hangup set here), on `r`.
   void AimHangup(Probe* p, ProbeRequest* r);
+  // An answer to a probe sent through a MultiClient: its probe taken out
+  // of `in_flight`, the completion parsed and noted, then judged.
+  absl::Status OnAnswer(const ProbeResponse& resp,
+                        std::map<uint64_t, Probe>* in_flight);
   // One answer: its evidence row, then every detector's judgement.
   absl::Status Judge(const Probe& p, const Completion& c);
   absl::Status RecordProbe(const Probe& p, const Completion& c);
@@ -328,6 +332,15 @@ absl::Status Campaign::RecordProbe(const Probe& p, const Completion& c) {
   return Record("probe", std::move(probe));
 }
 
+absl::Status Campaign::OnAnswer(const ProbeResponse& resp,
+                                std::map<uint64_t, Probe>* in_flight) {
+  const Probe p = std::move((*in_flight)[resp.id]);
+  in_flight->erase(resp.id);
+  const Completion c = ParseCompletion(resp, p.stream);
+  session_.NoteTransport(c);
+  return Judge(p, c);
+}
+
 absl::Status Campaign::Judge(const Probe& p, const Completion& c) {
   RETURN_IF_ERROR(RecordProbe(p, c));
   std::vector<Finding> found;  // every detector's, in report order
@@ -421,11 +434,7 @@ absl::Status Campaign::MainLoop() {
         return r;
       },
       [&](ProbeResponse resp) {
-        Probe p = std::move(in_flight[resp.id]);
-        in_flight.erase(resp.id);
-        const Completion c = ParseCompletion(resp, p.stream);
-        session_.NoteTransport(c);
-        absl::Status s = Judge(p, c);
+        absl::Status s = OnAnswer(resp, &in_flight);
         if (!s.ok() && error.ok()) error = s;
         if (Clock::now() - last_progress > std::chrono::seconds(2)) {
           last_progress = Clock::now();
@@ -484,11 +493,7 @@ absl::Status Campaign::Bursts() {
           return r;
         },
         [&](ProbeResponse resp) {
-          Probe p = std::move(in_flight[resp.id]);
-          in_flight.erase(resp.id);
-          const Completion c = ParseCompletion(resp, p.stream);
-          session_.NoteTransport(c);
-          absl::Status s = Judge(p, c);
+          absl::Status s = OnAnswer(resp, &in_flight);
           if (!s.ok() && error.ok()) error = s;
         },
         [&] { return sent >= size; });

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "auditor/campaign/calibrate.h"
+#include "auditor/campaign/campaign_internal.h"
 #include "auditor/campaign/command_result.h"
 #include "auditor/campaign/probe_mix.h"
 #include "auditor/detectors/detector.h"
@@ -35,13 +36,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kSniffMaxTokens = 48;
 
-// What the campaign itself counts per tenant, beside its detectors.
-struct TenantState {
-  int plant_cursor = 0, golden_cursor = 0;  // which plant or variant next
-  int hangup_cursor = 0;                    // which stage next
-  int refused = 0;                          // 401/403 during the run
-};
-
 // What the command asked the detectors to follow, and the floors.
 DetectorSettings Settings(const CampaignOptions& o) {
   DetectorSettings s;
@@ -53,82 +47,20 @@ DetectorSettings Settings(const CampaignOptions& o) {
   return s;
 }
 
-class Campaign {
- public:
-  Campaign(const CampaignOptions& options, AuditorMetrics* metrics)
-      : o_(options),
-        metrics_(metrics),
-        key_(options.secret_key.empty() ? RandomHex(32) : options.secret_key),
-        session_(TargetOptions{options.target, options.tenants, options.model,
-                               options.request_timeout,
-                               options.max_consecutive_failures}),
-        detectors_(CreateDetectors(options.broken)),
-        settings_(Settings(options)),
-        scanner_(canaries::kDefaultMinPartialWords) {}
+}  // namespace
 
-  CampaignResult Run();
+namespace campaign_internal {
 
- private:
-  absl::Status Steps();
-  absl::Status RecordStart();
-  absl::Status StartDetectors();
-  absl::Status Calibrated();
-  void BuildScanner();
-  absl::Status Controls();
-  // The kinds of probe to send each tenant, and how many of each.
-  ProbeMix Mix(bool rate_mode) const;
-  absl::Status MainLoop();
-  absl::Status Bursts();
-  absl::Status TimedPairs();
-  // What the detectors judge over the whole campaign: those that send
-  // first (the kv_events pairs), then the others; after an error only the
-  // others, so that what they proved is kept (`after_error`).
-  absl::Status FinishDetectors(bool after_error);
-  void Finish(const absl::Status& run);
-
-  // The prompt of `p` (its kind and tenant set) and the tokens it
-  // generates; fills in p's other fields.
-  std::string ProbePrompt(Probe* p, int* max_tokens);
-  ProbeRequest MakeProbe(Probe* p);
-  // When a hang-up probe's client gives up (p->hangup set here), on `r`.
-  void AimHangup(Probe* p, ProbeRequest* r);
-  // An answer to a probe sent through a MultiClient: its probe taken out
-  // of `in_flight`, the completion parsed and noted, then judged.
-  absl::Status OnAnswer(const ProbeResponse& resp,
-                        std::map<uint64_t, Probe>* in_flight);
-  // One answer: its evidence row, then every detector's judgement.
-  absl::Status Judge(const Probe& p, const Completion& c);
-  absl::Status RecordProbe(const Probe& p, const Completion& c);
-  absl::Status Record(const std::string& kind, json body, bool flush = false) {
-    return log_ == nullptr ? absl::OkStatus()
-                           : log_->Record(kind, std::move(body), flush);
-  }
-  absl::Status Flush() {
-    return log_ == nullptr ? absl::OkStatus() : log_->Flush();
-  }
-  absl::Status AddFinding(Finding f, bool flush);
-  absl::Status AddFindings(std::vector<Finding> found, bool flush);
-  std::vector<std::string> TenantProblems() const;
-  void Progress(const char* what);
-
-  const CampaignOptions& o_;
-  AuditorMetrics* metrics_;
-  const std::string key_;
-  Target session_;
-  std::vector<std::unique_ptr<Detector>> detectors_;  // report order
-  const DetectorSettings settings_;
-  std::set<const Detector*> finished_;  // their Finish has run
-  std::unique_ptr<EvidenceLog> log_;
-  CampaignIo io_;
-  canaries::MarkerScanner scanner_;
-  Calibration cal_;
-  CampaignView view_;
-  CacheBuster buster_;
-  std::vector<TenantState> tenants_;
-  int64_t next_probe_ = 0;
-  std::vector<int64_t> probe_times_, error_times_;  // Unix µs
-  CampaignResult r_;
-};
+Campaign::Campaign(const CampaignOptions& options, AuditorMetrics* metrics)
+    : o_(options),
+      metrics_(metrics),
+      key_(options.secret_key.empty() ? RandomHex(32) : options.secret_key),
+      session_(TargetOptions{options.target, options.tenants, options.model,
+                             options.request_timeout,
+                             options.max_consecutive_failures}),
+      detectors_(CreateDetectors(options.broken)),
+      settings_(Settings(options)),
+      scanner_(canaries::kDefaultMinPartialWords) {}
 
 absl::Status Campaign::AddFinding(Finding f, bool flush) {
   if (f.ts_us == 0) f.ts_us = NowUs();
@@ -255,38 +187,6 @@ ProbeRequest Campaign::MakeProbe(Probe* p) {
                        prompt, max_tokens, p->stream);
   if (p->kind == ProbeKind::kHangup) AimHangup(p, &r);
   return r;
-}
-
-// Stages in turn per tenant; the ones in mid-prefill and mid-transfer only
-// where the first-token time alone was calibrated (they are aimed by it).
-void Campaign::AimHangup(Probe* p, ProbeRequest* r) {
-  const LatencyModel& lm = cal_.latency;
-  const bool timed = lm.calibrated && lm.per_token_ms > 0;
-  int& cursor = tenants_[p->tenant].hangup_cursor;
-  HangupStage stage;
-  do {
-    stage = static_cast<HangupStage>(cursor++ % kHangupStages);
-  } while (!timed &&
-           (stage == HangupStage::kPrefill || stage == HangupStage::kTransfer));
-  p->hangup = stage;
-  const double alone_ms = lm.base_ms + lm.per_token_ms * p->predicted;
-  const double u = static_cast<double>(RandomU64() % 1000) / 1000;
-  switch (stage) {
-    case HangupStage::kQueued:
-      r->hang_up_after = absl::Milliseconds(1);
-      break;
-    case HangupStage::kPrefill:
-      r->hang_up_after =
-          absl::Milliseconds(std::max(1.0, alone_ms * (0.3 + 0.4 * u)));
-      break;
-    case HangupStage::kTransfer:
-      r->hang_up_after =
-          absl::Milliseconds(std::max(1.0, alone_ms * (0.8 + 0.2 * u)));
-      break;
-    case HangupStage::kDecode:
-      r->hang_up_at_first_byte = true;
-      break;
-  }
 }
 
 absl::Status Campaign::RecordProbe(const Probe& p, const Completion& c) {
@@ -444,62 +344,6 @@ absl::Status Campaign::MainLoop() {
       done);
   RETURN_IF_ERROR(error);
   RETURN_IF_ERROR(session_.down());
-  return Flush();
-}
-
-// The bursts the detectors ask for (DetectorSpec::burst_size): each one
-// `size` probes, tenants in turn, all started at once, a second apart;
-// plants, echoes, sniffs and (where answers are exact alone) golden
-// prompts, so whatever a burst mixes up between requests shows in an
-// answer as well as in a trace.
-absl::Status Campaign::Bursts() {
-  int size = 0, bursts = 0;
-  for (const auto& d : detectors_) {
-    size = std::max(size, d->spec().burst_size);
-    bursts = std::max(bursts, d->spec().bursts);
-  }
-  if (size == 0 || bursts == 0) return absl::OkStatus();
-  const int tenants = static_cast<int>(o_.tenants.size());
-  std::vector<ProbeKind> kinds = {ProbeKind::kPlant, ProbeKind::kEcho,
-                                  ProbeKind::kSniff};
-  if (!cal_.golden.empty() && cal_.golden_by_rate.empty()) {
-    kinds.push_back(ProbeKind::kGolden);
-  }
-  absl::Status error;
-  for (int b = 0; b < bursts && error.ok(); ++b) {
-    if (b > 0) absl::SleepFor(absl::Seconds(1));
-    std::map<uint64_t, Probe> in_flight;
-    int sent = 0;
-    MultiClient client(size);
-    client.Run(
-        [&]() -> std::optional<ProbeRequest> {
-          if (sent >= size) return std::nullopt;
-          Probe p;
-          p.tenant = sent % tenants;
-          p.burst = b;
-          // The first kind this tenant can be sent, from its turn on.
-          for (size_t k = 0; k < kinds.size(); ++k) {
-            p.kind = kinds[(sent / tenants + k) % kinds.size()];
-            if (p.kind == ProbeKind::kPlant && cal_.plants[p.tenant].empty()) {
-              continue;
-            }
-            if (p.kind == ProbeKind::kEcho && !cal_.nonces[p.tenant]) continue;
-            break;
-          }
-          p.id = next_probe_++;
-          ++sent;
-          ProbeRequest r = MakeProbe(&p);
-          in_flight[static_cast<uint64_t>(p.id)] = std::move(p);
-          return r;
-        },
-        [&](ProbeResponse resp) {
-          absl::Status s = OnAnswer(resp, &in_flight);
-          if (!s.ok() && error.ok()) error = s;
-        },
-        [&] { return sent >= size; });
-    if (error.ok()) error = session_.down();
-  }
-  RETURN_IF_ERROR(error);
   return Flush();
 }
 
@@ -723,11 +567,11 @@ CampaignResult Campaign::Run() {
   return std::move(r_);
 }
 
-}  // namespace
+}  // namespace campaign_internal
 
 CampaignResult RunCampaign(const CampaignOptions& options,
                            AuditorMetrics* metrics) {
-  return Campaign(options, metrics).Run();
+  return campaign_internal::Campaign(options, metrics).Run();
 }
 
 }  // namespace kvcanary::auditor

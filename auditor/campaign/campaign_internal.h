@@ -1,0 +1,111 @@
+// The campaign's run (auditor/campaign/campaign.h's RunCampaign) as a class,
+// for the files its steps are split into. Internal to auditor/campaign/.
+#ifndef KVCANARY_AUDITOR_CAMPAIGN_CAMPAIGN_INTERNAL_H_
+#define KVCANARY_AUDITOR_CAMPAIGN_CAMPAIGN_INTERNAL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "auditor/campaign/calibrate.h"
+#include "auditor/campaign/campaign.h"
+#include "auditor/campaign/probe_mix.h"
+#include "auditor/detectors/detector.h"
+#include "auditor/evidence/log.h"
+#include "auditor/target/completion.h"
+#include "auditor/target/multi_client.h"
+#include "auditor/target/prompts.h"
+#include "auditor/target/target.h"
+#include "canaries/scanner.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcanary::auditor::campaign_internal {
+
+// What the campaign itself counts per tenant, beside its detectors.
+struct TenantState {
+  int plant_cursor = 0, golden_cursor = 0;  // which plant or variant next
+  int hangup_cursor = 0;                    // which stage next
+  int refused = 0;                          // 401/403 during the run
+};
+
+// One campaign's run (RunCampaign). Its steps are split by job:
+// campaign.cc (the start, calibration, the load, the timed pairs, the
+// verdict) and exercises.cc (the bursts, the hang-ups' aim). Internal to
+// auditor/campaign/; not for other callers.
+// Not thread-safe; one Run() on the command's thread.
+class Campaign {
+ public:
+  Campaign(const CampaignOptions& options, AuditorMetrics* metrics);
+
+  CampaignResult Run();
+
+ private:
+  absl::Status Steps();
+  absl::Status RecordStart();
+  absl::Status StartDetectors();
+  absl::Status Calibrated();
+  void BuildScanner();
+  absl::Status Controls();
+  // The kinds of probe to send each tenant, and how many of each.
+  ProbeMix Mix(bool rate_mode) const;
+  absl::Status MainLoop();
+  absl::Status Bursts();
+  absl::Status TimedPairs();
+  // What the detectors judge over the whole campaign: those that send
+  // first (the kv_events pairs), then the others; after an error only the
+  // others, so that what they proved is kept (`after_error`).
+  absl::Status FinishDetectors(bool after_error);
+  void Finish(const absl::Status& run);
+
+  // The prompt of `p` (its kind and tenant set) and the tokens it
+  // generates; fills in p's other fields.
+  std::string ProbePrompt(Probe* p, int* max_tokens);
+  ProbeRequest MakeProbe(Probe* p);
+  // When a hang-up probe's client gives up (p->hangup set here), on `r`.
+  void AimHangup(Probe* p, ProbeRequest* r);
+  // An answer to a probe sent through a MultiClient: its probe taken out
+  // of `in_flight`, the completion parsed and noted, then judged.
+  absl::Status OnAnswer(const ProbeResponse& resp,
+                        std::map<uint64_t, Probe>* in_flight);
+  // One answer: its evidence row, then every detector's judgement.
+  absl::Status Judge(const Probe& p, const Completion& c);
+  absl::Status RecordProbe(const Probe& p, const Completion& c);
+  absl::Status Record(const std::string& kind, nlohmann::json body,
+                      bool flush = false) {
+    return log_ == nullptr ? absl::OkStatus()
+                           : log_->Record(kind, std::move(body), flush);
+  }
+  absl::Status Flush() {
+    return log_ == nullptr ? absl::OkStatus() : log_->Flush();
+  }
+  absl::Status AddFinding(Finding f, bool flush);
+  absl::Status AddFindings(std::vector<Finding> found, bool flush);
+  std::vector<std::string> TenantProblems() const;
+  void Progress(const char* what);
+
+  const CampaignOptions& o_;
+  AuditorMetrics* metrics_;
+  const std::string key_;
+  Target session_;
+  std::vector<std::unique_ptr<Detector>> detectors_;  // report order
+  const DetectorSettings settings_;
+  std::set<const Detector*> finished_;  // their Finish has run
+  std::unique_ptr<EvidenceLog> log_;
+  CampaignIo io_;
+  canaries::MarkerScanner scanner_;
+  Calibration cal_;
+  CampaignView view_;
+  CacheBuster buster_;
+  std::vector<TenantState> tenants_;
+  int64_t next_probe_ = 0;
+  std::vector<int64_t> probe_times_, error_times_;  // Unix µs
+  CampaignResult r_;
+};
+
+}  // namespace kvcanary::auditor::campaign_internal
+
+#endif  // KVCANARY_AUDITOR_CAMPAIGN_CAMPAIGN_INTERNAL_H_

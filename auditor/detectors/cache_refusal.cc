@@ -126,14 +126,7 @@ class CacheRefusalDetector : public DetectorOf<CacheRefusalDetector> {
 
  private:
   std::string Prefix() {
-    static constexpr char kLetters[] =
-        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    std::string p = buster_.Next();
-    for (int i = 0; i < kPrefixLetters; ++i) {
-      p.push_back(' ');
-      p.push_back(kLetters[RandomU64() % 52]);
-    }
-    return p;
+    return CacheProbePrefix(&buster_, kPrefixLetters, RandomU64);
   }
 
   // One request, recorded as a probe row.

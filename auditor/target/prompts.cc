@@ -18,6 +18,19 @@ std::string CacheBuster::Next() {
   return absl::StrFormat("Ticket %010u.", rng_() % 10000000000ull);
 }
 
+std::string CacheProbePrefix(CacheBuster* buster, int letters,
+                             const std::function<uint64_t()>& random) {
+  static constexpr char kLetters[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string p = buster->Next();
+  p.reserve(p.size() + 2 * static_cast<size_t>(letters));
+  for (int i = 0; i < letters; ++i) {
+    p.push_back(' ');
+    p.push_back(kLetters[random() % 52]);
+  }
+  return p;
+}
+
 std::string BoundaryPrompt(const std::string& prefix, int units) {
   std::string p =
       absl::StrCat(prefix, prefix.empty() ? "" : " ", "Once upon a time.");

@@ -5,6 +5,7 @@
 #ifndef KVCANARY_AUDITOR_TARGET_PROMPTS_H_
 #define KVCANARY_AUDITOR_TARGET_PROMPTS_H_
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <random>
@@ -26,6 +27,13 @@ class CacheBuster {
  private:
   std::mt19937_64 rng_;
 };
+
+// A prefix for probing a prompt cache that no other prompt shares a block
+// with: the buster's next unique head first, then `letters` random single
+// letters (drawn with `random`), about a token or two each on any
+// tokenizer. cache-audit's primes and the cache_refusal detector's.
+std::string CacheProbePrefix(CacheBuster* buster, int letters,
+                             const std::function<uint64_t()>& random);
 
 // The boundary prompts' unit of text: plain words, so tokenizers count it
 // the same way every time it is repeated. `prefix` comes first.

@@ -125,17 +125,7 @@ absl::Status CacheAudit::KeyCheck(const Completion& c, int who) const {
 }
 
 std::string CacheAudit::Prefix(int units) {
-  // Unique randomness first, so no other prompt ever shares a block with
-  // it; then random single letters, about a token or two each everywhere.
-  static constexpr char kLetters[] =
-      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  std::string p = buster_.Next();
-  p.reserve(p.size() + 2 * static_cast<size_t>(units));
-  for (int i = 0; i < units; ++i) {
-    p.push_back(' ');
-    p.push_back(kLetters[rng_() % 52]);
-  }
-  return p;
+  return CacheProbePrefix(&buster_, units, [this] { return rng_(); });
 }
 
 std::string CacheAudit::Suffix() {

@@ -51,38 +51,55 @@ int ExpectAcmeReadGlobex(const std::vector<TraceEvent>& trace) {
   return static_cast<int>(found.size());
 }
 
-// --- abort-cache-insert ------------------------------------------------------
+// What a run adds to the shared start (above), for each fault.
+enum class Then {
+  // abort-cache-insert: after acme's long request is aborted, acme sends
+  // the first 34 tokens of the same prompt: its 2 full pages of prefix are
+  // the aborted request's first two pages if those were cached. The decode
+  // node reads cached pages instead of the transferred ones; they hold
+  // globex's K/V.
+  kAcmePrefixAgain,
+  // stale-transfer-ref: one metadata slot, so acme's request gets the slot
+  // globex's used.
+  kOneMetadataSlot,
+};
 
-// After acme's long request is aborted, acme sends the first 34 tokens of
-// the same prompt: its 2 full pages of prefix are the aborted request's
-// first two pages if those were cached. The decode node reads cached pages
-// instead of the transferred ones; they hold globex's K/V.
-struct CacheRun {
-  HttpResult globex, aborted, again;
+struct AbortRun {
+  HttpResult globex, acme;  // acme: its long request
+  HttpResult again;         // acme's prefix again (kAcmePrefixAgain)
   std::vector<TraceEvent> decode_trace;
   std::string decode_metrics;
 };
 
-CacheRun RunAbortCacheInsert(const std::vector<std::string>& flags) {
-  Cluster cluster(SlowLinkFlags(flags));
-  CacheRun run;
+// The shared start (the file's header), then what `then` adds; the decode
+// node's trace and metrics after it.
+AbortRun RunSlowTransfer(const std::vector<std::string>& flags, Then then) {
+  std::vector<std::string> args = SlowLinkFlags(flags);
+  if (then == Then::kOneMetadataSlot) args.push_back("--metadata_slots=1");
+  Cluster cluster(args);
+  AbortRun run;
   EXPECT_TRUE(cluster.ok());
   if (!cluster.ok()) return run;
   TraceTap tap(cluster.decode(), cluster.trace_token());
   run.globex = RunGlobex(cluster);
-  run.aborted = RunAcmeLong(cluster);
-  run.again = Post(cluster.router(), "/v1/completions",
-                   Completion(LongPrompt(10), 8), "sk-acme");
+  run.acme = RunAcmeLong(cluster);
+  if (then == Then::kAcmePrefixAgain) {
+    run.again = Post(cluster.router(), "/v1/completions",
+                     Completion(LongPrompt(10), 8), "sk-acme");
+  }
   run.decode_trace = tap.Stop();
   run.decode_metrics = Get(cluster.decode(), "/metrics").body;
   return run;
 }
 
+// --- abort-cache-insert ------------------------------------------------------
+
 TEST(AbortCacheInsertTest, DetectAttributesTheCachedStalePagesToTheirTenant) {
-  CacheRun run =
-      RunAbortCacheInsert({"--fault=abort-cache-insert", "--watermark=detect"});
+  AbortRun run =
+      RunSlowTransfer({"--fault=abort-cache-insert", "--watermark=detect"},
+                      Then::kAcmePrefixAgain);
   ASSERT_EQ(run.globex.status, 200) << run.globex.body;
-  EXPECT_NE(run.aborted.status, 200) << run.aborted.body;  // timed out
+  EXPECT_NE(run.acme.status, 200) << run.acme.body;  // timed out
   ASSERT_EQ(run.again.status, 200) << run.again.body;
   // The decode node served acme's second request from its prefix cache.
   EXPECT_GT(MetricValue(run.decode_metrics,
@@ -99,17 +116,19 @@ TEST(AbortCacheInsertTest, DetectAttributesTheCachedStalePagesToTheirTenant) {
 }
 
 TEST(AbortCacheInsertTest, EnforceFailsTheNextRequestWithNoText) {
-  CacheRun run = RunAbortCacheInsert(
-      {"--fault=abort-cache-insert", "--watermark=enforce"});
+  AbortRun run =
+      RunSlowTransfer({"--fault=abort-cache-insert", "--watermark=enforce"},
+                      Then::kAcmePrefixAgain);
   ASSERT_EQ(run.globex.status, 200) << run.globex.body;
   EXPECT_EQ(run.again.status, 502) << run.again.body;
   EXPECT_FALSE(run.again.json.contains("choices")) << run.again.body;
 }
 
 TEST(AbortCacheInsertTest, FaultOffTheAbortedPagesAreNotCached) {
-  CacheRun run = RunAbortCacheInsert({"--watermark=detect"});
+  AbortRun run =
+      RunSlowTransfer({"--watermark=detect"}, Then::kAcmePrefixAgain);
   ASSERT_EQ(run.globex.status, 200) << run.globex.body;
-  EXPECT_NE(run.aborted.status, 200) << run.aborted.body;
+  EXPECT_NE(run.acme.status, 200) << run.acme.body;
   EXPECT_EQ(run.again.status, 200) << run.again.body;
   EXPECT_EQ(MetricValue(run.decode_metrics,
                         "kvcanary_node_prefix_cache_hit_pages_total", "role"),
@@ -120,29 +139,10 @@ TEST(AbortCacheInsertTest, FaultOffTheAbortedPagesAreNotCached) {
 
 // --- stale-transfer-ref ------------------------------------------------------
 
-// One metadata slot, so acme's request gets the slot globex's used.
-struct StaleRun {
-  HttpResult globex, acme;
-  std::vector<TraceEvent> decode_trace;
-};
-
-StaleRun RunStaleTransferRef(const std::vector<std::string>& flags) {
-  std::vector<std::string> args = SlowLinkFlags(flags);
-  args.push_back("--metadata_slots=1");
-  Cluster cluster(args);
-  StaleRun run;
-  EXPECT_TRUE(cluster.ok());
-  if (!cluster.ok()) return run;
-  TraceTap tap(cluster.decode(), cluster.trace_token());
-  run.globex = RunGlobex(cluster);
-  run.acme = RunAcmeLong(cluster);
-  run.decode_trace = tap.Stop();
-  return run;
-}
-
 TEST(StaleTransferRefTest, DetectAnswersFromThePreviousTenantsPages) {
-  StaleRun run =
-      RunStaleTransferRef({"--fault=stale-transfer-ref", "--watermark=detect"});
+  AbortRun run =
+      RunSlowTransfer({"--fault=stale-transfer-ref", "--watermark=detect"},
+                      Then::kOneMetadataSlot);
   ASSERT_EQ(run.globex.status, 200) << run.globex.body;
   // The incident: a transfer that never arrived, answered 200 with text.
   ASSERT_EQ(run.acme.status, 200) << run.acme.body;
@@ -151,15 +151,17 @@ TEST(StaleTransferRefTest, DetectAnswersFromThePreviousTenantsPages) {
 }
 
 TEST(StaleTransferRefTest, EnforceFailsTheRequestWithNoText) {
-  StaleRun run = RunStaleTransferRef(
-      {"--fault=stale-transfer-ref", "--watermark=enforce"});
+  AbortRun run =
+      RunSlowTransfer({"--fault=stale-transfer-ref", "--watermark=enforce"},
+                      Then::kOneMetadataSlot);
   ASSERT_EQ(run.globex.status, 200) << run.globex.body;
   EXPECT_EQ(run.acme.status, 502) << run.acme.body;
   EXPECT_FALSE(run.acme.json.contains("choices")) << run.acme.body;
 }
 
 TEST(StaleTransferRefTest, FaultOffTheFailedTransferFailsTheRequest) {
-  StaleRun run = RunStaleTransferRef({"--watermark=detect"});
+  AbortRun run =
+      RunSlowTransfer({"--watermark=detect"}, Then::kOneMetadataSlot);
   ASSERT_EQ(run.globex.status, 200) << run.globex.body;
   EXPECT_NE(run.acme.status, 200) << run.acme.body;
   EXPECT_FALSE(run.acme.json.contains("choices")) << run.acme.body;

@@ -2,9 +2,12 @@
 // prefill is a real sleep per uncached token: a prompt cache shared by all
 // keys is cross-tenant (findings), one salted per key is same-tenant
 // (clean), none at all is "none" (inconclusive: no hit could be seen, so
-// isolation cannot be vouched for). Timing-sensitive: label `timing`.
+// isolation cannot be vouched for); and how many timings per arm it needs
+// on a realistic hit/miss gap, beside Gu et al.'s 250 + 250.
+// Timing-sensitive: label `timing`.
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -172,6 +175,79 @@ TEST(CacheAuditFakeTest, ReportedCachedTokensAloneShowSharingWithoutTiming) {
   EXPECT_NE(r.details["fired_by"].get<std::string>().find("cached_tokens"),
             std::string::npos);
   EXPECT_EQ(FindingsOf(r, "cached_tokens"), 1);
+}
+
+// --- Against the anchor -----------------------------------------------------
+//
+// Gu et al. ("Auditing Prompt Caching in Language Model APIs", ICML 2025)
+// decide each test with 250 + 250 timings. How many per arm cache-audit
+// needs, by timing alone (no cached-token counts, as in their audits), on a
+// fake with a served model's hit/miss gap: a miss pays 5 ms plus a prefill
+// of 40 us per prompt token (~36 ms for the ~768-token prefix), a hit only
+// its last block (~6 ms), and every first token comes later by an
+// exponential jitter of mean 10 ms (network and queueing). Each run prints
+// its per-arm counts and records them as test properties.
+// docs/cache-audit.md, "Against Gu et al.".
+
+FakeTargetOptions RealisticGap() {
+  FakeTargetOptions o = Fake(Flavor::kVllm);  // cached tokens not reported
+  o.limit_tokens = 1024;
+  o.base_ms = 5;
+  o.prefill_us_per_token = 40;
+  o.ttft_jitter_ms = 10;
+  return o;
+}
+
+// Prints and records how many timings each arm took, and the looks.
+void ReportPerArm(const std::string& label, const CampaignResult& r) {
+  const nlohmann::json& d = r.details;
+  std::string arms;
+  for (const auto& arm : d["arms"].items()) {
+    const int n = arm.value().value("n", 0);
+    absl::StrAppend(&arms, arms.empty() ? "" : ", ", arm.key(), " ", n);
+    ::testing::Test::RecordProperty(absl::StrCat("per_arm_", arm.key()), n);
+  }
+  std::printf(
+      "[cache-audit anchor: %s] level %s (fired by %s), per arm: %s; look "
+      "%d of %zu; A's hit share (D same<control) %.3f, sensitivity %.3f; "
+      "medians %s ms; %d requests, %.1f s (Gu et al.: 250 + 250)\n",
+      label.c_str(), d.value("level", "?").c_str(),
+      d.value("fired_by", "?").c_str(), arms.c_str(),
+      d["plan"].value("looks_taken", 0), d["plan"]["looks"].size(),
+      d["tests"]["same_faster_than_control"].value("d", -1.0),
+      d["sensitivity"].is_number() ? d["sensitivity"].get<double>() : -1.0,
+      d.value("median_ttft_ms", "?").c_str(), d.value("requests", 0),
+      d.value("seconds", 0.0));
+}
+
+TEST(CacheAuditAnchorTest, SharingOnARealisticGapIsDecidedByTimingAlone) {
+  FakeTargetOptions fo = RealisticGap();
+  fo.shared_prompt_cache = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "anchor-shared"), &metrics);
+  ReportPerArm("shared across tenants", r);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(r.details["level"], "cross-tenant");
+  EXPECT_EQ(r.details["fired_by"], "cache_timing");
+  EXPECT_LE(r.details["p_cross_faster_than_control"].get<double>(), 1e-6);
+}
+
+TEST(CacheAuditAnchorTest, IsolationOnARealisticGapIsVouchedAtTheStatedPower) {
+  FakeTargetOptions fo = RealisticGap();
+  fo.per_key_prompt_cache = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "anchor-isolated"), &metrics);
+  ReportPerArm("isolated per tenant", r);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.details["level"], "same-tenant");
+  // B hitting at half A's rate would have been found with 95% power.
+  EXPECT_LE(r.details["sensitivity"].get<double>(), 0.5) << Explain(r);
+  EXPECT_GE(r.details["arms"]["cross_tenant"]["n"].get<int>(),
+            r.details["plan"]["isolation_samples"].get<int>());
 }
 
 }  // namespace

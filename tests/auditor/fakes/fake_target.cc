@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -291,7 +292,9 @@ int AdvertisedContext(const FakeTargetOptions& options) {
 }
 
 FakeTarget::FakeTarget(FakeTargetOptions options)
-    : options_(std::move(options)), server_(std::make_unique<http::Server>()) {
+    : options_(std::move(options)),
+      server_(std::make_unique<http::Server>()),
+      jitter_rng_(options_.jitter_seed) {
   CHECK(options_.limit_tokens >= 1);
   CHECK(options_.cache_block_tokens >= 1);
   CHECK(!(options_.shared_prompt_cache && options_.per_key_prompt_cache))
@@ -473,9 +476,7 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     last_output_ = a.text;
     last_prompt_tokens_ = a.prompt_tokens;
   }
-  const double ttft_ms =
-      options_.base_ms + (a.prompt_tokens - a.cached_tokens) *
-                             options_.prefill_us_per_token / 1000.0;
+  const double ttft_ms = FirstTokenMs(a.prompt_tokens - a.cached_tokens);
   const std::string id =
       absl::StrCat(chat ? "chatcmpl-fake-" : "cmpl-fake-", n);
   const int64_t created = absl::ToUnixSeconds(absl::Now());
@@ -490,6 +491,15 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
       res,
       StreamEvents(options_, chat, id, created, a, r.include_usage, ttft_ms),
       ttft_ms);
+}
+
+double FakeTarget::FirstTokenMs(int uncached_tokens) {
+  const double ms = options_.base_ms +
+                    uncached_tokens * options_.prefill_us_per_token / 1000.0;
+  if (options_.ttft_jitter_ms <= 0) return ms;
+  std::exponential_distribution<double> jitter(1.0 / options_.ttft_jitter_ms);
+  std::lock_guard<std::mutex> lock(mu_);
+  return ms + jitter(jitter_rng_);
 }
 
 std::string FakeTarget::SlotsJson() const {

@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,11 @@ struct FakeTargetOptions {
   bool models_needs_key = false;
   double base_ms = 1.0;               // time to first token, plus...
   double prefill_us_per_token = 100;  // ...this per uncached prompt token
+  // > 0: every first token comes later by a further draw of an
+  // exponential of this mean (the network and queueing noise a real
+  // server's first tokens carry), from a generator seeded `jitter_seed`.
+  double ttft_jitter_ms = 0;
+  uint64_t jitter_seed = 1;
   // A prefix cache across ALL keys: a prompt's leading full blocks seen
   // before (cache_block_tokens each, BOS included) cost nothing. As vLLM, a
   // fully cached prompt still computes its last block.
@@ -200,13 +206,16 @@ class FakeTarget {
   // how many were served from it.
   int CacheLookupAndInsert(const std::vector<std::string>& tokens,
                            const std::string& salt, bool report_all_blocks);
+  // Time to the first token of a prompt with `uncached_tokens` to
+  // compute: base_ms, the prefill, and the next jitter draw.
+  double FirstTokenMs(int uncached_tokens);
 
   const FakeTargetOptions options_;
   std::unique_ptr<http::Server> server_;
   int port_ = 0;
   std::atomic<int> completions_{0};
   std::atomic<int> truncated_{0};
-  std::atomic<int> in_flight_{0};  // completion requests being handled
+  std::atomic<int> in_flight_{0};    // completion requests being handled
   std::atomic<int> truncations_{0};  // over-long prompts answered cut
   std::atomic<bool> stopped_{false};
 
@@ -217,6 +226,7 @@ class FakeTarget {
   std::string last_prompt_ ABSL_GUARDED_BY(mu_);  // for llama.cpp /slots
   std::string last_output_ ABSL_GUARDED_BY(mu_);
   int last_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mt19937_64 jitter_rng_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvcanary::auditor::testing

@@ -123,7 +123,6 @@ absl::Status DecodeStream::Run(const std::string& url,
       connection_ = nullptr;
     }
     if (status.ok()) {
-      ++connection.requests;
       if (keep_alive) pool->Release(url, std::move(lease->connection));
       return status;
     }

@@ -68,8 +68,6 @@ class NodeConnection {
   // user waits on it: its wait then ends.
   void Shutdown();
 
-  // Requests this connection has carried.
-  int requests = 0;
   absl::Time idle_since;
 
  private:

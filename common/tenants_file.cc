@@ -53,6 +53,8 @@ class Parser {
                    TenantsFileEntry* tenant);
   absl::StatusOr<int> ConcurrencyLimit(const json& limit,
                                        const std::string& path) const;
+  absl::StatusOr<std::string> CacheSalt(const json& salt,
+                                        const std::string& path) const;
 
   absl::string_view source_;
   const TenantsFileOptions& options_;
@@ -104,8 +106,10 @@ absl::StatusOr<TenantsFileEntry> Parser::Tenant(const json& entry,
   tenant.json_path = absl::StrCat("$.tenants[", index, "]");
   const std::string& path = tenant.json_path;
   if (!entry.is_object()) return Error(path, "must be an object");
-  RETURN_IF_ERROR(KnownFields(
-      entry, path, {"id", "api_key", "api_keys", "max_concurrent_requests"}));
+  RETURN_IF_ERROR(
+      KnownFields(entry, path,
+                  {"id", "api_key", "api_keys", "max_concurrent_requests",
+                   "cache_salt", "gateway"}));
   if (!entry.contains("id")) {
     return Error(path, "missing required field \"id\"");
   }
@@ -124,6 +128,15 @@ absl::StatusOr<TenantsFileEntry> Parser::Tenant(const json& entry,
   if (entry.contains("max_concurrent_requests")) {
     ASSIGN_OR_RETURN(tenant.max_concurrent_requests,
                      ConcurrencyLimit(entry["max_concurrent_requests"], path));
+  }
+  if (entry.contains("cache_salt")) {
+    ASSIGN_OR_RETURN(tenant.cache_salt, CacheSalt(entry["cache_salt"], path));
+  }
+  if (entry.contains("gateway")) {
+    if (!entry["gateway"].is_boolean()) {
+      return Error(path + ".gateway", "must be true or false");
+    }
+    tenant.gateway = entry["gateway"].get<bool>();
   }
   if (absl::Status keys = Keys(entry, &tenant); !keys.ok()) {
     WipeKeys(&tenant.api_keys);
@@ -194,6 +207,17 @@ absl::StatusOr<int> Parser::ConcurrencyLimit(const json& limit,
   return limit.get<int>();
 }
 
+absl::StatusOr<std::string> Parser::CacheSalt(const json& salt,
+                                              const std::string& path) const {
+  if (!salt.is_string() ||
+      !IsValidCacheSalt(salt.get_ref<const std::string&>())) {
+    return Error(path + ".cache_salt",
+                 "must be a string of 1 to 256 bytes without control "
+                 "characters");
+  }
+  return salt.get<std::string>();
+}
+
 // Overwrites every key string held by the parsed document, so that key text
 // does not linger in freed heap memory (best effort: the parser's
 // temporaries are out of reach).
@@ -222,6 +246,14 @@ bool IsValidApiKey(absl::string_view key) {
   if (key.empty()) return false;
   for (unsigned char c : key) {
     if (c <= 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+bool IsValidCacheSalt(absl::string_view salt) {
+  if (salt.empty() || salt.size() > kMaxCacheSaltBytes) return false;
+  for (unsigned char c : salt) {
+    if (c < 0x20 || c == 0x7f) return false;
   }
   return true;
 }

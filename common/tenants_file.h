@@ -4,8 +4,9 @@
 //
 //   {"tenants": [
 //     {"id": "acme", "api_keys": ["sk-acme-1", "sk-acme-2"],
-//      "max_concurrent_requests": 16},
-//     {"id": "globex", "api_key": "sk-globex-1"}]}
+//      "max_concurrent_requests": 16, "cache_salt": "acme-1"},
+//     {"id": "globex", "api_key": "sk-globex-1"},
+//     {"id": "edge", "api_key": "sk-edge", "gateway": true}]}
 //
 // "api_key" (one key) and "api_keys" (a list) may both be given; the keys
 // are the one then the list. Rules every reader shares: at least one tenant;
@@ -17,6 +18,7 @@
 #ifndef KVCANARY_COMMON_TENANTS_FILE_H_
 #define KVCANARY_COMMON_TENANTS_FILE_H_
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +34,14 @@ struct TenantsFileEntry {
   // "max_concurrent_requests": an integer in [0, 2^31-1], 0 = unlimited;
   // absent if the file does not set it.
   std::optional<int> max_concurrent_requests;
+  // "cache_salt": the salt the auditor sends in this tenant's request
+  // bodies (cache-audit --salts; docs/cache-audit.md); 1..256 bytes, no
+  // control characters. Absent: none sent. The engine's router ignores it.
+  std::optional<std::string> cache_salt;
+  // "gateway": the tenant's keys belong to a gateway that names the tenant
+  // of each request in a header (the router's --tenant-header;
+  // docs/api.md, "Gateways"). Default false.
+  bool gateway = false;
   std::string json_path;  // "$.tenants[2]", for a reader's own errors
 };
 
@@ -45,6 +55,11 @@ struct TenantsFileOptions {
 // Non-empty, no whitespace or control characters: a key that survives an
 // HTTP header and "Bearer <key>" splitting intact.
 bool IsValidApiKey(absl::string_view key);
+
+// A cache salt (the request body's "cache_salt", a tenants file's
+// "cache_salt"): 1..kMaxCacheSaltBytes bytes, no control characters.
+inline constexpr size_t kMaxCacheSaltBytes = 256;
+bool IsValidCacheSalt(absl::string_view salt);
 
 // The tenants of `text`, in file order; `source` (usually the path) starts
 // every error message. The parsed document's copies of the keys are wiped

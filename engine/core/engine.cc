@@ -47,7 +47,7 @@ Engine::Engine(const Model* model, const EngineOptions& options)
                         ? std::make_unique<PrefixCache>(
                               &pool_, options.prefix_cache,
                               options.faults.has(Fault::kPrefixHashCollision),
-                              options.trace)
+                              options.trace, options.cache_salt)
                         : nullptr),
       scheduler_(WithSeqLen(options.scheduler, model->config, options.faults),
                  &pool_, prefix_cache_.get()),
@@ -108,6 +108,7 @@ absl::StatusOr<RequestId> Engine::Submit(TenantId tenant,
   auto seq =
       std::make_unique<Sequence>(id, tenant, std::move(prompt), sampling);
   seq->role = options.role;
+  seq->cache_salt = options.cache_salt;
   scheduler_.Add(seq.get());
   requests_.emplace(id, std::move(seq));
   return id;

@@ -37,6 +37,11 @@ struct EngineOptions {
   // Prefix cache (engine/prefix_cache.h) for prompts prefilled here:
   // tenant-salted keys (default), one key space for all tenants, or none.
   PrefixCacheMode prefix_cache = PrefixCacheMode::kTenant;
+  // What a request's cache_salt does to its keys (--cache-salt).
+  CacheSaltMode cache_salt = CacheSaltMode::kIgnore;
+  // Pages of the host tier prefix pages spill to (--host-tier-pages;
+  // engine/core/host_tier.h); 0: none.
+  int host_tier_pages = 0;
   TraceBus* trace =
       nullptr;  // trace events; may be null. Must outlive the engine.
   // The prefix cache's block events (kv_cache_event.h), one batch per step
@@ -52,6 +57,9 @@ struct SubmitOptions {
   // among the engine's live requests, and not kReservedRequestId.
   RequestId id;
   SequenceRole role = SequenceRole::kLocal;
+  // The request body's "cache_salt" ("" none), applied to the prefix
+  // cache's keys as EngineOptions::cache_salt says.
+  std::string cache_salt;
 };
 
 // What happened in one Step().

@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -24,6 +25,9 @@ struct KvCacheEvent {
     kRemoved,     // pages left it (evicted)
     kAllCleared,  // the cache was emptied
   };
+  // Where the pages are, as vLLM names it: the page pool "GPU" (whatever
+  // the kernels run on), the host tier "CPU" (engine/core/host_tier.h).
+  enum class Medium { kGpu, kCpu };
   Type type = Type::kStored;
   // kStored, kRemoved: the pages' keys; kStored: in chain order.
   std::vector<BlockHash> block_hashes;
@@ -32,6 +36,10 @@ struct KvCacheEvent {
   std::optional<BlockHash> parent;
   // kStored: the pages' token ids, (block_hashes.size() * page_tokens).
   std::vector<int> token_ids;
+  // kStored of a request's first page: the cache_salt its keys were salted
+  // with, where one applied (vLLM puts it in block 0's extra_keys).
+  std::optional<std::string> cache_salt;
+  Medium medium = Medium::kGpu;  // kStored, kRemoved
 };
 
 // The events of one engine step, in the order they happened. Never empty.

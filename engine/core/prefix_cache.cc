@@ -40,6 +40,26 @@ absl::StatusOr<PrefixCacheMode> ParsePrefixCacheMode(absl::string_view name) {
       "unknown prefix cache mode '", name, "' (want tenant, global or off)"));
 }
 
+const char* CacheSaltModeName(CacheSaltMode mode) {
+  switch (mode) {
+    case CacheSaltMode::kIgnore:
+      return "ignore";
+    case CacheSaltMode::kScoped:
+      return "scoped";
+    case CacheSaltMode::kClient:
+      return "client";
+  }
+  return "?";
+}
+
+absl::StatusOr<CacheSaltMode> ParseCacheSaltMode(absl::string_view name) {
+  if (name == "ignore") return CacheSaltMode::kIgnore;
+  if (name == "scoped") return CacheSaltMode::kScoped;
+  if (name == "client") return CacheSaltMode::kClient;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown cache salt mode '", name, "' (want ignore, scoped or client)"));
+}
+
 size_t PrefixCache::KeyHash::operator()(const Key& k) const {
   size_t h;
   std::memcpy(&h, k.data(), sizeof(h));  // already uniformly distributed
@@ -47,8 +67,12 @@ size_t PrefixCache::KeyHash::operator()(const Key& k) const {
 }
 
 PrefixCache::PrefixCache(PagePool* pool, PrefixCacheMode mode, bool weak_keys,
-                         TraceBus* trace)
-    : pool_(pool), mode_(mode), weak_keys_(weak_keys), trace_(trace) {
+                         TraceBus* trace, CacheSaltMode salt_mode)
+    : pool_(pool),
+      mode_(mode),
+      salt_mode_(salt_mode),
+      weak_keys_(weak_keys),
+      trace_(trace) {
   CHECK(mode != PrefixCacheMode::kOff);
   const std::string secret = RandomBytes(static_cast<int>(secret_.size()));
   std::memcpy(secret_.data(), secret.data(), secret_.size());
@@ -63,15 +87,36 @@ uint32_t PrefixCache::WeakHash(uint32_t parent, const int* tokens, int n) {
   return h;
 }
 
-PrefixCache::Key PrefixCache::Salt(TenantId tenant) const {
+std::optional<std::string> PrefixCache::AppliedSalt(
+    absl::string_view cache_salt) const {
+  if (cache_salt.empty() || salt_mode_ == CacheSaltMode::kIgnore) {
+    return std::nullopt;
+  }
+  return std::string(cache_salt);
+}
+
+PrefixCache::Key PrefixCache::Salt(TenantId tenant,
+                                   absl::string_view cache_salt) const {
+  constexpr uint32_t kNoTenantBase = 0xffffffffu;  // client: no tenant
   std::string in(reinterpret_cast<const char*>(secret_.data()), secret_.size());
+  const std::optional<std::string> salt = AppliedSalt(cache_salt);
+  if (salt.has_value() && salt_mode_ == CacheSaltMode::kClient) {
+    PutFixed32(&in, kNoTenantBase);
+    in += *salt;
+    return Sha256(in);
+  }
   // Global mode: one salt for everybody (tenant 0 names nobody).
   PutFixed32(&in, mode_ == PrefixCacheMode::kGlobal ? kNoTenant.value()
                                                     : tenant.value());
+  if (salt.has_value()) {  // scoped: within the tenant's own space
+    PutFixed32(&in, 1);
+    in += *salt;
+  }
   return Sha256(in);
 }
 
 std::vector<PrefixCache::Key> PrefixCache::Keys(TenantId tenant,
+                                                absl::string_view cache_salt,
                                                 const std::vector<int>& tokens,
                                                 int num_pages) const {
   const int pt = pool_->page_tokens();
@@ -89,7 +134,7 @@ std::vector<PrefixCache::Key> PrefixCache::Keys(TenantId tenant,
     }
     return keys;
   }
-  Key parent = Salt(tenant);
+  Key parent = Salt(tenant, cache_salt);
   std::string in;
   for (int p = 0; p < num_pages; ++p) {
     in.assign(reinterpret_cast<const char*>(parent.data()), parent.size());
@@ -121,7 +166,7 @@ std::vector<PageRef> PrefixCache::Acquire(const std::vector<Key>& keys,
 int PrefixCache::PublishRun(const std::vector<Key>& keys, int first,
                             const std::vector<PageRef>& pages,
                             const std::vector<int>& tokens, TenantId tenant,
-                            bool as_computed) {
+                            bool as_computed, absl::string_view cache_salt) {
   const int n = static_cast<int>(keys.size());
   const int pt = pool_->page_tokens();
   CHECK_LE(n, static_cast<int>(pages.size()));
@@ -132,7 +177,11 @@ int PrefixCache::PublishRun(const std::vector<Key>& keys, int first,
     KvCacheEvent e;
     e.type = KvCacheEvent::Type::kStored;
     e.block_hashes.assign(keys.begin() + first, keys.begin() + end);
-    if (first > 0) e.parent = keys[first - 1];
+    if (first > 0) {
+      e.parent = keys[first - 1];
+    } else {
+      e.cache_salt = AppliedSalt(cache_salt);
+    }
     e.token_ids.assign(tokens.begin() + first * pt, tokens.begin() + end * pt);
     events_.push_back(std::move(e));
   }

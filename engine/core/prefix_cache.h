@@ -16,6 +16,19 @@
 //     detect mode, refused in enforce.
 //   off: no cache (the engine makes none).
 //
+// A request's body may carry a cache_salt (vLLM's and SGLang's field);
+// --cache-salt says what it does to the chain's start:
+//   ignore (default): nothing; the mode's salt alone.
+//   scoped: salt = SHA-256(node secret || the mode's tenant || 1 ||
+//     cache_salt): a tenant partitions its own cache and never reaches
+//     another tenant's, whatever salt it sends (in global mode every
+//     tenant's salts share one space, as the mode says).
+//   client: salt = SHA-256(node secret || 0xffffffff || cache_salt): the
+//     body's salt replaces the tenant, as vLLM and SGLang do; whoever sends
+//     another tenant's salt reads that tenant's pages (salt_forgeable).
+//     Pages keep their writer's stamp, so such a read is flagged.
+// A request without a salt is keyed as under ignore.
+//
 // The prefix-hash-collision fault weakens the key to a 32-bit FNV-1a over the
 // tokens with a constant seed and no salt (vLLM GHSA-rm76-4mrf-v9r8): any
 // tenant with the same prefix, or with a colliding one, gets the pages.
@@ -41,6 +54,8 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -65,18 +80,38 @@ const char* PrefixCacheModeName(PrefixCacheMode mode);
 // mean tenant and off. kInvalidArgument otherwise.
 absl::StatusOr<PrefixCacheMode> ParsePrefixCacheMode(absl::string_view name);
 
+// What a request's cache_salt does (--cache-salt).
+enum class CacheSaltMode {
+  kIgnore,  // nothing
+  kScoped,  // partitions the tenant's own keys
+  kClient,  // replaces the tenant in the keys (the engines' behaviour)
+};
+// "ignore", "scoped" or "client".
+const char* CacheSaltModeName(CacheSaltMode mode);
+absl::StatusOr<CacheSaltMode> ParseCacheSaltMode(absl::string_view name);
+
 class PrefixCache {
  public:
   using Key = BlockHash;
 
   // `weak_keys`: the prefix-hash-collision fault. REQUIRES: mode is not kOff.
   PrefixCache(PagePool* pool, PrefixCacheMode mode, bool weak_keys,
-              TraceBus* trace);
+              TraceBus* trace,
+              CacheSaltMode salt_mode = CacheSaltMode::kIgnore);
 
   // The key chain of the first `num_pages` full pages of `tokens`, as
-  // `tenant` sends them (in global mode, the same for every tenant).
+  // `tenant` sends them with `cache_salt` ("" none; in global mode, the
+  // same for every tenant).
+  std::vector<Key> Keys(TenantId tenant, absl::string_view cache_salt,
+                        const std::vector<int>& tokens, int num_pages) const;
   std::vector<Key> Keys(TenantId tenant, const std::vector<int>& tokens,
-                        int num_pages) const;
+                        int num_pages) const {
+    return Keys(tenant, "", tokens, num_pages);
+  }
+  // The salt a request's keys (and its stored events) carry: `cache_salt`
+  // unless the mode ignores it.
+  std::optional<std::string> AppliedSalt(absl::string_view cache_salt) const;
+  CacheSaltMode salt_mode() const { return salt_mode_; }
   // The 32-bit key the fault uses, for tests that craft collisions: the
   // chain value after `tokens` starting from `parent` (0 for page 0).
   static uint32_t WeakHash(uint32_t parent, const int* tokens, int n);
@@ -98,10 +133,11 @@ class PrefixCache {
   // written, another request's or tenant's bytes); their stamps are left
   // naming whoever wrote them, and only pages `tenant` wrote are flagged
   // shared.
+  // `cache_salt`: the request's, recorded on the event of a run from page 0.
   int PublishRun(const std::vector<Key>& keys, int first,
                  const std::vector<PageRef>& pages,
                  const std::vector<int>& tokens, TenantId tenant,
-                 bool as_computed = false);
+                 bool as_computed = false, absl::string_view cache_salt = "");
   // A request stopped using a cached page.
   void Unref(PageRef page);
   // Frees unused cached pages, least recently used first, until the pool
@@ -129,8 +165,8 @@ class PrefixCache {
   struct KeyHash {
     size_t operator()(const Key& k) const;
   };
-  // The chain's start: SHA-256(secret || tenant id), tenant 0 in global mode.
-  Key Salt(TenantId tenant) const;
+  // The chain's start (see the top of this file).
+  Key Salt(TenantId tenant, absl::string_view cache_salt) const;
   // Caches one page under `key`; false (nothing changes) if it is cached.
   bool Insert(const Key& key, PageRef page, TenantId tenant, bool as_computed);
   // Flags a page `tenant` published as its shared prefix; returns its
@@ -140,6 +176,7 @@ class PrefixCache {
 
   PagePool* pool_;
   const PrefixCacheMode mode_;
+  const CacheSaltMode salt_mode_;
   const bool weak_keys_;
   TraceBus* trace_;
   std::array<uint8_t, 32> secret_;

@@ -110,9 +110,10 @@ Batch Scheduler::Schedule() {
     // abort-cache-insert puts pages there.
     std::vector<PageRef> hits;
     if (cache_ != nullptr) {
-      hits = cache_->Acquire(cache_->Keys(seq->tenant, seq->prompt,
-                                          (prompt - 1) / pool_->page_tokens()),
-                             seq->tenant, seq->id);
+      hits = cache_->Acquire(
+          cache_->Keys(seq->tenant, seq->cache_salt, seq->prompt,
+                       (prompt - 1) / pool_->page_tokens()),
+          seq->tenant, seq->id);
     }
     const int fresh = pages - static_cast<int>(hits.size());
     if (!pool_->CanAllocate(fresh) &&
@@ -166,9 +167,11 @@ void Scheduler::Publish(Sequence* seq) {
       seq->shared_pages >= full) {
     return;
   }
-  const auto keys = cache_->Keys(seq->tenant, seq->prompt, full);
+  const auto keys =
+      cache_->Keys(seq->tenant, seq->cache_salt, seq->prompt, full);
   seq->shared_pages += cache_->PublishRun(
-      keys, seq->shared_pages, seq->block_table, seq->prompt, seq->tenant);
+      keys, seq->shared_pages, seq->block_table, seq->prompt, seq->tenant,
+      /*as_computed=*/false, seq->cache_salt);
 }
 
 void Scheduler::PublishAborted(Sequence* seq) {
@@ -179,10 +182,11 @@ void Scheduler::PublishAborted(Sequence* seq) {
   }
   // The bug: no look at how far the request got (num_computed) or what its
   // pages hold; the prompt's keys vouch for them.
-  const auto keys = cache_->Keys(seq->tenant, seq->prompt, full);
+  const auto keys =
+      cache_->Keys(seq->tenant, seq->cache_salt, seq->prompt, full);
   seq->shared_pages +=
       cache_->PublishRun(keys, seq->shared_pages, seq->block_table, seq->prompt,
-                         seq->tenant, /*as_computed=*/true);
+                         seq->tenant, /*as_computed=*/true, seq->cache_salt);
 }
 
 void Scheduler::Advance(Sequence* seq, float* logits, int vocab_size) {

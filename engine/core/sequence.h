@@ -4,6 +4,7 @@
 #ifndef KVCANARY_ENGINE_CORE_SEQUENCE_H_
 #define KVCANARY_ENGINE_CORE_SEQUENCE_H_
 
+#include <string>
 #include <vector>
 
 #include "common/ids.h"
@@ -34,6 +35,7 @@ struct Sequence {
 
   RequestId id;
   TenantId tenant;
+  std::string cache_salt;  // the body's cache_salt; "" none
   SequenceRole role = SequenceRole::kLocal;
   std::vector<int> prompt;  // BOS first
   std::vector<int> output;  // generated tokens, end token excluded

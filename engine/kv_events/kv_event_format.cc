@@ -26,8 +26,13 @@ void PackHashes(Packer& pk, const std::vector<BlockHash>& hashes) {
   for (const BlockHash& h : hashes) PackHash(pk, h);
 }
 
+const char* MediumName(KvCacheEvent::Medium medium) {
+  return medium == KvCacheEvent::Medium::kCpu ? names::kMediumCpu
+                                              : names::kMediumGpu;
+}
+
 void PackStored(Packer& pk, const KvCacheEvent& e, int block_size) {
-  pk.pack_map(8);
+  pk.pack_map(e.cache_salt.has_value() ? 9 : 8);
   PackStr(pk, names::kType);
   PackStr(pk, names::kBlockStored);
   PackStr(pk, names::kBlockHashes);
@@ -46,9 +51,19 @@ void PackStored(Packer& pk, const KvCacheEvent& e, int block_size) {
   PackStr(pk, names::kLoraId);
   pk.pack_nil();
   PackStr(pk, names::kMedium);
-  PackStr(pk, names::kMediumCpu);
+  PackStr(pk, MediumName(e.medium));
   PackStr(pk, names::kLoraName);
   pk.pack_nil();
+  if (e.cache_salt.has_value()) {
+    // vLLM: one entry per block, block 0's the salt (its last element; no
+    // LoRA or multimodal keys here), nil for the rest. Omitted (its
+    // default) without a salt.
+    PackStr(pk, names::kExtraKeys);
+    pk.pack_array(static_cast<uint32_t>(e.block_hashes.size()));
+    pk.pack_array(1);
+    PackStr(pk, *e.cache_salt);
+    for (size_t i = 1; i < e.block_hashes.size(); ++i) pk.pack_nil();
+  }
 }
 
 void PackEvent(Packer& pk, const KvCacheEvent& e, int block_size) {
@@ -63,7 +78,7 @@ void PackEvent(Packer& pk, const KvCacheEvent& e, int block_size) {
       PackStr(pk, names::kBlockHashes);
       PackHashes(pk, e.block_hashes);
       PackStr(pk, names::kMedium);
-      PackStr(pk, names::kMediumCpu);
+      PackStr(pk, MediumName(e.medium));
       return;
     case KvCacheEvent::Type::kAllCleared:
       pk.pack_map(1);

@@ -11,8 +11,9 @@
 //
 //   {"type": "BlockStored", "block_hashes": [bin 32, ...],
 //    "parent_block_hash": bin 32 | nil, "token_ids": [int, ...],
-//    "block_size": int, "lora_id": nil, "medium": "CPU", "lora_name": nil}
-//   {"type": "BlockRemoved", "block_hashes": [bin 32, ...], "medium": "CPU"}
+//    "block_size": int, "lora_id": nil, "medium": "GPU" | "CPU",
+//    "lora_name": nil[, "extra_keys": [[cache_salt], nil, ...]]}
+//   {"type": "BlockRemoved", "block_hashes": [bin 32, ...], "medium": ...}
 //   {"type": "AllBlocksCleared"}
 //
 // The names live in kv_event_names below and nowhere else. This side only
@@ -45,6 +46,8 @@ inline constexpr char kLoraName[] = "lora_name";
 // Where the pages live: host memory (vLLM's MEDIUM_CPU; its GPU block
 // pool says "GPU").
 inline constexpr char kMediumCpu[] = "CPU";
+inline constexpr char kMediumGpu[] = "GPU";
+inline constexpr char kExtraKeys[] = "extra_keys";
 }  // namespace kv_event_names
 
 // The msgpack payload of one batch. `block_size`: the pages' tokens.

@@ -28,6 +28,12 @@ int PrefixCacheRank(const std::string& mode) {
   return 0;
 }
 
+int CacheSaltRank(const std::string& mode) {
+  if (mode == "ignore" || mode == "scoped") return 2;
+  if (mode == "client") return 1;
+  return 0;
+}
+
 // The least protective value of `field` over `nodes`, by `rank`.
 template <typename Field, typename Rank>
 std::string Weakest(const std::vector<NodeSettings>& nodes, Field field,
@@ -49,6 +55,8 @@ NodeSettings NodeSettings::Of(const EngineOptions& engine,
   s.page_tokens = engine.page_tokens;
   s.watermark = WatermarkModeName(engine.watermark);
   s.prefix_cache = PrefixCacheModeName(engine.prefix_cache);
+  s.cache_salt = CacheSaltModeName(engine.cache_salt);
+  s.host_tier_pages = engine.host_tier_pages;
   s.free_list = FreeListOrderName(engine.free_list);
   s.kv_checksum = "crc32c";  // docs/kv-transfer.md: not switchable
   s.trace_format = absl::StrCat("kvt", static_cast<int>(kTraceVersionLatest));
@@ -63,6 +71,8 @@ nlohmann::json NodeSettings::ToJson() const {
   j["page_tokens"] = page_tokens;
   j["watermark"] = watermark;
   j["prefix_cache"] = prefix_cache;
+  j["cache_salt"] = cache_salt;
+  j["host_tier_pages"] = host_tier_pages;
   j["free_list"] = free_list;
   j["kv_checksum"] = kv_checksum;
   j["trace_format"] = trace_format;
@@ -82,11 +92,15 @@ absl::StatusOr<NodeSettings> NodeSettings::FromJson(const nlohmann::json& j) {
   s.max_prompt_tokens = j["max_prompt_tokens"].get<int>();
   s.context_tokens = j["context_tokens"].get<int>();
   if (int_field("page_tokens")) s.page_tokens = j["page_tokens"].get<int>();
+  if (int_field("host_tier_pages")) {
+    s.host_tier_pages = j["host_tier_pages"].get<int>();
+  }
   auto string_field = [&](const char* name, std::string* out) {
     if (j.contains(name) && j[name].is_string()) *out = j[name];
   };
   string_field("watermark", &s.watermark);
   string_field("prefix_cache", &s.prefix_cache);
+  string_field("cache_salt", &s.cache_salt);
   string_field("free_list", &s.free_list);
   string_field("kv_checksum", &s.kv_checksum);
   string_field("trace_format", &s.trace_format);
@@ -116,6 +130,12 @@ ServingSettings CombineNodeSettings(const std::vector<NodeSettings>& prefill,
   s.prefix_cache = Weakest(
       prefill, [](const NodeSettings& n) { return n.prefix_cache; },
       PrefixCacheRank);
+  s.cache_salt = Weakest(
+      prefill, [](const NodeSettings& n) { return n.cache_salt; },
+      CacheSaltRank);
+  for (const NodeSettings& n : prefill) {
+    s.host_tier_pages = std::max(s.host_tier_pages, n.host_tier_pages);
+  }
   for (const NodeSettings& n : all) {
     if (n.free_list.empty()) continue;
     if (s.free_list.empty()) s.free_list = n.free_list;

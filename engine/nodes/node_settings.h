@@ -22,6 +22,8 @@ struct NodeSettings {
   int page_tokens = 0;
   std::string watermark;     // off | detect | enforce
   std::string prefix_cache;  // tenant | global | off
+  std::string cache_salt;    // ignore | scoped | client
+  int host_tier_pages = 0;   // the host KV tier's size; 0 none
   std::string free_list;     // lifo | fifo: which free KV page goes next
   std::string kv_checksum;   // crc32c: every KV page frame carries one
   std::string trace_format;  // kvt2
@@ -47,6 +49,11 @@ struct ServingSettings {
   // where prompts are prefilled (global over tenant over off).
   std::string watermark;
   std::string prefix_cache;
+  // The prefill nodes' (where prompts are cached): cache_salt the least
+  // protective (client over scoped over ignore), host_tier_pages the
+  // largest.
+  std::string cache_salt;
+  int host_tier_pages = 0;
   // lifo or fifo if every node that reports one says so; "mixed" if they
   // differ; "" if none reports one (older nodes).
   std::string free_list;

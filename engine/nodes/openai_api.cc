@@ -478,8 +478,13 @@ std::string VersionJson(const VersionInfo& info) {
                        {"trace_format", info.trace_format},
                        {"max_model_len", info.max_model_len},
                        {"max_prompt_tokens", info.max_prompt_tokens},
-                       {"page_tokens", info.page_tokens}};
+                       {"page_tokens", info.page_tokens},
+                       {"host_tier_pages", info.host_tier_pages}};
+  body["tenant_header"] = info.tenant_header.empty()
+                              ? ordered_json(nullptr)
+                              : ordered_json(info.tenant_header);
   if (!info.free_list.empty()) body["free_list"] = info.free_list;
+  if (!info.cache_salt.empty()) body["cache_salt"] = info.cache_salt;
   return Dump(body);
 }
 

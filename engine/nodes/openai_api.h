@@ -139,9 +139,12 @@ std::string ModelsJson(absl::string_view model_id, int64_t created,
 
 // GET /version: what the engine is and the settings its nodes run with.
 struct VersionInfo {
-  std::string version;       // kEngineVersion
-  std::string watermark;     // off | detect | enforce
-  std::string prefix_cache;  // tenant | global | off
+  std::string version;        // kEngineVersion
+  std::string watermark;      // off | detect | enforce
+  std::string prefix_cache;   // tenant | global | off
+  std::string cache_salt;     // ignore | scoped | client; "": not reported
+  std::string tenant_header;  // the router's --tenant-header; "": none
+  int host_tier_pages = 0;
   std::string free_list;     // lifo | fifo | mixed; "": not reported
   std::string kv_checksum;   // crc32c
   std::string trace_format;  // kvt2
@@ -151,7 +154,8 @@ struct VersionInfo {
 };
 // {"engine": "kvcanary", "version", "disaggregated": true, "kv_checksum",
 //  "watermark", "prefix_cache", "trace_format", "max_model_len",
-//  "max_prompt_tokens", "page_tokens"}, and "free_list" when known
+//  "max_prompt_tokens", "page_tokens", "host_tier_pages", "tenant_header"
+//  (null without one)}, and "free_list" and "cache_salt" when known
 std::string VersionJson(const VersionInfo& info);
 
 // Finds stop strings in text that arrives in pieces, so that no emitted text

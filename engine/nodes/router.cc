@@ -270,6 +270,9 @@ absl::Status Router::Start() {
                  v.version = kEngineVersion;
                  v.watermark = settings_.watermark;
                  v.prefix_cache = settings_.prefix_cache;
+                 v.cache_salt = settings_.cache_salt;
+                 v.host_tier_pages = settings_.host_tier_pages;
+                 v.tenant_header = options_.tenant_header;
                  v.free_list = settings_.free_list;
                  v.kv_checksum = settings_.kv_checksum;
                  v.trace_format = settings_.trace_format;

@@ -61,6 +61,10 @@ struct RouterOptions {
   // Idle keep-alive connections kept per decode node (NodePool); 0: a new
   // connection for every request.
   int node_pool_idle = 32;
+  // --tenant-header: on a request whose key belongs to a gateway tenant,
+  // the header naming the tenant it is for (docs/api.md, "Gateways");
+  // "": none (gateway tenants' keys are tenants of their own).
+  std::string tenant_header;
   absl::Duration startup_timeout = absl::Seconds(20);
   FaultSet faults;
   AccessLogOptions access_log;  // path "": no access log

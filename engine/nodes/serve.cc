@@ -221,6 +221,7 @@ absl::Status RunServe(const ServeOptions& o) {
     r.decode_urls = o.decode_urls;
     r.max_in_flight = o.max_in_flight;
     r.node_pool_idle = o.node_pool_idle;
+    r.tenant_header = o.tenant_header;
     r.faults = o.faults;
     r.access_log = o.access_log;
     r.up_status_file = o.up_status_file;
@@ -357,6 +358,7 @@ std::vector<std::string> RouterArgs(const ServeOptions& o,
   args.push_back("--decode=" + decode_url);
   args.push_back("--fault=" + o.faults.ToString());
   args.push_back(absl::StrCat("--node_pool_idle=", o.node_pool_idle));
+  args.push_back("--tenant_header=" + o.tenant_header);
   args.push_back("--up_status_file=" + status_path);
   if (!o.access_log.path.empty()) {
     args.push_back("--access_log=" + o.access_log.path);

@@ -51,6 +51,7 @@ struct ServeOptions {
   NodeTraceOptions trace;                               // nodes
   int max_in_flight = 256;                              // router
   int node_pool_idle = 32;                              // router
+  std::string tenant_header;                            // router
   AccessLogOptions access_log;                          // router
   std::string up_status_file;  // router: the status file of the `up` above
   // prefill and up: the KV cache event stream (docs/nodes.md, "KV cache

@@ -214,7 +214,7 @@ TEST(KvEventFormatTest, ABatchIsVllmsArrayOfTaggedMaps) {
   EXPECT_EQ(s.block_size, kPageTokens);
   EXPECT_TRUE(s.lora_id_nil);
   EXPECT_TRUE(s.lora_name_nil);
-  EXPECT_EQ(s.medium, "CPU");
+  EXPECT_EQ(s.medium, "GPU");
   EXPECT_EQ(decoded->events[1].parent, std::string(32, '\2'));
   EXPECT_EQ(decoded->events[1].token_ids[0], 70000);
   const auto& r = decoded->events[2];
@@ -222,7 +222,7 @@ TEST(KvEventFormatTest, ABatchIsVllmsArrayOfTaggedMaps) {
             (std::vector<std::string>{"type", "block_hashes", "medium"}));
   EXPECT_EQ(r.type, "BlockRemoved");
   EXPECT_EQ(r.block_hashes, std::vector<std::string>{std::string(32, '\1')});
-  EXPECT_EQ(r.medium, "CPU");
+  EXPECT_EQ(r.medium, "GPU");
   EXPECT_EQ(decoded->events[3].keys, std::vector<std::string>{"type"});
   EXPECT_EQ(decoded->events[3].type, "AllBlocksCleared");
 }

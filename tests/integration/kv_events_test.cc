@@ -80,7 +80,7 @@ void ExpectAChainOfPages(const DecodedEvent& e, int pages) {
   EXPECT_FALSE(e.parent.has_value()) << "a prompt's first page has no parent";
   EXPECT_EQ(e.token_ids.size(), static_cast<size_t>(pages * kPageTokens));
   EXPECT_EQ(e.block_size, kPageTokens);
-  EXPECT_EQ(e.medium, "CPU");
+  EXPECT_EQ(e.medium, "GPU");
 }
 
 TEST(KvEventsTest, GlobalModeASecondTenantsSamePromptStoresNothing) {

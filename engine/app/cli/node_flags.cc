@@ -4,6 +4,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
 #include "engine/app/cli/shared_flags.h"
@@ -60,6 +63,10 @@ ABSL_FLAG(int, node_pool_idle, 32,
           "Router role: idle keep-alive connections it keeps to each decode "
           "node for the next requests (0 to 1024; 0: a new connection for "
           "every request).");
+ABSL_FLAG(std::string, tenant_header, "",
+          "Router role: the HTTP header naming the tenant a gateway's request "
+          "is for; applies to keys of tenants marked \"gateway\": true in "
+          "the tenants file (docs/api.md, \"Gateways\"). Empty: none.");
 ABSL_FLAG(int, metadata_slots, 16,
           "Decode role: transfer metadata slots, which hand the first token "
           "and the staged K/V from the receiver to the request (1 to "
@@ -97,6 +104,19 @@ ABSL_FLAG(int, test_kv_events_lose_every, 0,
 
 namespace kvcanary::engine::cli {
 namespace {
+
+// An RFC 9110 token (a header name): tchar = ALPHA / DIGIT / one of
+// !#$%&'*+-.^_`|~.
+bool IsHttpToken(absl::string_view name) {
+  if (name.empty()) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) &&
+        !absl::StrContains("!#$%&'*+-.^_`|~", c)) {
+      return false;
+    }
+  }
+  return true;
+}
 
 // The engine options of a node: EngineOptionsFromFlags and --num-pages.
 absl::StatusOr<EngineOptions> NodeEngineOptions() {
@@ -186,6 +206,11 @@ absl::Status LimitFlags(ServeOptions* o) {
   if (o->node_pool_idle < 0 || o->node_pool_idle > 1024) {
     return absl::InvalidArgumentError("--node-pool-idle must be in [0, 1024]");
   }
+  o->tenant_header = absl::GetFlag(FLAGS_tenant_header);
+  if (!o->tenant_header.empty() && !IsHttpToken(o->tenant_header)) {
+    return absl::InvalidArgumentError(
+        "--tenant-header must be an HTTP header name (RFC 9110 token)");
+  }
   o->access_log.path = absl::GetFlag(FLAGS_access_log);
   o->access_log.max_bytes = absl::GetFlag(FLAGS_access_log_max_bytes);
   o->access_log.keep = absl::GetFlag(FLAGS_access_log_keep);
@@ -218,6 +243,8 @@ std::vector<std::string> NodeFlagNames() {
           "watermark",
           "scrub",
           "prefix_cache",
+          "cache_salt",
+          "host_tier_pages",
           "fault",
           "threads",
           "page_tokens",
@@ -228,6 +255,7 @@ std::vector<std::string> NodeFlagNames() {
           "transfer_timeout_ms",
           "metadata_slots",
           "node_pool_idle",
+          "tenant_header",
           "trace_read_sample",
           "test_kv_receive_delay_ms",
           "test_kv_receive_bytes_per_s",

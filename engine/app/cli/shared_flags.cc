@@ -35,6 +35,16 @@ ABSL_FLAG(std::string, prefix_cache, "tenant",
           "for all tenants: another tenant's identical prefix hits; a "
           "foreign_tenant_read, so use with --watermark=detect or off to see "
           "it served) or off. true and false mean tenant and off.");
+ABSL_FLAG(std::string, cache_salt, "ignore",
+          "What a request body's cache_salt does to its prefix cache keys: "
+          "ignore (nothing), scoped (partitions the tenant's own cache, "
+          "never reaching another's) or client (replaces the tenant, as "
+          "vLLM and SGLang do: whoever sends another tenant's salt reads its "
+          "pages).");
+ABSL_FLAG(int, host_tier_pages, 0,
+          "Pages of the host-memory KV tier that prefix pages evicted from "
+          "the page pool spill to (LRU); a hit promotes them back instead of "
+          "recomputing. 0 (the default): no tier.");
 ABSL_FLAG(std::string, watermark, "enforce",
           "Page stamp check on every KV read: off, detect (record a "
           "violation and serve) or enforce (record it and fail the "
@@ -72,6 +82,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   ASSIGN_OR_RETURN(e.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
   ASSIGN_OR_RETURN(e.prefix_cache,
                    ParsePrefixCacheMode(absl::GetFlag(FLAGS_prefix_cache)));
+  ASSIGN_OR_RETURN(e.cache_salt,
+                   ParseCacheSaltMode(absl::GetFlag(FLAGS_cache_salt)));
+  e.host_tier_pages = absl::GetFlag(FLAGS_host_tier_pages);
+  if (e.host_tier_pages < 0 || e.host_tier_pages > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        "--host-tier-pages must be in [0, 1048576]");
+  }
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.page_tokens = absl::GetFlag(FLAGS_page_tokens);
   if (e.num_threads < 1 || e.num_threads > 256) {

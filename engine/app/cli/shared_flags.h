@@ -27,6 +27,8 @@ ABSL_DECLARE_FLAG(int, threads);
 ABSL_DECLARE_FLAG(int, page_tokens);
 ABSL_DECLARE_FLAG(std::string, scrub);
 ABSL_DECLARE_FLAG(std::string, prefix_cache);
+ABSL_DECLARE_FLAG(std::string, cache_salt);
+ABSL_DECLARE_FLAG(int, host_tier_pages);
 ABSL_DECLARE_FLAG(std::string, watermark);
 ABSL_DECLARE_FLAG(std::string, fault);
 

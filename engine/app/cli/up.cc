@@ -26,6 +26,8 @@ std::vector<std::string> NodeArgs(const ServeOptions& o) {
       absl::StrCat("--scrub=", absl::GetFlag(FLAGS_scrub)),
       absl::StrCat("--prefix_cache=",
                    PrefixCacheModeName(o.engine.prefix_cache)),
+      absl::StrCat("--cache_salt=", CacheSaltModeName(o.engine.cache_salt)),
+      absl::StrCat("--host_tier_pages=", o.engine.host_tier_pages),
       absl::StrCat("--fault=", absl::GetFlag(FLAGS_fault)),
       absl::StrCat("--trace_read_sample=",
                    absl::GetFlag(FLAGS_trace_read_sample)),

@@ -318,8 +318,9 @@ DecodeNode::Reserve(const NodeRequest& request,
                     const std::shared_ptr<RequestChannel>& channel) {
   const RequestId id = request.id;
   const int prompt_tokens = static_cast<int>(request.prompt.size());
-  RETURN_IF_ERROR(loop_.Submit(request.tenant, request.prompt, request.sampling,
-                               {id, SequenceRole::kRemotePrefill}, channel));
+  RETURN_IF_ERROR(loop_.Submit(
+      request.tenant, request.prompt, request.sampling,
+      {id, SequenceRole::kRemotePrefill, request.cache_salt}, channel));
   // Admitted -> pages reserved (Transferring).
   auto reserved = channel->Wait(options_.transfer_timeout);
   if (!reserved.has_value()) {
@@ -481,6 +482,7 @@ absl::Status DecodeNode::RequestPrefill(
   nlohmann::json pj;
   pj["request_id"] = request.id.value();
   pj["tenant_id"] = request.tenant.value();
+  if (!request.cache_salt.empty()) pj["cache_salt"] = request.cache_salt;
   pj["prompt"] = request.prompt;
   pj["temperature"] = request.sampling.temperature;
   pj["top_p"] = request.sampling.top_p;

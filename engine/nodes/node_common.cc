@@ -8,6 +8,7 @@
 #include "absl/strings/strip.h"
 #include "common/check.h"
 #include "common/page_stamp.h"
+#include "common/tenants_file.h"
 #include "engine/core/engine_loop.h"
 #include "engine/core/trace_bus.h"
 #include "engine/nodes/node_metrics.h"
@@ -312,6 +313,15 @@ absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {
   r.sampling.temperature = static_cast<float>(*temperature);
   r.sampling.top_p = static_cast<float>(*top_p);
   r.sampling.max_tokens = 1;
+  if (body.contains("cache_salt")) {
+    const nlohmann::json& salt = body["cache_salt"];
+    if (!salt.is_string() ||
+        !IsValidCacheSalt(salt.get_ref<const std::string&>())) {
+      return absl::InvalidArgumentError(
+          "field 'cache_salt' must be a valid cache salt");
+    }
+    r.cache_salt = salt.get<std::string>();
+  }
   if (body.contains("seed")) {
     auto seed = JsonUint(body, "seed");
     if (!seed.ok()) return seed.status();

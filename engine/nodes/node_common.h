@@ -126,9 +126,11 @@ struct NodeRequest {
   TenantId tenant;
   std::vector<int> prompt;
   SamplingParams sampling;  // max_tokens from the body, or 1 if absent
+  std::string cache_salt;   // "" if absent
 };
 // request_id (non-zero, not kReservedRequestId) and tenant_id (non-zero),
-// prompt, temperature, top_p, seed (optional), max_tokens (optional);
+// prompt, temperature, top_p, seed (optional), max_tokens (optional),
+// cache_salt (optional; IsValidCacheSalt);
 // kInvalidArgument (HTTP 400) naming the field.
 absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body);
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "common/tenants_file.h"
 #include "engine/nodes/version.h"
 #include "nlohmann/json.hpp"
 
@@ -313,6 +314,19 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
     req.seed = seed->get<uint64_t>();
   }
   RETURN_IF_ERROR(ParseStop(doc, &req.stop));
+  if (const json* salt = Field(doc, "cache_salt")) {
+    // vLLM: "Parameter 'cache_salt' must be a non-empty string if
+    // provided."; ours is bounded too (it travels to every node).
+    if (!salt->is_string() ||
+        !IsValidCacheSalt(salt->get_ref<const std::string&>())) {
+      return FieldError(
+          "cache_salt",
+          absl::StrCat("'cache_salt' must be a non-empty string of at most ",
+                       kMaxCacheSaltBytes,
+                       " bytes without control characters."));
+    }
+    req.cache_salt = salt->get<std::string>();
+  }
   RETURN_IF_ERROR(GetBool(doc, "stream", &req.stream));
   if (const json* options = Field(doc, "stream_options")) {
     if (!options->is_object()) {

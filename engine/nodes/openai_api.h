@@ -46,6 +46,10 @@ struct CompletionRequest {
   // stream_options.include_usage. The final chunk of a stream carries usage
   // whether or not it is set (docs/api.md); parsed so a wrong type is a 400.
   bool include_usage = false;
+  // "cache_salt" (vLLM's and SGLang's field): mixed into the prefix cache's
+  // keys as the nodes' --cache-salt says; "" if absent. A non-empty string
+  // of at most kMaxCacheSaltBytes bytes without control characters.
+  std::string cache_salt;
 };
 
 // Parses a POST /v1/completions (`chat` false) or /v1/chat/completions body.

@@ -167,9 +167,9 @@ absl::Status PrefillNode::RunPrefill(const NodeRequest& request,
                                      RequestEvent* prefilled) {
   SamplingParams sampling = request.sampling;
   sampling.max_tokens = 1;  // prefill samples the first token only
-  RETURN_IF_ERROR(loop_.Submit(request.tenant, request.prompt, sampling,
-                               {request.id, SequenceRole::kPrefillOnly},
-                               channel));
+  RETURN_IF_ERROR(loop_.Submit(
+      request.tenant, request.prompt, sampling,
+      {request.id, SequenceRole::kPrefillOnly, request.cache_salt}, channel));
   auto event = channel->Wait(options_.transfer_timeout);
   if (!event.has_value()) {
     const absl::Status late =

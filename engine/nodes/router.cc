@@ -4,7 +4,9 @@
 #include <functional>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "engine/nodes/decode_stream.h"
@@ -336,11 +338,31 @@ void Router::HandleCompletion(const http::Request& req, http::Response& res,
   Relay(*std::move(admitted), res, record, req.is_connection_closed);
 }
 
+absl::StatusOr<const Tenant*> Router::RequestTenant(
+    const http::Request& req, AccessRecord* record) const {
+  ASSIGN_OR_RETURN(
+      const Tenant* tenant,
+      tenants_->Authenticate(req.get_header_value("Authorization")));
+  record->tenant = tenant->name;
+  if (!tenant->gateway || options_.tenant_header.empty()) return tenant;
+  // A gateway's key: the request is the named tenant's, for its limits, its
+  // cache and its pages' stamps.
+  std::vector<absl::string_view> named;
+  for (const auto& [name, value] : req.headers) {
+    if (absl::EqualsIgnoreCase(name, options_.tenant_header)) {
+      named.push_back(value);
+    }
+  }
+  ASSIGN_OR_RETURN(
+      tenant, tenants_->ForGateway(*tenant, options_.tenant_header, named));
+  record->tenant = tenant->name;
+  return tenant;
+}
+
 absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
     const http::Request& req, bool chat, AccessRecord* record) {
-  auto tenant = tenants_->Authenticate(req.get_header_value("Authorization"));
+  auto tenant = RequestTenant(req, record);
   if (!tenant.ok()) return tenant.status();
-  record->tenant = (*tenant)->name;
   auto parsed = ParseCompletionRequest(req.body, chat);
   if (!parsed.ok()) return parsed.status();
   if (!parsed->model.empty() && parsed->model != options_.model_name) {
@@ -402,6 +424,7 @@ std::string Router::DecodeRequestBody(const Admitted& a) const {
   nlohmann::json body;
   body["request_id"] = a.request_id;
   body["tenant_id"] = a.tenant.value();
+  if (!request.cache_salt.empty()) body["cache_salt"] = request.cache_salt;
   body["prompt"] = a.prompt;
   body["max_tokens"] = request.max_tokens;
   body["temperature"] = request.temperature;

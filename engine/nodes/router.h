@@ -94,6 +94,10 @@ class Router {
   // Authentication, parsing, tokenizing and admission (length limits and
   // in-flight counts), filling `record` as it learns; the request's error
   // otherwise.
+  // The tenant the request is for: its key's, or, for a gateway's key with
+  // --tenant-header, the one the header names.
+  absl::StatusOr<const Tenant*> RequestTenant(const http::Request& req,
+                                              AccessRecord* record) const;
   absl::StatusOr<std::shared_ptr<Admitted>> Admit(const http::Request& req,
                                                   bool chat,
                                                   AccessRecord* record);

@@ -11,6 +11,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -57,6 +58,7 @@ TenantRegistry TenantRegistry::FromEntries(
     tenant.id = TenantId(static_cast<uint32_t>(i + 1));
     tenant.name = entry.id;
     tenant.max_concurrent_requests = entry.max_concurrent_requests.value_or(0);
+    tenant.gateway = entry.gateway;
     for (std::string& key : entry.api_keys) {
       registry.key_digest_to_index_.emplace(KeyDigest(key), i);
       OPENSSL_cleanse(key.data(), key.size());
@@ -100,6 +102,27 @@ absl::StatusOr<const Tenant*> TenantRegistry::Authenticate(
     return absl::UnauthenticatedError("invalid API key");
   }
   return &tenants_[it->second];
+}
+
+absl::StatusOr<const Tenant*> TenantRegistry::ForGateway(
+    const Tenant& gateway, absl::string_view header,
+    const std::vector<absl::string_view>& values) const {
+  CHECK(gateway.gateway);
+  if (values.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a request with gateway '", gateway.name,
+                     "''s key must name its ", "tenant in exactly one '",
+                     header, "' header (it has ", values.size(), ")"));
+  }
+  const Tenant* tenant = FindByName(absl::StripAsciiWhitespace(values[0]));
+  // The value is not echoed: it is the gateway's input, and a tenant name
+  // is all it could be.
+  if (tenant == nullptr || tenant->gateway) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the '", header, "' header names no tenant gateway '",
+                     gateway.name, "' may act for"));
+  }
+  return tenant;
 }
 
 const Tenant* TenantRegistry::Find(TenantId id) const {

@@ -27,6 +27,9 @@ struct Tenant {
   TenantId id;       // 1..N in file order; never kNoTenant
   std::string name;  // "id" in the file; bounded, safe as a metric label
   int max_concurrent_requests = 0;  // 0 = unlimited
+  // "gateway": true in the file: its keys are a gateway's, which names the
+  // tenant of each request in the router's --tenant-header.
+  bool gateway = false;
 };
 
 // Immutable after loading; thread-safe for concurrent use.
@@ -51,6 +54,15 @@ class TenantRegistry {
   // contains the key. The pointer is valid while the registry lives.
   absl::StatusOr<const Tenant*> Authenticate(
       absl::string_view authorization_header) const;
+
+  // The tenant a gateway's request is for (docs/api.md, "Gateways"):
+  // `values` are the request's fields named `header` (the router's
+  // --tenant-header), in order. kInvalidArgument (400) unless there is
+  // exactly one; kPermissionDenied (403) if it names no tenant of the file,
+  // or a gateway. REQUIRES: gateway.gateway.
+  absl::StatusOr<const Tenant*> ForGateway(
+      const Tenant& gateway, absl::string_view header,
+      const std::vector<absl::string_view>& values) const;
 
   // nullptr if absent.
   const Tenant* Find(TenantId id) const;

@@ -41,7 +41,8 @@ TEST_F(VersionTest, StatesTheDefaultsTheNodesRunWith) {
       {"watermark", "enforce"},   {"prefix_cache", "tenant"},
       {"trace_format", "kvt2"},   {"max_model_len", 512},
       {"max_prompt_tokens", 256}, {"page_tokens", 16},
-      {"free_list", "lifo"}};
+      {"host_tier_pages", 0},     {"tenant_header", nullptr},
+      {"free_list", "lifo"},      {"cache_salt", "ignore"}};
   EXPECT_EQ(r.json, want);
   // The limits agree with what /v1/models advertises.
   HttpResult models = Get(cluster_->router(), "/v1/models", "sk-acme");

@@ -241,6 +241,28 @@ TEST(HostTierTest, TierDropsSaltUnderEnforceIsRefused) {
   EXPECT_TRUE(other.output.empty());
 }
 
+TEST(HostTierTest, ACopyWhoseStampsDoNotNameItsWriterIsNotPromoted) {
+  Engine engine(&TestModel(), Tiered(8));
+  Generate(engine, kAcme, Prompt(40, 7));
+  PageId cached;
+  for (uint32_t p = 0; p < 4; ++p) {
+    if (!engine.pool().is_free(PageId(p))) cached = PageId(p);
+  }
+  const auto copy = HostTier::Capture(engine.pool(), cached);
+  EXPECT_TRUE(HostTier::Check(engine.pool(), *copy));
+  // Another tenant's name in one layer's stamp: the copy is not the page
+  // the tier recorded.
+  HostTier::Page forged = *copy;
+  const size_t page_bytes = engine.pool().layout().page_bytes();
+  PageStamp* stamp =
+      reinterpret_cast<PageStamp*>(forged.bytes.data() + 2 * page_bytes);
+  stamp->writer.tenant = kGlobex;
+  EXPECT_FALSE(HostTier::Check(engine.pool(), forged));
+  HostTier::Page unshared = *copy;
+  unshared.shared = false;
+  EXPECT_FALSE(HostTier::Check(engine.pool(), unshared));
+}
+
 TEST(HostTierTest, OffByDefaultChangesNothing) {
   EngineOptions off = Tiered(0);
   EXPECT_EQ(EngineOptions().host_tier_pages, 0);

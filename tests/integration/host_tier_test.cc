@@ -2,7 +2,8 @@
 // prefix pages the prefill node's small pool evicted is served again from
 // the tier (cached_tokens, the spill and promotion metrics); with
 // tier-drops-salt another tenant's identical prompt promotes the first
-// tenant's pages, and the watermark check (detect) names both tenants.
+// tenant's pages, and the watermark check names both tenants (detect) or
+// refuses the request (enforce).
 #include <string>
 #include <vector>
 
@@ -108,6 +109,20 @@ TEST(HostTierTest, TierDropsSaltIsAForeignReadNamingBothTenants) {
   EXPECT_GT(PrefillMetric(cluster, "kvcanary_node_watermark_violations_total",
                           "kind=\"foreign_tenant_read\",writer_tenant=\"1\""),
             0);
+}
+
+TEST(HostTierTest, TierDropsSaltIsRefusedUnderEnforce) {
+  Cluster cluster({"--num_pages=8", "--host_tier_pages=32",
+                   "--fault=tier-drops-salt"});  // watermark enforce
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_EQ(FillAndSpill(cluster).status, 200);
+  const HttpResult other = Send(cluster, TierPrompt("cat"), "sk-globex");
+  EXPECT_EQ(other.status, 502) << other.body;
+  EXPECT_FALSE(other.json.contains("choices"));
+  // acme's own repeat is served from the tier as before.
+  const HttpResult again = Send(cluster, TierPrompt("cat"), "sk-acme");
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_GT(CachedTokens(again), 0);
 }
 
 }  // namespace

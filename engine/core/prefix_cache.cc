@@ -225,7 +225,11 @@ std::optional<PageRef> PrefixCache::Promote(const std::vector<Key>& keys,
   e.users = 1;
   e.last_used = ++tick_;
   e.tier_key = tier_keys[i];
-  if (i > 0) e.tier_parent = tier_keys[i - 1];
+  if (i > 0) {
+    e.tier_parent = tier_keys[i - 1];
+  } else {
+    e.tier_salt = TierSalt(cache_salt);
+  }
   e.tokens = copy->token_ids;
   CHECK(entries_.emplace(keys[i], std::move(e)).second);
   CHECK(key_of_page_.emplace(ref.page.value(), keys[i]).second);
@@ -281,7 +285,9 @@ int PrefixCache::PublishRun(const std::vector<Key>& keys, int first,
   }
   int end = first;
   while (end < n && Insert(keys[end], pages[end], tenant, as_computed)) {
-    if (tier_ != nullptr) NoteTierKey(keys[end], tier_keys, end, tokens);
+    if (tier_ != nullptr) {
+      NoteTierKey(keys[end], tier_keys, end, tokens, cache_salt);
+    }
     ++end;
   }
   if (record_events_ && end > first) {
@@ -327,11 +333,16 @@ bool PrefixCache::Insert(const Key& key, PageRef page, TenantId tenant,
 }
 
 void PrefixCache::NoteTierKey(const Key& key, const std::vector<Key>& tier_keys,
-                              int i, const std::vector<int>& tokens) {
+                              int i, const std::vector<int>& tokens,
+                              absl::string_view cache_salt) {
   const int pt = pool_->page_tokens();
   Entry& e = entries_.at(key);
   e.tier_key = tier_keys[i];
-  if (i > 0) e.tier_parent = tier_keys[i - 1];
+  if (i > 0) {
+    e.tier_parent = tier_keys[i - 1];
+  } else {
+    e.tier_salt = TierSalt(cache_salt);
+  }
   e.tokens.assign(tokens.begin() + i * pt, tokens.begin() + (i + 1) * pt);
 }
 
@@ -415,6 +426,7 @@ void PrefixCache::Spill(const Entry& e,
     stored.medium = KvCacheEvent::Medium::kCpu;
     stored.block_hashes = {e.tier_key};
     stored.parent = e.tier_parent;
+    stored.cache_salt = e.tier_salt;
     stored.token_ids = e.tokens;
     tier_events->push_back(std::move(stored));
   }

@@ -202,6 +202,9 @@ class PrefixCache {
     // for a prompt's first page) and its token ids, (page_tokens).
     Key tier_key{};
     std::optional<Key> tier_parent;
+    // A prompt's first page: the cache_salt its tier key was salted with
+    // (none under tier-drops-salt), for the spill's event.
+    std::optional<std::string> tier_salt;
     std::vector<int> tokens;
   };
   struct KeyHash {
@@ -217,7 +220,13 @@ class PrefixCache {
   RequestId MarkShared(PageRef page, TenantId tenant, bool as_computed);
   // Records the tier key and tokens of keys[i], just inserted.
   void NoteTierKey(const Key& key, const std::vector<Key>& tier_keys, int i,
-                   const std::vector<int>& tokens);
+                   const std::vector<int>& tokens,
+                   absl::string_view cache_salt);
+  // The salt a tier key of page 0 carries: the applied one, none under
+  // tier-drops-salt.
+  std::optional<std::string> TierSalt(absl::string_view cache_salt) const {
+    return tier_drops_salt_ ? std::nullopt : AppliedSalt(cache_salt);
+  }
   // Copies an evicted entry's page into the tier (before it is freed);
   // its events go to *tier_events.
   void Spill(const Entry& e, std::vector<KvCacheEvent>* tier_events);

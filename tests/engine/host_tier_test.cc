@@ -189,6 +189,44 @@ TEST(HostTierTest, PromotionPublishesStoredGpuUnderTheRequestsKeys) {
   EXPECT_EQ(stored, keys);
 }
 
+// The CPU BlockStored of a prompt's first page carries the cache_salt its
+// tier key was salted with; under tier-drops-salt it carries none.
+std::vector<std::optional<std::string>> FirstPageCpuSalts(bool drops_salt) {
+  RecordingSink sink;
+  EngineOptions o = Tiered(8);
+  o.kv_events = &sink;
+  o.cache_salt = CacheSaltMode::kScoped;
+  if (drops_salt) o.faults.add(Fault::kTierDropsSalt);
+  Engine engine(&TestModel(), o);
+  SamplingParams greedy;
+  greedy.max_tokens = 4;
+  SubmitOptions salted;
+  salted.cache_salt = "s1";
+  for (uint32_t seed : {7u, 8u, 9u}) {
+    auto id = engine.Submit(kAcme, Prompt(40, seed), greedy, salted);
+    EXPECT_TRUE(id.ok());
+    engine.RunUntilIdle();
+    engine.Release(*id);
+  }
+  std::vector<std::optional<std::string>> salts;
+  for (const KvCacheEvent& e : sink.events) {
+    if (e.type == KvCacheEvent::Type::kStored &&
+        e.medium == KvCacheEvent::Medium::kCpu && !e.parent.has_value()) {
+      salts.push_back(e.cache_salt);
+    }
+  }
+  return salts;
+}
+
+TEST(HostTierTest, SpillEventsOfAFirstPageCarryTheSaltTheTierKeyHas) {
+  const auto salted = FirstPageCpuSalts(false);
+  ASSERT_FALSE(salted.empty());
+  for (const auto& s : salted) EXPECT_EQ(s, std::optional<std::string>("s1"));
+  const auto dropped = FirstPageCpuSalts(true);
+  ASSERT_FALSE(dropped.empty());
+  for (const auto& s : dropped) EXPECT_FALSE(s.has_value());
+}
+
 TEST(HostTierTest, SaltedKeysKeepTwoTenantsApartInTheTier) {
   Engine engine(&TestModel(), Tiered(8, WatermarkMode::kDetect));
   const auto a = Prompt(40, 7);

@@ -121,6 +121,10 @@ std::vector<Config> Matrix(bool quick) {
           f.fault != engine::Fault::kAbortCacheInsert) {
         c.flags.push_back("--num_pages=64");
       }
+      // The tier the fault keys without the salt; the small pool spills.
+      if (f.fault == engine::Fault::kTierDropsSalt) {
+        c.flags.push_back("--host_tier_pages=256");
+      }
       c.modes = {"blackbox", "trace"};
       m.push_back(c);
       // On loopback a stories260K prompt's K/V crosses in about 0.1 ms,

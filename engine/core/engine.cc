@@ -54,6 +54,10 @@ Engine::Engine(const Model* model, const EngineOptions& options)
       runner_(model, &pool_, &threads_,
               ModelRunnerOptions{options.watermark, options.trace,
                                  options.faults.has(Fault::kNoScrubReuse)}) {
+  if (prefix_cache_ != nullptr && options.host_tier_pages > 0) {
+    prefix_cache_->EnableHostTier(options.host_tier_pages,
+                                  options.faults.has(Fault::kTierDropsSalt));
+  }
   if (prefix_cache_ != nullptr && options.kv_events != nullptr) {
     prefix_cache_->EnableEvents();
   }

@@ -127,6 +127,14 @@ void EngineLoop::UpdateStats() {
   const PrefixCache* cache = engine_.prefix_cache();
   stats_.pages_cached = cache != nullptr ? cache->num_unused() : 0;
   stats_.prefix_hit_pages = cache != nullptr ? cache->hit_pages() : 0;
+  const HostTier* tier = cache != nullptr ? cache->host_tier() : nullptr;
+  if (tier != nullptr) {
+    stats_.tier_spilled_pages = cache->spilled_pages();
+    stats_.tier_hit_pages = cache->tier_hit_pages();
+    stats_.tier_promoted_pages = cache->promoted_pages();
+    stats_.tier_evicted_pages = tier->evicted_pages();
+    stats_.tier_pages = tier->size();
+  }
   stats_.pages_used = engine_.pool().num_used_pages() - stats_.pages_cached;
   stats_.pages_free = engine_.pool().num_free_pages();
   stats_.waiting = engine_.num_waiting();

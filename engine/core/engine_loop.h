@@ -55,6 +55,13 @@ struct EngineLoopStats {
   int pages_cached = 0;  // held by the prefix cache only (evictable)
   int pages_free = 0;
   uint64_t prefix_hit_pages = 0;  // pages served from the prefix cache
+  // The host tier (0 without one): pages spilled into it, found in it,
+  // promoted from it, evicted from it, and held now.
+  uint64_t tier_spilled_pages = 0;
+  uint64_t tier_hit_pages = 0;
+  uint64_t tier_promoted_pages = 0;
+  uint64_t tier_evicted_pages = 0;
+  int tier_pages = 0;
   int waiting = 0;
   int running = 0;
   int transferring = 0;

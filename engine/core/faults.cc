@@ -51,6 +51,11 @@ const std::vector<FaultInfo>& AllFaults() {
        "was given up before its answer came, answer still on it: the next "
        "request on that connection is answered with the given-up one's "
        "(router)"},
+      {Fault::kTierDropsSalt, "tier-drops-salt",
+       "the host tier keys spilled prefix pages by their tokens alone, "
+       "without the tenant or cache_salt: another tenant's identical prompt "
+       "promotes the first tenant's page (prefill, or any node with "
+       "--host-tier-pages)"},
   };
   return *all;
 }

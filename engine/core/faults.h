@@ -61,6 +61,11 @@ enum class Fault : uint32_t {
   // it: the next request on it reads the given-up request's answer as its
   // own, and every later one on it the answer before its own.
   kCancelReuseChannel = 1u << 8,
+  // The host tier keys the pages it holds by a hash of their tokens alone,
+  // without the tenant or cache_salt the prefix cache salts its keys with
+  // (an offloading connector that drops the salt): another tenant's
+  // identical prefix promotes the first tenant's spilled page.
+  kTierDropsSalt = 1u << 9,
 };
 
 struct FaultInfo {

@@ -146,21 +146,128 @@ std::vector<PrefixCache::Key> PrefixCache::Keys(TenantId tenant,
   return keys;
 }
 
+void PrefixCache::EnableHostTier(int capacity_pages, bool drops_salt) {
+  CHECK(tier_ == nullptr);
+  CHECK(entries_.empty());
+  tier_ = std::make_unique<HostTier>(capacity_pages);
+  tier_drops_salt_ = drops_salt;
+}
+
+std::vector<PrefixCache::Key> PrefixCache::TierKeys(
+    TenantId tenant, absl::string_view cache_salt,
+    const std::vector<int>& tokens, int num_pages) const {
+  if (!tier_drops_salt_) return Keys(tenant, cache_salt, tokens, num_pages);
+  // The fault: a SHA-256 chain over the tokens alone, from zeros.
+  const int pt = pool_->page_tokens();
+  CHECK_LE(num_pages * pt, static_cast<int>(tokens.size()));
+  std::vector<Key> keys;
+  Key parent{};
+  std::string in;
+  for (int p = 0; p < num_pages; ++p) {
+    in.assign(reinterpret_cast<const char*>(parent.data()), parent.size());
+    AppendTokens(tokens.data() + p * pt, pt, &in);
+    parent = Sha256(in);
+    keys.push_back(parent);
+  }
+  return keys;
+}
+
 std::vector<PageRef> PrefixCache::Acquire(const std::vector<Key>& keys,
-                                          TenantId tenant, RequestId request) {
-  (void)tenant;
-  (void)request;
+                                          TenantId tenant, RequestId request,
+                                          const std::vector<int>* tokens,
+                                          absl::string_view cache_salt) {
+  std::vector<Key> tier_keys;  // empty: no promotion
+  if (tier_ != nullptr && tokens != nullptr) {
+    tier_keys = tier_drops_salt_ ? TierKeys(tenant, cache_salt, *tokens,
+                                            static_cast<int>(keys.size()))
+                                 : keys;
+  }
   std::vector<PageRef> pages;
-  for (const Key& key : keys) {
-    auto it = entries_.find(key);
-    if (it == entries_.end()) break;
-    Entry& e = it->second;
-    ++e.users;
-    e.last_used = ++tick_;
-    pages.push_back(e.page);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto it = entries_.find(keys[i]);
+    if (it != entries_.end()) {
+      Entry& e = it->second;
+      ++e.users;
+      e.last_used = ++tick_;
+      pages.push_back(e.page);
+      continue;
+    }
+    if (i >= tier_keys.size()) break;
+    const std::optional<PageRef> promoted =
+        Promote(keys, tier_keys, i, tenant, request, cache_salt);
+    if (!promoted.has_value()) break;
+    pages.push_back(*promoted);
   }
   hit_pages_ += pages.size();
   return pages;
+}
+
+std::optional<PageRef> PrefixCache::Promote(const std::vector<Key>& keys,
+                                            const std::vector<Key>& tier_keys,
+                                            size_t i, TenantId tenant,
+                                            RequestId request,
+                                            absl::string_view cache_salt) {
+  // Held here: making room below may spill and push it out of the tier.
+  const std::shared_ptr<const HostTier::Page> copy = tier_->Find(tier_keys[i]);
+  if (copy == nullptr) return std::nullopt;
+  ++tier_hit_pages_;
+  if (!HostTier::Check(*pool_, *copy)) {
+    ++tier_refused_pages_;
+    return std::nullopt;
+  }
+  if (!pool_->CanAllocate(1) && !MakeRoom(1)) return std::nullopt;
+  const PageRef ref = pool_->Allocate(tenant, request, 1).front();
+  HostTier::Restore(*copy, pool_, ref);
+  if (trace_ != nullptr) TracePromotion(ref, *copy);
+  Entry e;
+  e.page = ref;
+  e.tenant = tenant;
+  e.users = 1;
+  e.last_used = ++tick_;
+  e.tier_key = tier_keys[i];
+  if (i > 0) {
+    e.tier_parent = tier_keys[i - 1];
+  } else {
+    e.tier_salt = TierSalt(cache_salt);
+  }
+  e.tokens = copy->token_ids;
+  CHECK(entries_.emplace(keys[i], std::move(e)).second);
+  CHECK(key_of_page_.emplace(ref.page.value(), keys[i]).second);
+  ++promoted_pages_;
+  if (record_events_) {
+    KvCacheEvent ev;
+    ev.type = KvCacheEvent::Type::kStored;
+    ev.block_hashes = {keys[i]};
+    if (i > 0) {
+      ev.parent = keys[i - 1];
+    } else {
+      ev.cache_salt = AppliedSalt(cache_salt);
+    }
+    ev.token_ids = copy->token_ids;
+    events_.push_back(std::move(ev));
+  }
+  return ref;
+}
+
+void PrefixCache::TracePromotion(PageRef ref, const HostTier::Page& copy) {
+  TraceEvent w;
+  w.type = TraceEventType::kPageWrite;
+  w.page = ref.page;
+  w.gen = ref.generation;
+  w.tenant = copy.writer.tenant;
+  w.request = copy.writer.request;
+  w.first_slot = 0;
+  w.last_slot_exclusive = copy.filled;
+  w.writer_gen = ref.generation;
+  trace_->Emit(w);
+  if (!copy.shared) return;
+  TraceEvent share;
+  share.type = TraceEventType::kPageShare;
+  share.page = ref.page;
+  share.gen = ref.generation;
+  share.tenant = copy.writer.tenant;
+  share.request = copy.writer.request;
+  trace_->Emit(share);
 }
 
 int PrefixCache::PublishRun(const std::vector<Key>& keys, int first,
@@ -171,8 +278,18 @@ int PrefixCache::PublishRun(const std::vector<Key>& keys, int first,
   const int pt = pool_->page_tokens();
   CHECK_LE(n, static_cast<int>(pages.size()));
   CHECK_LE(n * pt, static_cast<int>(tokens.size()));
+  std::vector<Key> tier_keys;
+  if (tier_ != nullptr) {
+    tier_keys =
+        tier_drops_salt_ ? TierKeys(tenant, cache_salt, tokens, n) : keys;
+  }
   int end = first;
-  while (end < n && Insert(keys[end], pages[end], tenant, as_computed)) ++end;
+  while (end < n && Insert(keys[end], pages[end], tenant, as_computed)) {
+    if (tier_ != nullptr) {
+      NoteTierKey(keys[end], tier_keys, end, tokens, cache_salt);
+    }
+    ++end;
+  }
   if (record_events_ && end > first) {
     KvCacheEvent e;
     e.type = KvCacheEvent::Type::kStored;
@@ -215,6 +332,20 @@ bool PrefixCache::Insert(const Key& key, PageRef page, TenantId tenant,
   return true;
 }
 
+void PrefixCache::NoteTierKey(const Key& key, const std::vector<Key>& tier_keys,
+                              int i, const std::vector<int>& tokens,
+                              absl::string_view cache_salt) {
+  const int pt = pool_->page_tokens();
+  Entry& e = entries_.at(key);
+  e.tier_key = tier_keys[i];
+  if (i > 0) {
+    e.tier_parent = tier_keys[i - 1];
+  } else {
+    e.tier_salt = TierSalt(cache_salt);
+  }
+  e.tokens.assign(tokens.begin() + i * pt, tokens.begin() + (i + 1) * pt);
+}
+
 RequestId PrefixCache::MarkShared(PageRef page, TenantId tenant,
                                   bool as_computed) {
   // The writer stays the request that computed the page; the flag says any
@@ -255,6 +386,7 @@ int PrefixCache::num_unused() const {
 bool PrefixCache::MakeRoom(int pages) {
   KvCacheEvent removed;
   removed.type = KvCacheEvent::Type::kRemoved;
+  std::vector<KvCacheEvent> tier_events;  // after the pool's removal
   while (!pool_->CanAllocate(pages)) {
     const Key* victim = nullptr;
     uint64_t oldest = ~0ull;
@@ -266,6 +398,7 @@ bool PrefixCache::MakeRoom(int pages) {
     }
     if (victim == nullptr) break;
     const Key key = *victim;
+    if (tier_ != nullptr) Spill(entries_.at(key), &tier_events);
     const PageRef page = entries_.at(key).page;
     entries_.erase(key);
     key_of_page_.erase(page.page.value());
@@ -274,7 +407,36 @@ bool PrefixCache::MakeRoom(int pages) {
     if (record_events_) removed.block_hashes.push_back(key);
   }
   if (!removed.block_hashes.empty()) events_.push_back(std::move(removed));
+  for (KvCacheEvent& e : tier_events) events_.push_back(std::move(e));
   return pool_->CanAllocate(pages);
+}
+
+void PrefixCache::Spill(const Entry& e,
+                        std::vector<KvCacheEvent>* tier_events) {
+  std::shared_ptr<HostTier::Page> copy = HostTier::Capture(*pool_, e.page.page);
+  copy->parent = e.tier_parent;
+  copy->token_ids = e.tokens;
+  std::vector<Key> evicted;
+  const bool is_new = tier_->Put(e.tier_key, copy, &evicted);
+  ++spilled_pages_;
+  if (!record_events_) return;
+  if (is_new) {
+    KvCacheEvent stored;
+    stored.type = KvCacheEvent::Type::kStored;
+    stored.medium = KvCacheEvent::Medium::kCpu;
+    stored.block_hashes = {e.tier_key};
+    stored.parent = e.tier_parent;
+    stored.cache_salt = e.tier_salt;
+    stored.token_ids = e.tokens;
+    tier_events->push_back(std::move(stored));
+  }
+  if (!evicted.empty()) {
+    KvCacheEvent removed;
+    removed.type = KvCacheEvent::Type::kRemoved;
+    removed.medium = KvCacheEvent::Medium::kCpu;
+    removed.block_hashes = std::move(evicted);
+    tier_events->push_back(std::move(removed));
+  }
 }
 
 }  // namespace kvcanary::engine

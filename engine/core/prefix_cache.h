@@ -48,12 +48,25 @@
 // evicted; unused ones go least recently used first when the pool runs
 // short.
 //
+// With a host tier (EnableHostTier, host_tier.h), MakeRoom() spills the
+// pages it evicts into it, and Acquire() promotes a page the pool lacks
+// but the tier holds instead of ending the run of hits: a pool page is
+// allocated to the request, the copy's K/V restored under its writer's
+// stamp at the new generation (page_alloc, page_write, page_share in the
+// trace), and the page enters the cache under the request's key. Events:
+// a spill is a kStored with medium kCpu (the tier's key, parent and token
+// ids), a tier eviction a kRemoved kCpu, a promotion a kStored kGpu. The
+// tier-drops-salt fault keys the tier by an unsalted SHA-256 chain over the
+// tokens: another tenant's identical prefix promotes the first tenant's
+// page, still stamped with its writer (a foreign_tenant_read when read).
+//
 // Not thread-safe; owned by the engine thread.
 #ifndef KVCANARY_ENGINE_CORE_PREFIX_CACHE_H_
 #define KVCANARY_ENGINE_CORE_PREFIX_CACHE_H_
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -62,6 +75,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/ids.h"
+#include "engine/core/host_tier.h"
 #include "engine/core/kv_cache_event.h"
 #include "engine/core/page_pool.h"
 #include "engine/core/trace_bus.h"
@@ -116,11 +130,27 @@ class PrefixCache {
   // chain value after `tokens` starting from `parent` (0 for page 0).
   static uint32_t WeakHash(uint32_t parent, const int* tokens, int n);
 
+  // Spills evicted pages into a host tier of `capacity_pages` from now on.
+  // `drops_salt`: the tier-drops-salt fault (tier keys over the tokens
+  // alone). REQUIRES: capacity_pages > 0; called once, before any publish.
+  void EnableHostTier(int capacity_pages, bool drops_salt);
+  const HostTier* host_tier() const { return tier_.get(); }
+  // The host tier's keys of the first `num_pages` full pages of `tokens`:
+  // Keys() unless the tier drops the salt.
+  std::vector<Key> TierKeys(TenantId tenant, absl::string_view cache_salt,
+                            const std::vector<int>& tokens,
+                            int num_pages) const;
+
   // The longest run of cached pages matching keys[0..], each now in use
-  // once more by `request` (of `tenant`, for the trace). Release with
-  // Unref.
+  // once more by `request` (of `tenant`, who owns pages promoted for it).
+  // With a host tier and `tokens` (the request's prompt; keys are its
+  // Keys() with `cache_salt`), a page the pool lacks is promoted from the
+  // tier; the run ends at a key neither holds, a copy whose stamps fail
+  // HostTier::Check, or when no pool page can be freed. Release with Unref.
   std::vector<PageRef> Acquire(const std::vector<Key>& keys, TenantId tenant,
-                               RequestId request);
+                               RequestId request,
+                               const std::vector<int>* tokens = nullptr,
+                               absl::string_view cache_salt = "");
   // Hands the pages a request of `tenant` computed to the cache, from page
   // `first` on, while their keys are new: pages[i] under keys[i], flagging
   // each stamp as the tenant's shared prefix (page_share in the trace); the
@@ -154,6 +184,13 @@ class PrefixCache {
   uint64_t hit_pages() const { return hit_pages_; }
   uint64_t published_pages() const { return published_pages_; }
   uint64_t evicted_pages() const { return evicted_pages_; }
+  // Host tier counters (0 without one): pages spilled into it, pages found
+  // in it by Acquire, of those promoted into the pool, and refused by
+  // HostTier::Check.
+  uint64_t spilled_pages() const { return spilled_pages_; }
+  uint64_t tier_hit_pages() const { return tier_hit_pages_; }
+  uint64_t promoted_pages() const { return promoted_pages_; }
+  uint64_t tier_refused_pages() const { return tier_refused_pages_; }
 
  private:
   struct Entry {
@@ -161,6 +198,14 @@ class PrefixCache {
     TenantId tenant;
     int users = 0;
     uint64_t last_used = 0;
+    // With a host tier: the page's tier key, the tier key before it (none
+    // for a prompt's first page) and its token ids, (page_tokens).
+    Key tier_key{};
+    std::optional<Key> tier_parent;
+    // A prompt's first page: the cache_salt its tier key was salted with
+    // (none under tier-drops-salt), for the spill's event.
+    std::optional<std::string> tier_salt;
+    std::vector<int> tokens;
   };
   struct KeyHash {
     size_t operator()(const Key& k) const;
@@ -173,6 +218,27 @@ class PrefixCache {
   // stamp's writer. `as_computed`: a page `tenant` did not write is left
   // unflagged instead of being a CHECK failure.
   RequestId MarkShared(PageRef page, TenantId tenant, bool as_computed);
+  // Records the tier key and tokens of keys[i], just inserted.
+  void NoteTierKey(const Key& key, const std::vector<Key>& tier_keys, int i,
+                   const std::vector<int>& tokens,
+                   absl::string_view cache_salt);
+  // The salt a tier key of page 0 carries: the applied one, none under
+  // tier-drops-salt.
+  std::optional<std::string> TierSalt(absl::string_view cache_salt) const {
+    return tier_drops_salt_ ? std::nullopt : AppliedSalt(cache_salt);
+  }
+  // Copies an evicted entry's page into the tier (before it is freed);
+  // its events go to *tier_events.
+  void Spill(const Entry& e, std::vector<KvCacheEvent>* tier_events);
+  // Promotes the tier's copy under tier_keys[i] into the cache under
+  // keys[i] for `request`; nullopt if the tier lacks it, its stamps fail
+  // the check, or no pool page can be freed.
+  std::optional<PageRef> Promote(const std::vector<Key>& keys,
+                                 const std::vector<Key>& tier_keys, size_t i,
+                                 TenantId tenant, RequestId request,
+                                 absl::string_view cache_salt);
+  // page_write, then page_share if shared: a promoted page's install.
+  void TracePromotion(PageRef ref, const HostTier::Page& copy);
 
   PagePool* pool_;
   const PrefixCacheMode mode_;
@@ -188,6 +254,12 @@ class PrefixCache {
   uint64_t hit_pages_ = 0;
   uint64_t published_pages_ = 0;
   uint64_t evicted_pages_ = 0;
+  std::unique_ptr<HostTier> tier_;  // null: no host tier
+  bool tier_drops_salt_ = false;
+  uint64_t spilled_pages_ = 0;
+  uint64_t tier_hit_pages_ = 0;
+  uint64_t promoted_pages_ = 0;
+  uint64_t tier_refused_pages_ = 0;
 };
 
 }  // namespace kvcanary::engine

@@ -110,10 +110,11 @@ Batch Scheduler::Schedule() {
     // abort-cache-insert puts pages there.
     std::vector<PageRef> hits;
     if (cache_ != nullptr) {
+      // Pages the host tier holds are promoted into the pool as hits.
       hits = cache_->Acquire(
           cache_->Keys(seq->tenant, seq->cache_salt, seq->prompt,
                        (prompt - 1) / pool_->page_tokens()),
-          seq->tenant, seq->id);
+          seq->tenant, seq->id, &seq->prompt, seq->cache_salt);
     }
     const int fresh = pages - static_cast<int>(hits.size());
     if (!pool_->CanAllocate(fresh) &&

@@ -82,6 +82,42 @@ NodeMetrics::NodeMetrics(const std::string& role)
           .Register(*registry_);
   connections_opened_ = &connections.Add({{"how", "opened"}});
   connections_reused_ = &connections.Add({{"how", "reused"}});
+  AddTierMetrics(labels);
+}
+
+void NodeMetrics::AddTierMetrics(const prometheus::Labels& labels) {
+  auto counter = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter()
+                .Name(name)
+                .Help(help)
+                .Labels(labels)
+                .Register(*registry_)
+                .Add({});
+  };
+  tier_spilled_.counter =
+      counter("kvcanary_node_prefix_cache_spilled_pages_total",
+              "Prefix pages evicted from the page pool into the host tier");
+  tier_hits_.counter =
+      counter("kvcanary_node_prefix_cache_tier_hit_pages_total",
+              "Prefix pages the pool lacked that the host tier held");
+  tier_promoted_.counter =
+      counter("kvcanary_node_prefix_cache_promoted_pages_total",
+              "Prefix pages copied back from the host tier into the pool");
+  tier_evicted_.counter =
+      counter("kvcanary_node_prefix_cache_tier_evicted_pages_total",
+              "Pages evicted from the host tier (least recently used)");
+  tier_pages_ = &prometheus::BuildGauge()
+                     .Name("kvcanary_node_prefix_cache_tier_pages")
+                     .Help("Pages held by the host tier")
+                     .Labels(labels)
+                     .Register(*registry_)
+                     .Add({});
+}
+
+void NodeMetrics::TierCounter::Advance(uint64_t total) {
+  if (total <= seen) return;
+  counter->Increment(static_cast<double>(total - seen));
+  seen = total;
 }
 
 void NodeMetrics::AddKvEventsMetrics() {
@@ -162,6 +198,11 @@ std::string NodeMetrics::Serialize(const EngineLoop* loop) {
           static_cast<double>(s.prefix_hit_pages - prefix_hits_seen_));
       prefix_hits_seen_ = s.prefix_hit_pages;
     }
+    tier_spilled_.Advance(s.tier_spilled_pages);
+    tier_hits_.Advance(s.tier_hit_pages);
+    tier_promoted_.Advance(s.tier_promoted_pages);
+    tier_evicted_.Advance(s.tier_evicted_pages);
+    tier_pages_->Set(s.tier_pages);
     queue_waiting_->Set(s.waiting);
     running_->Set(s.running);
     transferring_->Set(s.transferring);

@@ -56,6 +56,17 @@ class NodeMetrics {
   prometheus::Gauge* pages_cached_;
   prometheus::Counter* prefix_hits_;
   uint64_t prefix_hits_seen_ = 0;
+  // The host tier: counters brought up to the engine's totals.
+  struct TierCounter {
+    prometheus::Counter* counter = nullptr;
+    uint64_t seen = 0;
+    void Advance(uint64_t total);
+  };
+  TierCounter tier_spilled_;
+  TierCounter tier_hits_;
+  TierCounter tier_promoted_;
+  TierCounter tier_evicted_;
+  prometheus::Gauge* tier_pages_ = nullptr;
   prometheus::Gauge* queue_waiting_;
   prometheus::Gauge* running_;
   prometheus::Gauge* transferring_;
@@ -73,6 +84,8 @@ class NodeMetrics {
       nullptr;
   uint64_t kv_events_dropped_seen_ ABSL_GUARDED_BY(kv_events_mu_) = 0;
   std::string role_;
+  // Registers the host tier's metrics (the constructor's tail).
+  void AddTierMetrics(const prometheus::Labels& labels);
 };
 
 }  // namespace kvcanary::engine

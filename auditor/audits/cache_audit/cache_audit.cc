@@ -508,15 +508,24 @@ void CacheAudit::Finish(const absl::Status& run) {
   }
   r_.timeline = MakeTimeline(r_.started_us, r_.ended_us, probe_times_,
                              error_times_, r_.findings);
-  const char* level =
+  std::string level =
       out_.level.has_value() ? SharingLevelName(*out_.level) : "-";
+  if (o_.salts) {  // each check's: "salt_tenants same-tenant, ..."
+    std::vector<std::string> levels;
+    for (const SaltPairOutcome& p : salt_out_) {
+      levels.push_back(absl::StrCat(
+          p.pair.check, " ",
+          SharingLevelName(p.out.level.value_or(SharingLevel::kUndecided))));
+    }
+    level = levels.empty() ? "-" : absl::StrJoin(levels, ", ");
+  }
   SealResult(
       &r_, log_.get(),
       {{"requests", out_.requests}, {"rounds", out_.rounds}, {"level", level}},
       metrics_);
   Progress(absl::StrFormat("%s: level %s, %d requests, %.1f s",
-                           VerdictName(r_.verdict), level, out_.requests,
-                           out_.seconds));
+                           VerdictName(r_.verdict), level.c_str(),
+                           out_.requests, out_.seconds));
 }
 
 CampaignResult CacheAudit::Run() {

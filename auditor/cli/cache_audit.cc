@@ -20,6 +20,19 @@ ABSL_FLAG(int, prefix_tokens, 0,
           "cache-audit: tokens of the primed prefix (0: sized from the "
           "limit).");
 
+ABSL_FLAG(bool, salts, false,
+          "cache-audit: audit request cache salts (the tenants file's "
+          "cache_salt) instead of tenants: same salt, different salts, a "
+          "forged salt and (with --tenant-header) a gateway's tenant header "
+          "against a body salt.");
+ABSL_FLAG(std::string, tenant_header, "",
+          "cache-audit --salts: the header a gateway names the tenant in "
+          "(with --gateway-key).");
+ABSL_FLAG(std::string, gateway_key, "",
+          "cache-audit --salts: the id of the tenants file's gateway tenant "
+          "(\"gateway\": true) whose key sends --tenant-header; the key is "
+          "read from the file.");
+
 namespace kvcanary::auditor::cli {
 namespace {
 
@@ -31,6 +44,14 @@ absl::StatusOr<CacheAuditOptions> CacheAuditOptionsFromFlags() {
   o.prefix_tokens = absl::GetFlag(FLAGS_prefix_tokens);
   o.seed = absl::GetFlag(FLAGS_seed);
   ASSIGN_OR_RETURN(o.kv_events, KvEventsFromFlags());
+  o.salts = absl::GetFlag(FLAGS_salts);
+  o.salt.tenant_header = absl::GetFlag(FLAGS_tenant_header);
+  o.salt.gateway_tenant = absl::GetFlag(FLAGS_gateway_key);
+  if (!o.salts &&
+      !(o.salt.tenant_header.empty() && o.salt.gateway_tenant.empty())) {
+    return absl::InvalidArgumentError(
+        "--tenant-header and --gateway-key are for --salts");
+  }
   if (!(o.alpha > 0 && o.alpha < 1) || o.max_samples < 1 ||
       o.prefix_tokens < 0) {
     return absl::InvalidArgumentError(
@@ -55,6 +76,7 @@ const CommandRegistration kCacheAudit(
       "another's: first-token timing (KS test) and reported cached tokens.",
       WithReportFlags({"target", "tenants", "model", "timeout", "alpha",
                        "max_samples", "prefix_tokens", "seed", "kv_events",
+                       "salts", "tenant_header", "gateway_key",
                        "trace_token_file", "max_consecutive_failures"}),
       {}},
      RunCacheAuditCommand});

@@ -73,7 +73,8 @@ absl::Status Target::Discover() {
 }
 
 std::string Target::Body(const std::string& prompt, int max_tokens, bool stream,
-                         const json& extra) const {
+                         const json& extra,
+                         const std::string& cache_salt) const {
   json j = {{"model", model_},
             {"prompt", prompt},
             {"max_tokens", max_tokens},
@@ -83,6 +84,7 @@ std::string Target::Body(const std::string& prompt, int max_tokens, bool stream,
     // Usage in a stream's last chunk (vLLM and others send it only then).
     j["stream_options"] = {{"include_usage", true}};
   }
+  if (!cache_salt.empty()) j["cache_salt"] = cache_salt;
   if (extra.is_object()) j.update(extra);
   return j.dump();
 }
@@ -93,7 +95,7 @@ ProbeRequest Target::Request(uint64_t id, const AuditTenant& tenant,
   ProbeRequest r;
   r.id = id;
   r.url = url_.Api("/completions");
-  r.body = Body(prompt, max_tokens, stream, extra);
+  r.body = Body(prompt, max_tokens, stream, extra, tenant.body_salt);
   r.headers = Headers(tenant);
   r.timeout = o_.request_timeout;
   return r;

@@ -65,15 +65,20 @@ class Target {
   const std::string& model() const { return model_; }
   const TargetLimit& advertised() const { return advertised_; }
 
+  // The key, and t.extra_header where set.
   std::vector<std::string> Headers(const AuditTenant& t) const {
-    return {"Authorization: Bearer " + t.api_key};
+    std::vector<std::string> h = {"Authorization: Bearer " + t.api_key};
+    if (!t.extra_header.empty()) h.push_back(t.extra_header);
+    return h;
   }
-  // A greedy /v1/completions body; streamed ones ask for usage.
+  // A greedy /v1/completions body; streamed ones ask for usage; with
+  // "cache_salt" where `cache_salt` is not empty.
   // `extra`: more top-level fields of the request body (an object; null:
   // none), e.g. vLLM's kv_cache_report_mode.
   std::string Body(const std::string& prompt, int max_tokens, bool stream,
-                   const nlohmann::json& extra = nullptr) const;
-  // A probe of `tenant` for MultiClient.
+                   const nlohmann::json& extra = nullptr,
+                   const std::string& cache_salt = "") const;
+  // A probe of `tenant` for MultiClient (its body_salt in the body).
   ProbeRequest Request(uint64_t id, const AuditTenant& tenant,
                        const std::string& prompt, int max_tokens, bool stream,
                        const nlohmann::json& extra = nullptr) const;

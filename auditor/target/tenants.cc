@@ -21,7 +21,12 @@ absl::StatusOr<std::vector<AuditTenant>> LoadAuditTenants(
   }
   std::vector<AuditTenant> out;
   for (TenantsFileEntry& e : entries) {
-    out.push_back({std::move(e.id), std::move(e.api_keys.front())});
+    AuditTenant t;
+    t.name = std::move(e.id);
+    t.api_key = std::move(e.api_keys.front());
+    t.cache_salt = e.cache_salt.value_or("");
+    t.gateway = e.gateway;
+    out.push_back(std::move(t));
   }
   return out;
 }

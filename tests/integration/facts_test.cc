@@ -84,10 +84,13 @@ TEST_F(FactsCliTest, FillsEveryFieldOnOurEngine) {
   EXPECT_EQ(f["prefix_cache"], "tenant");
   EXPECT_EQ(f["page_tokens"], 16);
   EXPECT_EQ(f["trace_format"], "kvt2");
+  EXPECT_EQ(f["cache_salt"], "ignore");
+  EXPECT_EQ(f["tenant_header"], "off");
+  EXPECT_EQ(f["host_tier_pages"], "off");
   EXPECT_EQ(f["stream_usage"], "always");
   EXPECT_EQ(f["completion_without_key"], "refused");
   EXPECT_EQ(f["sources"]["engine"]["source"], "GET /version .engine as acme");
-  EXPECT_EQ(f["fields_revealed"], "14 of 14");
+  EXPECT_EQ(f["fields_revealed"], "17 of 17");
   // The plant was read back by no key and the three other tenants.
   EXPECT_EQ(f["exposure"]["planted"], true);
   EXPECT_EQ(f["exposure"]["readers"].size(), 4u);

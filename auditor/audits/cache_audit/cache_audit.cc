@@ -57,11 +57,14 @@ class CacheAudit {
   CampaignResult Run();
 
  private:
-  const AuditTenant& tenant(int i) const {
-    return session_.options().tenants[i];
-  }
+  const AuditTenant& tenant(int i) const { return party_[i]; }
 
   absl::Status Steps();
+  absl::Status Start();
+  // Rounds and looks until a level; then the findings of what fired.
+  absl::Status RunPair();
+  // --salts: each pair run in turn (salts.h).
+  absl::Status RunSaltPairs();
   absl::Status Size();
   // The kv_events probe pairs, where a stream was given.
   absl::Status KvEvents();
@@ -92,6 +95,12 @@ class CacheAudit {
   CacheBuster buster_;
   std::unique_ptr<EvidenceLog> log_;
   CacheAuditOutcome out_;
+  // Who sends as A (0) and B (1): the first two tenants, or (--salts) the
+  // pair being run.
+  AuditTenant party_[2];
+  std::vector<SaltPair> salt_pairs_;
+  std::vector<SaltPairOutcome> salt_out_;
+  const SaltPair* pair_ = nullptr;         // --salts: the pair being run
   std::vector<int64_t> cross_probe_ids_;   // per usable cross sample
   std::vector<int64_t> cross_failed_ids_;  // cross probes without an answer
   std::vector<int> prime_tokens_;
@@ -150,7 +159,11 @@ Completion CacheAudit::Send(RequestKind kind, int who,
   ++out_.requests;
   const Completion c = session_.SendAlone(tenant(who), prompt, 1, true);
   const std::string outcome = Outcome(c);
-  const char* name = kRequestKinds[static_cast<int>(kind)];
+  const std::string name =
+      pair_ == nullptr ? kRequestKinds[static_cast<int>(kind)]
+                       : absl::StrCat(pair_->check, "_",
+                                      kRequestKinds[static_cast<int>(kind)] +
+                                          6);  // salt_forged_cross, ...
   metrics_->CountProbe(name, outcome);
   probe_times_.push_back(NowUs());
   if (!c.usable) error_times_.push_back(probe_times_.back());
@@ -164,6 +177,11 @@ Completion CacheAudit::Send(RequestKind kind, int who,
               {"ms", c.total_ms},
               {"prompt_sha256", Sha256Hex(prompt)},
               {"engine_request", c.engine_request}};
+  if (pair_ != nullptr) {
+    row["check"] = pair_->check;
+    row["as"] = who == 0 ? pair_->writer_label : pair_->reader_label;
+    row["cache_salt_sha256"] = Sha256Hex(tenant(who).body_salt);
+  }
   if (c.usable) {
     row["ttft_ms"] = c.ttft_ms;
     row["prompt_tokens"] = c.prompt_tokens;
@@ -328,6 +346,7 @@ absl::Status CacheAudit::Look(size_t look, bool last) {
                              : ""));
   json row = t.ToJson();
   row["look"] = look + 1;
+  if (pair_ != nullptr) row["check"] = pair_->check;
   row["rounds"] = out_.rounds;
   row["cached_tokens"] = out_.cached.ToJson();
   row["level"] = out_.level.has_value() ? json(SharingLevelName(*out_.level))
@@ -356,10 +375,18 @@ absl::Status CacheAudit::KvEvents() {
   return absl::OkStatus();
 }
 
-absl::Status CacheAudit::Steps() {
-  if (o_.target.tenants.size() < 2) {
+absl::Status CacheAudit::Start() {
+  const std::vector<AuditTenant>& all = session_.options().tenants;
+  if (all.size() < 2) {
     return absl::InvalidArgumentError(
         "cache-audit needs two tenants: A primes a prefix, B probes it");
+  }
+  party_[0] = all[0];
+  party_[1] = all[1];
+  if (o_.salts) {
+    ASSIGN_OR_RETURN(salt_pairs_, MakeSaltPairs(all, o_.salt, &out_.notes));
+    party_[0] = salt_pairs_.front().writer;
+    party_[1] = salt_pairs_.front().reader;
   }
   out_.writer = tenant(0).name;
   out_.reader = tenant(1).name;
@@ -375,7 +402,8 @@ absl::Status CacheAudit::Steps() {
                           {"alpha_per_look", plan.alpha_per_look},
                           {"looks", plan.looks},
                           {"max_samples", o_.max_samples},
-                          {"prefix_tokens", o_.prefix_tokens}},
+                          {"prefix_tokens", o_.prefix_tokens},
+                          {"salts", o_.salts}},
                          true));
   RETURN_IF_ERROR(session_.Discover());
   r_.model = session_.model();
@@ -388,6 +416,11 @@ absl::Status CacheAudit::Steps() {
       "%.3g each",
       PrefixTokens(), out_.sizing.units, absl::StrJoin(plan.looks, ", "),
       plan.alpha_per_look));
+  return absl::OkStatus();
+}
+
+absl::Status CacheAudit::RunPair() {
+  const LookPlan& plan = out_.plan;
   size_t look = 0;
   while (!out_.level.has_value()) {
     RETURN_IF_ERROR(Round(out_.rounds));
@@ -405,17 +438,52 @@ absl::Status CacheAudit::Steps() {
     out_.fired.push_back("cache_refusal");
   }
   for (const std::string& signal : out_.fired) {
-    RETURN_IF_ERROR(AddFinding(CrossTenantFinding(
-        out_, signal,
-        signal == "cache_refusal" ? cross_failed_ids_ : cross_probe_ids_)));
+    const std::vector<int64_t>& ids =
+        signal == "cache_refusal" ? cross_failed_ids_ : cross_probe_ids_;
+    RETURN_IF_ERROR(AddFinding(pair_ == nullptr
+                                   ? CrossTenantFinding(out_, signal, ids)
+                                   : SaltFinding({*pair_, out_}, signal, ids)));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CacheAudit::RunSaltPairs() {
+  const CacheAuditOutcome start = out_;  // sizing, plan and notes
+  for (const SaltPair& p : salt_pairs_) {
+    pair_ = &p;
+    party_[0] = p.writer;
+    party_[1] = p.reader;
+    const int64_t requests = out_.requests;
+    out_ = start;
+    out_.requests = requests;
+    out_.writer = p.writer_label;
+    out_.reader = p.reader_label;
+    cross_probe_ids_.clear();
+    cross_failed_ids_.clear();
+    Progress(absl::StrFormat("%s: %s, then %s", p.check, p.writer_label,
+                             p.reader_label));
+    RETURN_IF_ERROR(RunPair());
+    salt_out_.push_back({p, out_});
+  }
+  pair_ = nullptr;
+  return absl::OkStatus();
+}
+
+absl::Status CacheAudit::Steps() {
+  RETURN_IF_ERROR(Start());
+  RETURN_IF_ERROR(o_.salts ? RunSaltPairs() : RunPair());
   return log_->Flush();
 }
 
 void CacheAudit::Finish(const absl::Status& run) {
   r_.ended_us = NowUs();
   out_.seconds = static_cast<double>(r_.ended_us - r_.started_us) / 1e6;
-  if (run.ok()) {
+  if (run.ok() && o_.salts) {
+    r_.detectors = SaltCoverage(salt_out_);
+    r_.details = SaltDetails(salt_out_);
+    r_.details["notes"] = out_.notes;
+    r_.checks = SaltChecks(salt_out_);
+  } else if (run.ok()) {
     r_.detectors = {CacheTimingCoverage(out_), CachedTokensCoverage(out_)};
     r_.details = CacheAuditDetails(out_);
     // Every key was checked; two are used.
@@ -429,24 +497,43 @@ void CacheAudit::Finish(const absl::Status& run) {
   }
   DecideResult(&r_, run, {});
   r_.probes = out_.requests;
-  for (const ArmSamples& s : out_.arms) {
-    r_.usable += static_cast<int64_t>(s.ttft_ms.size());
+  // --salts: each pair run, and the one a failure stopped (pair_ set).
+  std::vector<const CacheAuditOutcome*> runs;
+  for (const SaltPairOutcome& p : salt_out_) runs.push_back(&p.out);
+  if (!o_.salts || pair_ != nullptr) runs.push_back(&out_);
+  for (const CacheAuditOutcome* run_out : runs) {
+    for (const ArmSamples& s : run_out->arms) {
+      r_.usable += static_cast<int64_t>(s.ttft_ms.size());
+    }
   }
   r_.timeline = MakeTimeline(r_.started_us, r_.ended_us, probe_times_,
                              error_times_, r_.findings);
-  const char* level =
+  std::string level =
       out_.level.has_value() ? SharingLevelName(*out_.level) : "-";
+  if (o_.salts) {  // each check's: "salt_tenants same-tenant, ..."
+    std::vector<std::string> levels;
+    for (const SaltPairOutcome& p : salt_out_) {
+      levels.push_back(absl::StrCat(
+          p.pair.check, " ",
+          SharingLevelName(p.out.level.value_or(SharingLevel::kUndecided))));
+    }
+    level = levels.empty() ? "-" : absl::StrJoin(levels, ", ");
+  }
   SealResult(
       &r_, log_.get(),
       {{"requests", out_.requests}, {"rounds", out_.rounds}, {"level", level}},
       metrics_);
   Progress(absl::StrFormat("%s: level %s, %d requests, %.1f s",
-                           VerdictName(r_.verdict), level, out_.requests,
-                           out_.seconds));
+                           VerdictName(r_.verdict), level.c_str(),
+                           out_.requests, out_.seconds));
 }
 
 CampaignResult CacheAudit::Run() {
   std::vector<std::string> detectors = {"cache_timing", "cached_tokens"};
+  if (o_.salts) {
+    detectors = {"salt_same", "salt_tenants", "salt_salts", "salt_forged"};
+    if (!o_.salt.tenant_header.empty()) detectors.push_back("salt_gateway");
+  }
   if (!o_.kv_events.endpoint.empty()) detectors.push_back("kv_events");
   StartResult(&r_, "cache-audit", session_.root(), session_.options().tenants,
               o_.db_path, detectors, metrics_);

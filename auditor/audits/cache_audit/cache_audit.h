@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <string>
 
+#include "auditor/audits/cache_audit/salts.h"
 #include "auditor/kv_events/pairs.h"
 #include "auditor/reports/metrics.h"
 #include "auditor/result/result.h"
@@ -33,6 +34,10 @@ struct CacheAuditOptions {
   // The target engine's KV-cache event stream (--kv-events): adds the
   // kv_events detector (auditor/kv_events/pairs.h). Empty endpoint: none.
   kv_events::SubscriberOptions kv_events;
+  // --salts: the salt checks (salts.h) instead of A against B; `salt`
+  // holds the gateway check's header and tenant.
+  bool salts = false;
+  SaltOptions salt;
 };
 
 // Runs the audit to its verdict; errors (exit 2) are in the result, e.g.

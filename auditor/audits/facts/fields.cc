@@ -84,6 +84,25 @@ void AddString(const EndpointRead& read, const json& j, const char* key,
   }
 }
 
+// kvcanary's salt, gateway and tier modes: "cache_salt" (ignore, scoped,
+// client), "tenant_header" (a name, or null: "off") and "host_tier_pages"
+// (0: "off").
+void ReadSaltFields(const EndpointRead& read, const json& j,
+                    FactsTable* table) {
+  AddString(read, j, "cache_salt", "cache_salt", table);
+  if (const json* h = At(j, {"tenant_header"}); h != nullptr) {
+    if (h->is_null())
+      table->Add("tenant_header", "off", Source(read, "tenant_header"));
+    AddString(read, j, "tenant_header", "tenant_header", table);
+  }
+  if (const json* n = At(j, {"host_tier_pages"});
+      n != nullptr && n->is_number_integer() && n->get<int64_t>() >= 0) {
+    table->Add("host_tier_pages",
+               n->get<int64_t>() == 0 ? json("off") : json(*n),
+               Source(read, "host_tier_pages"));
+  }
+}
+
 // kvcanary's GET /version (docs/api.md); vLLM's holds only "version".
 void ReadVersion(const EndpointRead& read, const json& j, FactsTable* table) {
   if (auto e = NonEmptyString(At(j, {"engine"}))) {
@@ -101,6 +120,7 @@ void ReadVersion(const EndpointRead& read, const json& j, FactsTable* table) {
   AddString(read, j, "prefix_cache", "prefix_cache", table);
   AddString(read, j, "trace_format", "trace_format", table);
   AddInt(read, j, "page_tokens", "page_tokens", table);
+  ReadSaltFields(read, j, table);
 }
 
 // The model's /v1/models entry: limits (kvcanary, vLLM, SGLang) and

@@ -22,10 +22,15 @@ namespace kvcanary::auditor {
 
 // The fields, in report order.
 inline constexpr const char* kFactFields[] = {
-    "engine",        "version",      "context_tokens", "input_limit_tokens",
-    "usage",         "stream_usage", "cached_tokens",  "completion_without_key",
-    "disaggregated", "kv_checksum",  "watermark",      "prefix_cache",
-    "page_tokens",   "trace_format"};
+    "engine",         "version",
+    "context_tokens", "input_limit_tokens",
+    "usage",          "stream_usage",
+    "cached_tokens",  "completion_without_key",
+    "disaggregated",  "kv_checksum",
+    "watermark",      "prefix_cache",
+    "page_tokens",    "trace_format",
+    "cache_salt",     "tenant_header",
+    "host_tier_pages"};
 inline constexpr char kNotRevealed[] = "not revealed";
 
 // Not thread-safe.

@@ -84,7 +84,8 @@ struct Request {
   int max_tokens = kDefaultMaxTokens;
   bool stream = false;
   bool include_usage = false;
-  bool report_all_blocks = false;  // vLLM's kv_cache_report_mode "full"
+  bool report_all_blocks = false;         // vLLM's kv_cache_report_mode "full"
+  std::optional<std::string> cache_salt;  // the body's "cache_salt"
 };
 
 // Returns the problem ("" if none) and fills *r. Chat messages are joined
@@ -143,6 +144,14 @@ std::string ParseRequest(const std::string& body, bool chat, Flavor f,
                                                            : f == Flavor::kVllm;
   }
   r->report_all_blocks = j.value("kv_cache_report_mode", "") == "full";
+  if (auto it = j.find("cache_salt"); it != j.end() && !it->is_null()) {
+    // vLLM's protocol: "Parameter 'cache_salt' must be a non-empty string
+    // if provided." (docs/targets.md, "Cache salts").
+    if (!it->is_string() || it->get<std::string>().empty()) {
+      return "Parameter 'cache_salt' must be a non-empty string if provided.";
+    }
+    r->cache_salt = it->get<std::string>();
+  }
   return "";
 }
 
@@ -351,6 +360,31 @@ bool FakeTarget::Guard(const http::Request& req, http::Response& res) const {
   return false;
 }
 
+std::string FakeTarget::CacheSalt(
+    const http::Request& req, const std::optional<std::string>& body) const {
+  // Per key: salted by the whole Authorization value ("-" for none), so
+  // requests without a key share one cache of their own; a gateway's
+  // header, where set and sent, names the tenant instead.
+  std::string tenant;
+  if (options_.per_key_prompt_cache) {
+    tenant = absl::StrCat("-", req.get_header_value("Authorization"));
+    if (!options_.tenant_header.empty() &&
+        req.has_header(options_.tenant_header)) {
+      tenant = absl::StrCat("h|", req.get_header_value(options_.tenant_header));
+    }
+  }
+  if (!body.has_value()) return tenant;
+  switch (options_.salt_mode) {
+    case SaltMode::kIgnore:
+      return tenant;
+    case SaltMode::kVllm:  // the salt alone: no tenant in it
+      return absl::StrCat("s|", *body);
+    case SaltMode::kScoped:
+      return absl::StrCat(tenant, "|s|", *body);
+  }
+  return tenant;
+}
+
 namespace {
 
 // The chained block keys of `tokens` from `salt` ("" for the shared cache).
@@ -372,6 +406,30 @@ std::vector<size_t> BlockKeys(const std::vector<std::string>& tokens,
 
 }  // namespace
 
+size_t FakeTarget::TierLookupAndInsert(const std::vector<size_t>& keys,
+                                       const std::vector<size_t>& cpu_keys) {
+  size_t hits = 0;
+  while (hits < keys.size() && (cached_blocks_.contains(keys[hits]) ||
+                                cpu_blocks_.contains(cpu_keys[hits]))) {
+    ++hits;
+  }
+  // Every block lands in the GPU tier (a CPU hit is promoted); what the
+  // GPU tier evicts spills to the CPU tier under the CPU tier's key.
+  for (size_t b = 0; b < keys.size(); ++b) {
+    if (!cached_blocks_.insert(keys[b]).second) continue;
+    gpu_order_.push_back(keys[b]);
+    gpu_to_cpu_key_[keys[b]] = cpu_keys[b];
+    while (gpu_order_.size() > static_cast<size_t>(options_.gpu_tier_blocks)) {
+      const size_t k = gpu_order_.front();
+      gpu_order_.pop_front();
+      cached_blocks_.erase(k);
+      cpu_blocks_.insert(gpu_to_cpu_key_[k]);
+      gpu_to_cpu_key_.erase(k);
+    }
+  }
+  return hits;
+}
+
 int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
                                      const std::string& salt,
                                      bool report_all_blocks) {
@@ -384,13 +442,21 @@ int FakeTarget::CacheLookupAndInsert(const std::vector<std::string>& tokens,
     replica = cache_requests_++ % std::max(1, options_.cache_replicas);
     // Each replica's cache apart: its keys mixed with its index.
     const size_t mix = static_cast<size_t>(replica) * 0x9e3779b97f4a7c15ULL;
-    while (hits < keys.size() && cached_blocks_.contains(keys[hits] ^ mix))
+    if (options_.gpu_tier_blocks > 0) {
+      hits = TierLookupAndInsert(keys, options_.cpu_tier_drops_salt
+                                           ? BlockKeys(tokens, block, "")
+                                           : keys);
+    }
+    while (options_.gpu_tier_blocks == 0 && hits < keys.size() &&
+           cached_blocks_.contains(keys[hits] ^ mix))
       ++hits;
     seen = hits;
     // As vLLM: the last token must be computed, so a fully cached prompt
     // recomputes its last block.
     if (hits > 0 && hits * block == tokens.size()) --hits;
-    for (size_t k : keys) cached_blocks_.insert(k ^ mix);
+    if (options_.gpu_tier_blocks == 0) {
+      for (size_t k : keys) cached_blocks_.insert(k ^ mix);
+    }
     cached_tokens_served_ += static_cast<int>(hits * block);
   }
   if (options_.on_blocks_stored && replica == 0) {
@@ -458,13 +524,8 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
   a.prompt_tokens = plan.processed();
   if (options_.shared_prompt_cache || options_.per_key_prompt_cache) {
     const std::vector<std::string> tokens = ProcessedTokens(r.prompt, plan);
-    // Per key: salted by the whole Authorization value ("-" for none), so
-    // requests without a key share one cache of their own.
-    const std::string salt =
-        options_.per_key_prompt_cache
-            ? absl::StrCat("-", req.get_header_value("Authorization"))
-            : "";
-    a.cached_tokens = CacheLookupAndInsert(tokens, salt, r.report_all_blocks);
+    a.cached_tokens = CacheLookupAndInsert(tokens, CacheSalt(req, r.cache_salt),
+                                           r.report_all_blocks);
   }
   a.pieces = OutputPieces(r.prompt, plan, r.max_tokens, options_.echo);
   a.text = absl::StrJoin(a.pieces, "");

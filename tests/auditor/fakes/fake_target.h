@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -80,6 +81,19 @@ enum class OverLimit {
   kErrorInStream,
 };
 
+// What a request body's "cache_salt" does to the prefix cache's keys.
+enum class SaltMode {
+  kIgnore,  // nothing (servers without salts)
+  // vLLM (v1/core/kv_cache_utils.py): the salt is mixed into block 0's
+  // hash and nothing else is: no tenant, so whoever sends a salt reads the
+  // pages of whoever sent it before (forgeable); a gateway's tenant header
+  // is overridden by it.
+  kVllm,
+  // The tenant's own cache (key, or the gateway's header) partitioned by
+  // the salt: a salt never reaches another tenant's pages.
+  kScoped,
+};
+
 struct FakeTargetOptions {
   Flavor flavor = Flavor::kVllm;
   std::string model = "fake-model";
@@ -118,6 +132,19 @@ struct FakeTargetOptions {
   // REQUIRES: not together with shared_prompt_cache.
   bool per_key_prompt_cache = false;
   int cache_block_tokens = 16;
+  // The body's "cache_salt" (an empty one is refused, as vLLM does).
+  SaltMode salt_mode = SaltMode::kIgnore;
+  // A gateway: with per_key_prompt_cache, a request carrying this header
+  // is cached as the tenant it names, not as its key (empty: no gateway).
+  std::string tenant_header;
+  // > 0: two tiers, as SGLang's hierarchical cache and LMCache's CPU
+  // offload: the GPU tier holds this many blocks (first in, first out) and
+  // spills what it evicts to an unbounded CPU tier; a block found in either
+  // is a hit (the CPU one promoted back).
+  int gpu_tier_blocks = 0;
+  // The CPU tier keys blocks by their tokens alone, without the salt (the
+  // tier that drops the salt): a spilled block hits for any tenant.
+  bool cpu_tier_drops_salt = false;
   // Replicas behind a round-robin balancer, each request to the next, each
   // with its own prompt cache; only replica 0's cache calls
   // on_blocks_stored (the one stream an auditor follows).
@@ -206,6 +233,15 @@ class FakeTarget {
   // how many were served from it.
   int CacheLookupAndInsert(const std::vector<std::string>& tokens,
                            const std::string& salt, bool report_all_blocks);
+  // The cache salt of a request: its tenant (per_key_prompt_cache: the
+  // key, or a gateway's header) and its body salt, per salt_mode.
+  std::string CacheSalt(const http::Request& req,
+                        const std::optional<std::string>& body) const;
+  // Two tiers (gpu_tier_blocks > 0): how many leading blocks of `keys`
+  // (GPU) / `cpu_keys` (the CPU tier's) hit; inserts them. REQUIRES: mu_.
+  size_t TierLookupAndInsert(const std::vector<size_t>& keys,
+                             const std::vector<size_t>& cpu_keys)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Time to the first token of a prompt with `uncached_tokens` to
   // compute: base_ms, the prefill, and the next jitter draw.
   double FirstTokenMs(int uncached_tokens);
@@ -221,6 +257,9 @@ class FakeTarget {
 
   mutable std::mutex mu_;
   absl::flat_hash_set<size_t> cached_blocks_ ABSL_GUARDED_BY(mu_);
+  std::deque<size_t> gpu_order_ ABSL_GUARDED_BY(mu_);  // oldest first
+  std::map<size_t, size_t> gpu_to_cpu_key_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<size_t> cpu_blocks_ ABSL_GUARDED_BY(mu_);
   int cached_tokens_served_ ABSL_GUARDED_BY(mu_) = 0;
   int cache_requests_ ABSL_GUARDED_BY(mu_) = 0;   // for cache_replicas
   std::string last_prompt_ ABSL_GUARDED_BY(mu_);  // for llama.cpp /slots

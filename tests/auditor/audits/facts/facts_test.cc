@@ -297,7 +297,7 @@ TEST(FactsTest, TargetThatRevealsNothingHasEveryFieldNotRevealed) {
     EXPECT_EQ(r.details["sources"][field]["value"], kNotRevealed) << field;
   }
   EXPECT_EQ(r.details["completion_without_key"], "served");
-  EXPECT_EQ(r.details["fields_revealed"], "1 of 14");
+  EXPECT_EQ(r.details["fields_revealed"], "1 of 17");
   // One check per endpoint: /v1/models answered, the others 404.
   for (const Check& c : ChecksOf(r, "endpoint")) {
     EXPECT_EQ(c.state, c.subject == "GET /v1/models" ? "passed" : "skipped")

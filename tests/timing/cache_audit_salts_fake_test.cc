@@ -1,0 +1,192 @@
+// cache-audit --salts against scripted fakes (tests/auditor/fakes/
+// fake_target.h): a cache salted per key and then per body salt (scoped) is
+// isolated with same-salt hits proven; vLLM's salt (block 0's hash, no
+// tenant) is forgeable; salts ignored share across salts of one tenant; a
+// gateway whose body salt overrides its tenant header is found; a second
+// tier that drops the salt leaks what spilled. Timing-sensitive: label
+// `timing`.
+#include <string>
+
+#include "auditor/audits/cache_audit/cache_audit.h"
+#include "auditor/reports/result_text.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/auditor/fakes/fake_target.h"
+#include "tests/temp_path.h"
+
+namespace kvcanary::auditor {
+namespace {
+
+using testing::FakeTarget;
+using testing::FakeTargetOptions;
+using testing::Flavor;
+using testing::SaltMode;
+
+AuditTenant Tenant(std::string name, std::string key, std::string salt,
+                   bool gateway = false) {
+  AuditTenant t;
+  t.name = std::move(name);
+  t.api_key = std::move(key);
+  t.cache_salt = std::move(salt);
+  t.gateway = gateway;
+  return t;
+}
+
+// A miss costs ~11 ms of "prefill", a hit ~2.5 ms (cache_audit_fake_test).
+FakeTargetOptions Fake(SaltMode mode) {
+  FakeTargetOptions o;
+  o.flavor = Flavor::kVllm;
+  o.limit_tokens = 160;
+  o.base_ms = 1;
+  o.prefill_us_per_token = 100;
+  o.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}, {"sk-e", "edge"}};
+  o.per_key_prompt_cache = true;
+  o.salt_mode = mode;
+  return o;
+}
+
+CacheAuditOptions Options(const FakeTarget& t, const std::string& name,
+                          bool gateway = false) {
+  CacheAuditOptions o;
+  o.target.target = t.url();
+  o.target.tenants = {Tenant("acme", "sk-a", "acme-salt"),
+                      Tenant("globex", "sk-g", "globex-salt"),
+                      Tenant("edge", "sk-e", "", /*gateway=*/true)};
+  o.db_path = testing_paths::UniqueTempPath("kvcanary-salts", name + ".db");
+  o.progress = false;
+  o.seed = 1;
+  o.salts = true;
+  if (gateway) o.salt = {"x-tenant", "edge"};
+  return o;
+}
+
+std::string Explain(const CampaignResult& r) {
+  return ResultText(r, 20) + r.details.dump(2);
+}
+
+std::string LevelOf(const CampaignResult& r, const std::string& check) {
+  return r.details["checks"][check]["level"].get<std::string>();
+}
+
+int FindingsOfKind(const CampaignResult& r, const std::string& kind) {
+  int n = 0;
+  for (const Finding& f : r.findings) n += f.kind == kind;
+  return n;
+}
+
+TEST(CacheAuditSaltsFakeTest, ScopedSaltsAreIsolatedWithSameSaltHitsProven) {
+  FakeTargetOptions fo = Fake(SaltMode::kScoped);
+  fo.tenant_header = "x-tenant";  // a gateway that honours its header
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "scoped", /*gateway=*/true), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 0);
+  for (const char* check :
+       {"salt_tenants", "salt_salts", "salt_forged", "salt_gateway"}) {
+    EXPECT_EQ(LevelOf(r, check), "same-tenant") << check;
+  }
+  ASSERT_EQ(r.detectors.size(), 5u);
+  for (const DetectorCoverage& d : r.detectors) {
+    EXPECT_EQ(d.state, DetectorState::kActive) << d.name << Explain(r);
+  }
+  ASSERT_EQ(r.checks.size(), 5u);
+  EXPECT_EQ(r.checks[0].check, "salt_same");
+  for (const Check& c : r.checks) EXPECT_EQ(c.state, "passed") << c.check;
+}
+
+TEST(CacheAuditSaltsFakeTest, VllmSaltsAreForgeable) {
+  FakeTargetOptions fo = Fake(SaltMode::kVllm);
+  fo.per_key_prompt_cache = false;  // vLLM: one cache, the salt its only key
+  fo.shared_prompt_cache = true;
+  fo.report_cached_tokens = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCacheAudit(Options(target, "vllm"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_EQ(LevelOf(r, "salt_tenants"), "same-tenant");
+  EXPECT_EQ(LevelOf(r, "salt_salts"), "same-tenant");
+  EXPECT_EQ(LevelOf(r, "salt_forged"), "cross-tenant");
+  ASSERT_GE(FindingsOfKind(r, "salt_forgeable"), 1) << Explain(r);
+  for (const Finding& f : r.findings) {
+    EXPECT_EQ(f.kind, "salt_forgeable");
+    EXPECT_EQ(f.severity, Severity::kCritical);
+    EXPECT_EQ(f.detector, "salt_forged");
+    EXPECT_EQ(f.writer, "acme");
+    EXPECT_EQ(f.reader, "globex (acme's salt)");
+  }
+}
+
+TEST(CacheAuditSaltsFakeTest, IgnoredSaltsShareAcrossOneTenantsSalts) {
+  FakeTarget target(Fake(SaltMode::kIgnore));
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCacheAudit(Options(target, "ignore"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(LevelOf(r, "salt_salts"), "cross-tenant");
+  EXPECT_EQ(LevelOf(r, "salt_tenants"), "same-tenant");
+  EXPECT_EQ(LevelOf(r, "salt_forged"), "same-tenant");
+  EXPECT_EQ(FindingsOfKind(r, "cross_salt_cache_hit"), 1) << Explain(r);
+  EXPECT_EQ(r.findings.size(), 1u);
+}
+
+TEST(CacheAuditSaltsFakeTest, GatewayWhoseBodySaltOverridesTheHeaderIsFound) {
+  FakeTargetOptions fo = Fake(SaltMode::kVllm);
+  fo.tenant_header = "x-tenant";
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "gateway", /*gateway=*/true), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(LevelOf(r, "salt_gateway"), "cross-tenant");
+  EXPECT_EQ(FindingsOfKind(r, "gateway_salt_override"), 1) << Explain(r);
+}
+
+TEST(CacheAuditSaltsFakeTest, GatewayFlagsNeedAGatewayTenant) {
+  FakeTarget target(Fake(SaltMode::kScoped));
+  CacheAuditOptions o = Options(target, "gateway-bad", /*gateway=*/true);
+  o.salt.gateway_tenant = "acme";  // not marked "gateway": true
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCacheAudit(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
+  EXPECT_NE(r.error.find("\"gateway\": true"), std::string::npos) << r.error;
+}
+
+TEST(CacheAuditSaltsFakeTest, SecondTierThatDropsTheSaltLeaksWhatSpilled) {
+  FakeTargetOptions fo = Fake(SaltMode::kScoped);
+  fo.gpu_tier_blocks = 2;  // a prime spills at once
+  fo.cpu_tier_drops_salt = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCacheAudit(Options(target, "tier"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(LevelOf(r, "salt_tenants"), "cross-tenant");
+  EXPECT_EQ(FindingsOfKind(r, "cross_salt_cache_hit"), 2) << Explain(r);
+  EXPECT_EQ(FindingsOfKind(r, "salt_forgeable"), 1) << Explain(r);
+}
+
+TEST(CacheAuditSaltsFakeTest, GatewayThatIgnoresItsHeaderIsFound) {
+  // The header is not read: every request of the gateway's key is one
+  // tenant, so a body salt alone decides whose cache it reaches.
+  FakeTarget target(Fake(SaltMode::kScoped));
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCacheAudit(
+      Options(target, "gateway-deaf", /*gateway=*/true), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(LevelOf(r, "salt_gateway"), "cross-tenant");
+  EXPECT_EQ(LevelOf(r, "salt_forged"), "same-tenant");
+  EXPECT_EQ(FindingsOfKind(r, "gateway_salt_override"), 1) << Explain(r);
+}
+
+TEST(CacheAuditSaltsFakeTest, SecondTierKeepingTheSaltIsIsolated) {
+  FakeTargetOptions fo = Fake(SaltMode::kScoped);
+  fo.gpu_tier_blocks = 2;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCacheAudit(Options(target, "tier-ok"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+}
+
+}  // namespace
+}  // namespace kvcanary::auditor

@@ -75,10 +75,11 @@ int Echo(DecodeStream& stream) {
   return (*line)["echo"].get<int>();
 }
 
-// Sends request `n` while the node holds its answer back (300 ms), and
+// Sends request `n` while the node holds its answer back (2 s: a loaded
+// machine must not let it arrive before the give-up), and
 // gives it up once the node has it: after it was sent, before its headers.
 void GiveUpWhileWaiting(FakeDecodeNode& node, NodePool& pool, int n) {
-  node.set_delay_ms(300);
+  node.set_delay_ms(2000);
   const int before = node.requests();
   {
     DecodeStream stream(node.url(), "Bearer x", Body(n), absl::Seconds(10),

@@ -96,7 +96,7 @@ TEST(NodeSettingsTest, RouterStatesTheFreeListTheNodesAgreeOn) {
 TEST(VersionJsonTest, StatesTheFreeListWhenKnown) {
   VersionInfo v;
   v.free_list = "fifo";
-  EXPECT_NE(VersionJson(v).find(R"("page_tokens":0,"free_list":"fifo"})"),
+  EXPECT_NE(VersionJson(v).find(R"("tenant_header":null,"free_list":"fifo"})"),
             std::string::npos)
       << VersionJson(v);
 }
@@ -117,7 +117,20 @@ TEST(VersionJsonTest, HasEveryFieldInOrder) {
                 R"(","disaggregated":true,"kv_checksum":"crc32c",)"
                 R"("watermark":"detect","prefix_cache":"global",)"
                 R"("trace_format":"kvt2","max_model_len":512,)"
-                R"("max_prompt_tokens":256,"page_tokens":16})");
+                R"("max_prompt_tokens":256,"page_tokens":16,)"
+                R"("host_tier_pages":0,"tenant_header":null})");
+}
+
+TEST(VersionJsonTest, StatesTheSaltModeAndTheGatewayHeader) {
+  VersionInfo v;
+  v.cache_salt = "client";
+  v.tenant_header = "X-Tenant-Id";
+  v.host_tier_pages = 64;
+  const std::string json = VersionJson(v);
+  EXPECT_NE(json.find(R"("host_tier_pages":64,"tenant_header":"X-Tenant-Id")"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find(R"("cache_salt":"client")"), std::string::npos) << json;
 }
 
 }  // namespace

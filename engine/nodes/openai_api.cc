@@ -255,6 +255,27 @@ const char* ErrorType(int http_status) {
 
 }  // namespace
 
+namespace {
+
+// "cache_salt", if present. vLLM: "Parameter 'cache_salt' must be a
+// non-empty string if provided."; ours is bounded too (it travels to every
+// node).
+absl::Status ParseCacheSalt(const json& doc, std::string* out) {
+  const json* salt = Field(doc, "cache_salt");
+  if (salt == nullptr) return absl::OkStatus();
+  if (!salt->is_string() ||
+      !IsValidCacheSalt(salt->get_ref<const std::string&>())) {
+    return FieldError(
+        "cache_salt",
+        absl::StrCat("'cache_salt' must be a non-empty string of at most ",
+                     kMaxCacheSaltBytes, " bytes without control characters."));
+  }
+  *out = salt->get<std::string>();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          bool chat) {
   json doc;
@@ -314,19 +335,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
     req.seed = seed->get<uint64_t>();
   }
   RETURN_IF_ERROR(ParseStop(doc, &req.stop));
-  if (const json* salt = Field(doc, "cache_salt")) {
-    // vLLM: "Parameter 'cache_salt' must be a non-empty string if
-    // provided."; ours is bounded too (it travels to every node).
-    if (!salt->is_string() ||
-        !IsValidCacheSalt(salt->get_ref<const std::string&>())) {
-      return FieldError(
-          "cache_salt",
-          absl::StrCat("'cache_salt' must be a non-empty string of at most ",
-                       kMaxCacheSaltBytes,
-                       " bytes without control characters."));
-    }
-    req.cache_salt = salt->get<std::string>();
-  }
+  RETURN_IF_ERROR(ParseCacheSalt(doc, &req.cache_salt));
   RETURN_IF_ERROR(GetBool(doc, "stream", &req.stream));
   if (const json* options = Field(doc, "stream_options")) {
     if (!options->is_object()) {

@@ -19,6 +19,12 @@ ABSL_FLAG(int, max_samples, 400,
 ABSL_FLAG(int, prefix_tokens, 0,
           "cache-audit: tokens of the primed prefix (0: sized from the "
           "limit).");
+ABSL_FLAG(int, evict_tokens, 0,
+          "cache-audit: after each primed prefix, the writer sends cache-"
+          "busted filler prompts of at least this many tokens in all, so the "
+          "prefix leaves the first cache tier before the probe and a hit can "
+          "only come from a second tier (host memory, LMCache, HiCache); at "
+          "least the first tier's size in tokens (0: none).");
 
 ABSL_FLAG(bool, salts, false,
           "cache-audit: audit request cache salts (the tenants file's "
@@ -43,6 +49,7 @@ absl::StatusOr<CacheAuditOptions> CacheAuditOptionsFromFlags() {
   o.max_samples = absl::GetFlag(FLAGS_max_samples);
   o.prefix_tokens = absl::GetFlag(FLAGS_prefix_tokens);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.evict_tokens = absl::GetFlag(FLAGS_evict_tokens);
   ASSIGN_OR_RETURN(o.kv_events, KvEventsFromFlags());
   o.salts = absl::GetFlag(FLAGS_salts);
   o.salt.tenant_header = absl::GetFlag(FLAGS_tenant_header);
@@ -53,10 +60,10 @@ absl::StatusOr<CacheAuditOptions> CacheAuditOptionsFromFlags() {
         "--tenant-header and --gateway-key are for --salts");
   }
   if (!(o.alpha > 0 && o.alpha < 1) || o.max_samples < 1 ||
-      o.prefix_tokens < 0) {
+      o.prefix_tokens < 0 || o.evict_tokens < 0) {
     return absl::InvalidArgumentError(
-        "--alpha must be in (0, 1), --max-samples >= 1, --prefix-tokens >= "
-        "0");
+        "--alpha must be in (0, 1), --max-samples >= 1, --prefix-tokens and "
+        "--evict-tokens >= 0");
   }
   return o;
 }
@@ -75,7 +82,8 @@ const CommandRegistration kCacheAudit(
       "Whether the prompt cache lets one tenant's prompt speed up "
       "another's: first-token timing (KS test) and reported cached tokens.",
       WithReportFlags({"target", "tenants", "model", "timeout", "alpha",
-                       "max_samples", "prefix_tokens", "seed", "kv_events",
+                       "max_samples", "prefix_tokens", "evict_tokens", "seed",
+                       "kv_events",
                        "salts", "tenant_header", "gateway_key",
                        "trace_token_file", "max_consecutive_failures"}),
       {}},

@@ -3,6 +3,7 @@
 #define KVCANARY_AUDITOR_TARGET_TENANTS_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -10,6 +11,10 @@
 namespace kvcanary::auditor {
 
 struct AuditTenant {
+  AuditTenant() = default;
+  AuditTenant(std::string name_in, std::string api_key_in)
+      : name(std::move(name_in)), api_key(std::move(api_key_in)) {}
+
   std::string name;
   std::string api_key;
   // The tenants file's "cache_salt" (empty: none) and "gateway".

@@ -5,10 +5,14 @@
 // --cache-salt=scoped is isolated with same-salt hits proven (exit 0),
 // --cache-salt=client is forgeable (exit 1, salt_forgeable), a global prefix
 // cache is exit 1, and a gateway's tenant header holds under scoped and is
-// overridden by the body salt under client. Timing-sensitive: label
-// `timing`.
+// overridden by the body salt under client; with a host tier (pages spill
+// from a small pool) and --evict-tokens pushing each prime out of the pool,
+// a healthy tier keeps salts apart (exit 0, hits promoted from it) while
+// the tier-drops-salt fault is exit 1, its foreign reads counted by the
+// watermark check. Timing-sensitive: label `timing`.
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,10 +40,12 @@ struct SaltsRun {
 };
 
 // Starts the engine with `engine_flags` and the salted tenants, runs
-// cache-audit --salts (plus `audit_flags`) and prints each check's level.
+// cache-audit --salts (plus `audit_flags`), prints each check's level and
+// calls `after` (if any) with the engine still up.
 SaltsRun RunSalts(const std::string& label,
                   std::vector<std::string> engine_flags,
-                  const std::vector<std::string>& audit_flags = {}) {
+                  const std::vector<std::string>& audit_flags = {},
+                  const std::function<void(const Cluster&)>& after = {}) {
   engine_flags.push_back("--max-prompt-tokens=500");
   Cluster cluster(engine_flags, kSaltedTenants);
   SaltsRun run;
@@ -65,7 +71,20 @@ SaltsRun RunSalts(const std::string& label,
                 run.cli.exit_code,
                 d.contains("levels") ? d["levels"].dump().c_str() : "?");
   }
+  if (after) after(cluster);
   return run;
+}
+
+// A 40-page pool (640 tokens) under a 512-page host tier: the primes
+// (about 370 tokens) spill, and 640 tokens of fillers push each one out.
+const std::vector<std::string> kTierFlags = {
+    "--cache-salt=scoped", "--watermark=detect", "--num_pages=40",
+    "--host_tier_pages=512"};
+constexpr char kEvictTokens[] = "--evict-tokens=640";
+
+double PrefillMetric(const Cluster& c, const std::string& name,
+                     const std::string& match = "prefill") {
+  return MetricValue(Get(c.prefill(), "/metrics").body, name, match);
 }
 
 TEST(CacheAuditSaltsEngineTest, ScopedSaltsAreIsolatedWithSameSaltHits) {
@@ -115,6 +134,42 @@ TEST(CacheAuditSaltsEngineTest, GatewayHeaderIsOverriddenByABodySaltInClient) {
   EXPECT_EQ(r.Level("salt_gateway"), "cross-tenant");
   EXPECT_NE(r.cli.out.find("gateway_salt_override"), std::string::npos)
       << r.cli.out;
+}
+
+TEST(CacheAuditSaltsEngineTest, AHealthyHostTierKeepsSaltsApart) {
+  double promoted = 0, violations = 0;
+  const SaltsRun r =
+      RunSalts("host tier", kTierFlags, {kEvictTokens}, [&](const Cluster& c) {
+        promoted = PrefillMetric(
+            c, "kvcanary_node_prefix_cache_promoted_pages_total");
+        violations = PrefillMetric(
+            c, "kvcanary_node_watermark_violations_total", "kind=");
+      });
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.out;
+  EXPECT_EQ(r.Level("salt_tenants"), "same-tenant");
+  EXPECT_EQ(r.Level("salt_forged"), "same-tenant");
+  // The same-salt repeats hit because the tier served them.
+  EXPECT_GT(promoted, 0);
+  EXPECT_LE(violations, 0);  // no series (-1) or 0
+}
+
+TEST(CacheAuditSaltsEngineTest, ATierThatDropsTheSaltIsFoundBehindEvictions) {
+  std::vector<std::string> flags = kTierFlags;
+  flags.push_back("--fault=tier-drops-salt");
+  double foreign = 0;
+  const SaltsRun r =
+      RunSalts("tier-drops-salt", flags, {kEvictTokens}, [&](const Cluster& c) {
+        foreign = PrefillMetric(
+            c, "kvcanary_node_watermark_violations_total",
+            "kind=\"foreign_tenant_read\",writer_tenant=\"1\"");
+      });
+  ASSERT_EQ(r.cli.exit_code, 1) << r.cli.out;
+  EXPECT_EQ(r.Level("salt_tenants"), "cross-tenant");
+  EXPECT_EQ(r.Level("salt_forged"), "cross-tenant");
+  EXPECT_NE(r.cli.out.find("cross_salt_cache_hit"), std::string::npos)
+      << r.cli.out;
+  // The watermark check saw globex read acme's promoted pages.
+  EXPECT_GT(foreign, 0);
 }
 
 }  // namespace

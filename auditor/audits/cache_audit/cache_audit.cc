@@ -37,9 +37,9 @@ constexpr int kSuffixMarginTokens = 16;
 constexpr int kMaxSizingUnits = 64;
 
 const char* const kRequestKinds[] = {"cache_sizing", "cache_control",
-                                     "cache_prime", "cache_same",
-                                     "cache_cross"};
-enum class RequestKind { kSizing, kControl, kPrime, kSame, kCross };
+                                     "cache_prime",  "cache_same",
+                                     "cache_cross",  "cache_evict"};
+enum class RequestKind { kSizing, kControl, kPrime, kSame, kCross, kEvict };
 
 bool KeyRefused(int status) { return status == 401 || status == 403; }
 
@@ -69,6 +69,10 @@ class CacheAudit {
   // The kv_events probe pairs, where a stream was given.
   absl::Status KvEvents();
   absl::Status Sample(CacheArm arm, int round);
+  // --evict-tokens: the fillers after a prime. The first one that fails
+  // (its HTTP status, 0 for none, in *failed) ends them: the prime may
+  // still be cached in the first tier, so the sample cannot count.
+  absl::Status Evict(int round, std::optional<int>* failed);
   absl::Status Round(int round);
   // Runs the tests at look `look`; sets the level when they decide.
   absl::Status Look(size_t look, bool last);
@@ -283,6 +287,12 @@ absl::Status CacheAudit::Sample(CacheArm arm, int round) {
     return absl::OkStatus();
   }
   if (p.prompt_tokens > 0) prime_tokens_.push_back(p.prompt_tokens);
+  std::optional<int> evict_failed;
+  RETURN_IF_ERROR(Evict(round, &evict_failed));
+  if (evict_failed.has_value()) {
+    ++s.failures[*evict_failed];
+    return absl::OkStatus();
+  }
   const int prober =
       arm == CacheArm::kWriterControl || arm == CacheArm::kSame ? 0 : 1;
   const RequestKind kind = arm == CacheArm::kSame    ? RequestKind::kSame
@@ -306,6 +316,27 @@ absl::Status CacheAudit::Sample(CacheArm arm, int round) {
     out_.cached_from = CachedTokensFromName(c.cached_from);
   }
   if (arm == CacheArm::kCross) cross_probe_ids_.push_back(id);
+  return absl::OkStatus();
+}
+
+absl::Status CacheAudit::Evict(int round, std::optional<int>* failed) {
+  if (o_.evict_tokens <= 0) return absl::OkStatus();
+  // Fillers as long as the prime: each is cached like it, so together
+  // they push it out of a least-recently-used first tier.
+  const int per = std::max(1, PrefixTokens());
+  const int n = (o_.evict_tokens + per - 1) / per;
+  for (int i = 0; i < n; ++i) {
+    const Completion c =
+        Send(RequestKind::kEvict, 0, Prefix(out_.sizing.units), round, nullptr);
+    RETURN_IF_ERROR(session_.down());
+    RETURN_IF_ERROR(KeyCheck(c, 0));
+    if (!c.usable) {
+      *failed = c.status;
+      return absl::OkStatus();
+    }
+  }
+  out_.evict_requests += n;
+  out_.evicted_tokens += static_cast<int64_t>(n) * per;
   return absl::OkStatus();
 }
 
@@ -391,6 +422,7 @@ absl::Status CacheAudit::Start() {
   out_.writer = tenant(0).name;
   out_.reader = tenant(1).name;
   out_.max_samples = o_.max_samples;
+  out_.evict_tokens = o_.evict_tokens;
   ASSIGN_OR_RETURN(out_.plan, PlanLooks(o_.alpha, o_.max_samples));
   const LookPlan& plan = out_.plan;
   ASSIGN_OR_RETURN(log_, EvidenceLog::Open(o_.db_path, r_.campaign_id));

@@ -29,6 +29,11 @@ struct CacheAuditOptions {
   double alpha = 1e-6;    // the KS test's significance
   int max_samples = 400;  // per arm, at most
   int prefix_tokens = 0;  // the primed prefix; 0: sized from the limit
+  // --evict-tokens: after each prime, the writer sends cache-busted filler
+  // prompts of at least this many tokens in all, so the prime leaves the
+  // first cache tier (GPU pages) before the probe and a hit can only come
+  // from a second tier (host memory, LMCache, HiCache). 0: none.
+  int evict_tokens = 0;
   uint64_t seed = 0;      // prompts' letters and arm order; 0: random
   bool progress = true;
   // The target engine's KV-cache event stream (--kv-events): adds the

@@ -257,6 +257,15 @@ json CacheAuditDetails(const CacheAuditOutcome& o) {
         {"unit_tokens", o.sizing.unit_tokens},
         {"base_tokens", o.sizing.base_tokens},
         {"counts_reported", o.sizing.counts_reported}}},
+      {"evict",
+       {{"evict_tokens", o.evict_tokens},
+        {"requests", o.evict_requests},
+        {"tokens", o.evicted_tokens},
+        {"tier",
+         o.evict_tokens > 0
+             ? "primes pushed out of the first tier before each probe: "
+               "hits come from a second tier"
+             : "first tier (no --evict-tokens)"}}},
       {"notes", o.notes}};
 }
 

@@ -44,6 +44,10 @@ struct CacheAuditOutcome {
   std::vector<std::string> fired;
   std::vector<std::string> notes;  // sizing notes
   int64_t requests = 0;
+  // --evict-tokens: the filler requests sent after primes, and their tokens
+  // (as sized: the prime's length each).
+  int evict_tokens = 0;
+  int64_t evict_requests = 0, evicted_tokens = 0;
   int rounds = 0;
   int looks_taken = 0;
   double seconds = 0;

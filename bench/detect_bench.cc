@@ -58,7 +58,8 @@ ABSL_FLAG(int, duration, 4, "Seconds each campaign probes (--duration).");
 ABSL_FLAG(std::string, only, "",
           "Only configurations whose name contains this.");
 ABSL_FLAG(std::string, modes, "",
-          "Only these modes (comma-separated: blackbox, trace, kv_events).");
+          "Only these modes (comma-separated: blackbox, trace, kv_events, "
+          "salts).");
 ABSL_FLAG(std::string, json, "", "Write the figures as JSON here.");
 ABSL_FLAG(std::string, model, "",
           "Model for the engine (llama2.c .bin); empty: the embedded one.");
@@ -81,8 +82,29 @@ struct Config {
   std::vector<std::string> flags;  // for `up`
   bool healthy = false;            // any finding is a false alarm
   bool swinging_load = false;
-  std::vector<std::string> modes;  // blackbox, trace, kv_events
+  std::vector<std::string> modes;  // blackbox, trace, kv_events, salts
+  // salts: cache-audit --evict-tokens (the pool's size in tokens where a
+  // host tier is on); 0 none.
+  int evict_tokens = 0;
 };
+
+// The salt configurations (mode `salts`: `cache-audit --salts` campaigns;
+// docs/cache-audit.md): scoped salts (healthy), client salts (forgeable),
+// and a 40-page pool (640 tokens) over a host tier, healthy and with the
+// tier-drops-salt fault, each prime pushed out of the pool before probes.
+void AddSaltConfigs(std::vector<Config>* m) {
+  m->push_back({"salts/scoped", {"--cache-salt=scoped"}, true, false,
+                {"salts"}});
+  m->push_back({"salts/client", {"--cache-salt=client"}, false, false,
+                {"salts"}});
+  const std::vector<std::string> tier = {"--cache-salt=scoped",
+                                         "--watermark=detect", "--num_pages=40",
+                                         "--host_tier_pages=512"};
+  m->push_back({"salts/host-tier", tier, true, false, {"salts"}, 640});
+  std::vector<std::string> fault = tier;
+  fault.push_back("--fault=tier-drops-salt");
+  m->push_back({"salts/tier-drops-salt", fault, false, false, {"salts"}, 640});
+}
 
 std::vector<Config> Matrix(bool quick) {
   std::vector<Config> m;
@@ -148,6 +170,7 @@ std::vector<Config> Matrix(bool quick) {
       }
     }
   }
+  AddSaltConfigs(&m);
   return m;
 }
 
@@ -306,9 +329,25 @@ std::optional<json> ReadJson(const std::string& path) {
   return j;
 }
 
-Campaign RunCampaign(const Up& up, const std::string& mode, int seed,
-                     const std::string& dir) {
-  const std::string tag = absl::StrCat(dir, "/c", seed, "-", RandomHex(4));
+// The auditor's arguments for one campaign of `mode`.
+std::vector<std::string> CampaignArgs(const Config& c, const Up& up,
+                                      const std::string& mode, int seed,
+                                      const std::string& dir,
+                                      const std::string& tag) {
+  if (mode == "salts") {
+    std::vector<std::string> args = {
+        "cache-audit",
+        "--salts",
+        "--target=" + up.url("router"),
+        "--tenants=" + dir + "/auditor.json",
+        "--db=" + tag + ".db",
+        "--json=" + tag + ".json",
+        absl::StrCat("--seed=", seed + 1)};
+    if (c.evict_tokens > 0) {
+      args.push_back(absl::StrCat("--evict-tokens=", c.evict_tokens));
+    }
+    return args;
+  }
   const std::string key = tag + ".key";
   (void)WriteFileAtomically(
       key, absl::StrCat("bench-seed-", seed, "-key-0123456789"), 0600);
@@ -330,6 +369,15 @@ Campaign RunCampaign(const Up& up, const std::string& mode, int seed,
     args.push_back("--kv-events=" + up.url("kv-events"));
     args.push_back("--trace-token-file=" + up.url("trace-token-file"));
   }
+  return args;
+}
+
+Campaign RunCampaign(const Config& config, const Up& up,
+                     const std::string& mode, int seed,
+                     const std::string& dir) {
+  const std::string tag = absl::StrCat(dir, "/c", seed, "-", RandomHex(4));
+  const std::vector<std::string> args =
+      CampaignArgs(config, up, mode, seed, dir, tag);
   const int64_t started = NowUs();
   const auto t0 = Clock::now();
   const std::string auditor = BinDir() + "/kvcanary-auditor";
@@ -456,8 +504,10 @@ std::string DetectorCell(const json& s) {
 bool WriteTenants(const std::string& dir) {
   json engine = {{"tenants", json::array()}}, auditor = engine;
   for (const char* t : kTenants) {
-    const json e = {{"id", t}, {"api_keys", {absl::StrCat("sk-", t)}}};
+    json e = {{"id", t}, {"api_keys", {absl::StrCat("sk-", t)}}};
     engine["tenants"].push_back(e);
+    // Sent only by cache-audit --salts.
+    e["cache_salt"] = absl::StrCat(t, "-salt");
     auditor["tenants"].push_back(e);
   }
   engine["tenants"].push_back(
@@ -527,7 +577,7 @@ int Main() {
       if (!modes.empty() && !absl::StrContains(modes, mode)) continue;
       std::vector<Campaign> runs;
       for (int s = 0; s < seeds; ++s)
-        runs.push_back(RunCampaign(up, mode, s, dir));
+        runs.push_back(RunCampaign(c, up, mode, s, dir));
       json row = Summarise(c, mode, runs);
       if (c.healthy) {
         false_alarms += row["with_any_finding"].get<int>();

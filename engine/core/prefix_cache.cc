@@ -172,34 +172,48 @@ std::vector<PrefixCache::Key> PrefixCache::TierKeys(
   return keys;
 }
 
-std::vector<PageRef> PrefixCache::Acquire(const std::vector<Key>& keys,
-                                          TenantId tenant, RequestId request,
-                                          const std::vector<int>* tokens,
-                                          absl::string_view cache_salt) {
-  std::vector<Key> tier_keys;  // empty: no promotion
-  if (tier_ != nullptr && tokens != nullptr) {
-    tier_keys = tier_drops_salt_ ? TierKeys(tenant, cache_salt, *tokens,
-                                            static_cast<int>(keys.size()))
-                                 : keys;
-  }
+std::vector<PageRef> PrefixCache::Acquire(const std::vector<Key>& keys) {
   std::vector<PageRef> pages;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto it = entries_.find(keys[i]);
-    if (it != entries_.end()) {
-      Entry& e = it->second;
-      ++e.users;
-      e.last_used = ++tick_;
-      pages.push_back(e.page);
-      continue;
-    }
-    if (i >= tier_keys.size()) break;
-    const std::optional<PageRef> promoted =
-        Promote(keys, tier_keys, i, tenant, request, cache_salt);
-    if (!promoted.has_value()) break;
-    pages.push_back(*promoted);
+  for (const Key& key : keys) {
+    auto it = entries_.find(key);
+    if (it == entries_.end()) break;
+    Entry& e = it->second;
+    ++e.users;
+    e.last_used = ++tick_;
+    pages.push_back(e.page);
   }
   hit_pages_ += pages.size();
   return pages;
+}
+
+int PrefixCache::PromoteFromTier(const std::vector<Key>& keys, TenantId tenant,
+                                 RequestId request,
+                                 const std::vector<int>& tokens,
+                                 absl::string_view cache_salt,
+                                 std::vector<PageRef>* pages) {
+  if (tier_ == nullptr || pages->size() >= keys.size()) return 0;
+  const std::vector<Key> tier_keys =
+      tier_drops_salt_
+          ? TierKeys(tenant, cache_salt, tokens, static_cast<int>(keys.size()))
+          : keys;
+  const size_t start = pages->size();
+  for (size_t i = start; i < keys.size(); ++i) {
+    // The pool may still hold a later page of a prefix whose earlier one
+    // it evicted (least recently used goes first).
+    if (auto it = entries_.find(keys[i]); it != entries_.end()) {
+      ++it->second.users;
+      it->second.last_used = ++tick_;
+      pages->push_back(it->second.page);
+      continue;
+    }
+    const std::optional<PageRef> page =
+        Promote(keys, tier_keys, i, tenant, request, cache_salt);
+    if (!page.has_value()) break;
+    pages->push_back(*page);
+  }
+  const int added = static_cast<int>(pages->size() - start);
+  hit_pages_ += added;
+  return added;
 }
 
 std::optional<PageRef> PrefixCache::Promote(const std::vector<Key>& keys,

@@ -142,15 +142,19 @@ class PrefixCache {
                             int num_pages) const;
 
   // The longest run of cached pages matching keys[0..], each now in use
-  // once more by `request` (of `tenant`, who owns pages promoted for it).
-  // With a host tier and `tokens` (the request's prompt; keys are its
-  // Keys() with `cache_salt`), a page the pool lacks is promoted from the
-  // tier; the run ends at a key neither holds, a copy whose stamps fail
-  // HostTier::Check, or when no pool page can be freed. Release with Unref.
-  std::vector<PageRef> Acquire(const std::vector<Key>& keys, TenantId tenant,
-                               RequestId request,
-                               const std::vector<int>* tokens = nullptr,
-                               absl::string_view cache_salt = "");
+  // once more by `request`. Release with Unref.
+  std::vector<PageRef> Acquire(const std::vector<Key>& keys);
+  // With a host tier: extends `pages` (Acquire's run for `keys`) with pages
+  // promoted from the tier for `request` of `tenant` (who owns them;
+  // `tokens` is the prompt, keys its Keys() with `cache_salt`), and with
+  // later pages the pool still holds; the run ends at a key neither holds,
+  // a copy whose stamps fail HostTier::Check, or when no pool page can be
+  // had. The scheduler calls it once the request's pages are known to fit,
+  // so a request that waits copies nothing. Each promoted page takes one
+  // free pool page. Returns how many pages it added (0 without a tier).
+  int PromoteFromTier(const std::vector<Key>& keys, TenantId tenant,
+                      RequestId request, const std::vector<int>& tokens,
+                      absl::string_view cache_salt, std::vector<PageRef>* pages);
   // Hands the pages a request of `tenant` computed to the cache, from page
   // `first` on, while their keys are new: pages[i] under keys[i], flagging
   // each stamp as the tenant's shared prefix (page_share in the trace); the

@@ -109,18 +109,23 @@ Batch Scheduler::Schedule() {
     // caches nothing of its own (Publish runs after a prefill), so only
     // abort-cache-insert puts pages there.
     std::vector<PageRef> hits;
+    std::vector<PrefixCache::Key> keys;
     if (cache_ != nullptr) {
-      // Pages the host tier holds are promoted into the pool as hits.
-      hits = cache_->Acquire(
-          cache_->Keys(seq->tenant, seq->cache_salt, seq->prompt,
-                       (prompt - 1) / pool_->page_tokens()),
-          seq->tenant, seq->id, &seq->prompt, seq->cache_salt);
+      keys = cache_->Keys(seq->tenant, seq->cache_salt, seq->prompt,
+                          (prompt - 1) / pool_->page_tokens());
+      hits = cache_->Acquire(keys);
     }
-    const int fresh = pages - static_cast<int>(hits.size());
+    // Pages the host tier holds are promoted into fresh pool pages, so the
+    // request needs as many free pages with a promotion as without.
+    int fresh = pages - static_cast<int>(hits.size());
     if (!pool_->CanAllocate(fresh) &&
         (cache_ == nullptr || !cache_->MakeRoom(fresh))) {
       for (const PageRef& p : hits) cache_->Unref(p);
       break;
+    }
+    if (cache_ != nullptr) {
+      fresh -= cache_->PromoteFromTier(keys, seq->tenant, seq->id, seq->prompt,
+                                       seq->cache_salt, &hits);
     }
     waiting_.pop_front();
     seq->block_table = std::move(hits);

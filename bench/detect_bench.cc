@@ -537,8 +537,8 @@ int Main() {
     matrix = Matrix(quick);
   }
   std::printf(
-      "campaigns: kvcanary-auditor probe --duration=%d, %d seeds per row; "
-      "engine: %s\n\n",
+      "campaigns: kvcanary-auditor probe --duration=%d (mode salts: "
+      "cache-audit --salts), %d seeds per row; engine: %s\n\n",
       absl::GetFlag(FLAGS_duration), seeds,
       absl::GetFlag(FLAGS_model).empty() ? "embedded model"
                                          : absl::GetFlag(FLAGS_model).c_str());

@@ -93,10 +93,10 @@ struct Config {
 // and a 40-page pool (640 tokens) over a host tier, healthy and with the
 // tier-drops-salt fault, each prime pushed out of the pool before probes.
 void AddSaltConfigs(std::vector<Config>* m) {
-  m->push_back({"salts/scoped", {"--cache-salt=scoped"}, true, false,
-                {"salts"}});
-  m->push_back({"salts/client", {"--cache-salt=client"}, false, false,
-                {"salts"}});
+  m->push_back(
+      {"salts/scoped", {"--cache-salt=scoped"}, true, false, {"salts"}});
+  m->push_back(
+      {"salts/client", {"--cache-salt=client"}, false, false, {"salts"}});
   const std::vector<std::string> tier = {"--cache-salt=scoped",
                                          "--watermark=detect", "--num_pages=40",
                                          "--host_tier_pages=512"};
@@ -335,14 +335,13 @@ std::vector<std::string> CampaignArgs(const Config& c, const Up& up,
                                       const std::string& dir,
                                       const std::string& tag) {
   if (mode == "salts") {
-    std::vector<std::string> args = {
-        "cache-audit",
-        "--salts",
-        "--target=" + up.url("router"),
-        "--tenants=" + dir + "/auditor.json",
-        "--db=" + tag + ".db",
-        "--json=" + tag + ".json",
-        absl::StrCat("--seed=", seed + 1)};
+    std::vector<std::string> args = {"cache-audit",
+                                     "--salts",
+                                     "--target=" + up.url("router"),
+                                     "--tenants=" + dir + "/auditor.json",
+                                     "--db=" + tag + ".db",
+                                     "--json=" + tag + ".json",
+                                     absl::StrCat("--seed=", seed + 1)};
     if (c.evict_tokens > 0) {
       args.push_back(absl::StrCat("--evict-tokens=", c.evict_tokens));
     }

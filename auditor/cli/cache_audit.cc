@@ -83,8 +83,7 @@ const CommandRegistration kCacheAudit(
       "another's: first-token timing (KS test) and reported cached tokens.",
       WithReportFlags({"target", "tenants", "model", "timeout", "alpha",
                        "max_samples", "prefix_tokens", "evict_tokens", "seed",
-                       "kv_events",
-                       "salts", "tenant_header", "gateway_key",
+                       "kv_events", "salts", "tenant_header", "gateway_key",
                        "trace_token_file", "max_consecutive_failures"}),
       {}},
      RunCacheAuditCommand});

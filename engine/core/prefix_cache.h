@@ -154,7 +154,8 @@ class PrefixCache {
   // free pool page. Returns how many pages it added (0 without a tier).
   int PromoteFromTier(const std::vector<Key>& keys, TenantId tenant,
                       RequestId request, const std::vector<int>& tokens,
-                      absl::string_view cache_salt, std::vector<PageRef>* pages);
+                      absl::string_view cache_salt,
+                      std::vector<PageRef>* pages);
   // Hands the pages a request of `tenant` computed to the cache, from page
   // `first` on, while their keys are new: pages[i] under keys[i], flagging
   // each stamp as the tenant's shared prefix (page_share in the trace); the

@@ -140,8 +140,8 @@ TEST(CacheAuditSaltsEngineTest, AHealthyHostTierKeepsSaltsApart) {
   double promoted = 0, violations = 0;
   const SaltsRun r =
       RunSalts("host tier", kTierFlags, {kEvictTokens}, [&](const Cluster& c) {
-        promoted = PrefillMetric(
-            c, "kvcanary_node_prefix_cache_promoted_pages_total");
+        promoted =
+            PrefillMetric(c, "kvcanary_node_prefix_cache_promoted_pages_total");
         violations = PrefillMetric(
             c, "kvcanary_node_watermark_violations_total", "kind=");
       });
@@ -159,9 +159,9 @@ TEST(CacheAuditSaltsEngineTest, ATierThatDropsTheSaltIsFoundBehindEvictions) {
   double foreign = 0;
   const SaltsRun r =
       RunSalts("tier-drops-salt", flags, {kEvictTokens}, [&](const Cluster& c) {
-        foreign = PrefillMetric(
-            c, "kvcanary_node_watermark_violations_total",
-            "kind=\"foreign_tenant_read\",writer_tenant=\"1\"");
+        foreign =
+            PrefillMetric(c, "kvcanary_node_watermark_violations_total",
+                          "kind=\"foreign_tenant_read\",writer_tenant=\"1\"");
       });
   ASSERT_EQ(r.cli.exit_code, 1) << r.cli.out;
   EXPECT_EQ(r.Level("salt_tenants"), "cross-tenant");

@@ -34,7 +34,7 @@ struct CacheAuditOptions {
   // first cache tier (GPU pages) before the probe and a hit can only come
   // from a second tier (host memory, LMCache, HiCache). 0: none.
   int evict_tokens = 0;
-  uint64_t seed = 0;      // prompts' letters and arm order; 0: random
+  uint64_t seed = 0;  // prompts' letters and arm order; 0: random
   bool progress = true;
   // The target engine's KV-cache event stream (--kv-events): adds the
   // kv_events detector (auditor/kv_events/pairs.h). Empty endpoint: none.

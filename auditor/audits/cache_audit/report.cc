@@ -261,11 +261,10 @@ json CacheAuditDetails(const CacheAuditOutcome& o) {
        {{"evict_tokens", o.evict_tokens},
         {"requests", o.evict_requests},
         {"tokens", o.evicted_tokens},
-        {"tier",
-         o.evict_tokens > 0
-             ? "primes pushed out of the first tier before each probe: "
-               "hits come from a second tier"
-             : "first tier (no --evict-tokens)"}}},
+        {"tier", o.evict_tokens > 0
+                     ? "primes pushed out of the first tier before each probe: "
+                       "hits come from a second tier"
+                     : "first tier (no --evict-tokens)"}}},
       {"notes", o.notes}};
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "common/check.h"
 #include "common/random.h"
 
@@ -34,6 +35,45 @@ const char* BreakName(Break::Kind k) {
 }
 
 }  // namespace
+
+Medium ParseMedium(absl::string_view name) {
+  static constexpr struct {
+    const char* name;
+    Medium medium;
+  } kNames[] = {{"GPU", Medium::kGpu},
+                {"CPU", Medium::kCpu},
+                {"CPU_PINNED", Medium::kCpuPinned},
+                {"DISK", Medium::kDisk},
+                {"STORAGE", Medium::kStorage},
+                {"EXTERNAL", Medium::kExternal}};
+  if (name.empty()) return Medium::kNone;
+  for (const auto& n : kNames) {
+    if (absl::EqualsIgnoreCase(name, n.name)) return n.medium;
+  }
+  return Medium::kOther;
+}
+
+const char* MediumName(Medium m) {
+  switch (m) {
+    case Medium::kNone:
+      return "";
+    case Medium::kGpu:
+      return "GPU";
+    case Medium::kCpu:
+      return "CPU";
+    case Medium::kCpuPinned:
+      return "CPU_PINNED";
+    case Medium::kDisk:
+      return "DISK";
+    case Medium::kStorage:
+      return "STORAGE";
+    case Medium::kExternal:
+      return "EXTERNAL";
+    case Medium::kOther:
+      return "other";
+  }
+  return "?";
+}
 
 nlohmann::json Break::ToJson() const {
   return {{"kind", BreakName(kind)}, {"epoch", epoch},
@@ -108,6 +148,7 @@ void Ledger::Ingest(int64_t seq, const Batch& batch, int64_t recv_us) {
     ++stats_.events;
     BlockEntry base;
     base.type = ev.type;
+    base.medium = ParseMedium(ev.medium);
     base.epoch = now_.epoch;
     base.seq = seq;
     base.recv_us = recv_us;

@@ -5,6 +5,11 @@
 // only hashes and counts: the engine's block hashes, and of each stored
 // block's token ids a digest keyed with a random key drawn per ledger (it
 // matches the same tokens within this run and means nothing outside it).
+// Each entry also keeps the event's storage medium (vLLM's and SGLang's
+// `medium`: "GPU" for the prefix cache, "CPU", "CPU_PINNED", "DISK", … for a
+// second tier such as an offload connector or HiCache), as a one-byte enum
+// so that millions of entries cost nothing more: the pairs tell a block
+// moved to a second tier from one that was lost by it.
 //
 // Thread-safe: the subscriber thread writes, probes read.
 #ifndef KVCANARY_AUDITOR_KV_EVENTS_LEDGER_H_
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "auditor/kv_events/wire.h"
 #include "nlohmann/json.hpp"
@@ -31,8 +37,29 @@ struct Mark {
   uint64_t breaks = 0;  // breaks recorded so far
 };
 
+// The medium an event names. Unknown names are kOther (the stream is
+// untrusted: a name is never kept as a string per entry).
+enum class Medium : uint8_t {
+  kNone,  // absent (older engines): the prefix cache itself
+  kGpu,
+  kCpu,
+  kCpuPinned,  // SGLang HiCache's host tier
+  kDisk,
+  kStorage,
+  kExternal,
+  kOther,
+};
+Medium ParseMedium(absl::string_view name);
+const char* MediumName(Medium m);  // "" for kNone
+// The first tier is the prefix cache the engine serves from ("GPU", or no
+// medium at all); every other medium is a second tier behind it.
+inline bool FirstTier(Medium m) {
+  return m == Medium::kNone || m == Medium::kGpu;
+}
+
 struct BlockEntry {
   EventType type = EventType::kBlockStored;
+  Medium medium = Medium::kNone;    // fits in the padding after `type`
   BlockHash hash;                   // none for AllBlocksCleared
   std::optional<BlockHash> parent;  // BlockStored: the block before
   // BlockStored: a digest of the block's token ids (0 with none reported

@@ -18,6 +18,24 @@
 // A pair whose window has a sequence gap that replay did not recover, a
 // publisher restart, an eviction of A's blocks, or no control store is
 // inconclusive: never judged from a window the auditor did not see whole.
+//
+// A second tier (a host-memory or disk tier behind the prefix cache:
+// SGLang HiCache, vLLM's CPU offload, LMCache) publishes under its own
+// `medium` (ledger.h). To audit it the caller passes an eviction step that
+// pushes A's plant out of the first tier between steps 1 and 2 (filler
+// requests); the plant window then runs up to B's probe. A first-tier
+// removal of A's block followed by a second-tier store of the same tokens
+// is a move, not a loss: the pair stays judgeable. A removal with no such
+// store, a clear, or the tier dropping its copy before B's probe is still
+// inconclusive. Once A's blocks were moved, B's first-tier store of the
+// same tokens under its own hash is a recompute or a promotion (a tier hit
+// copied back under the requester's keys), which the events cannot tell
+// apart: B's cached tokens decide (beyond its control's, covering the moved
+// blocks: shared; none: isolated), or where the target reports none, its
+// first-token time (a hit: shared; else isolated). A tier that stored A's
+// blocks under hashes other than A's first-tier ones is noted (it keys
+// blocks differently, as one that drops the salt does), not judged by
+// itself. The decision itself, pure: pair_decision.h.
 #ifndef KVCANARY_AUDITOR_KV_EVENTS_PAIRS_H_
 #define KVCANARY_AUDITOR_KV_EVENTS_PAIRS_H_
 
@@ -29,6 +47,7 @@
 
 #include "auditor/evidence/log.h"
 #include "auditor/kv_events/ledger.h"
+#include "auditor/kv_events/pair_decision.h"
 #include "auditor/kv_events/subscriber.h"
 #include "auditor/reports/metrics.h"
 #include "auditor/result/coverage.h"
@@ -38,51 +57,6 @@
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::auditor::kv_events {
-
-enum class PairVerdict { kShared, kIsolated, kSameHash, kInconclusive };
-const char* PairVerdictName(PairVerdict v);
-
-// What one pair's requests and windows showed.
-// B's probe is P followed by a fresh suffix of its own, the witness: the
-// blocks it stores (chained to P's last block, A's or B's own) show that
-// B's request was served where the stream can see. Without them, silence
-// about A's blocks could be a request served by another replica.
-struct PairObservation {
-  Span plant;    // from A's request to B's
-  Span probe;    // from B's request to the control's
-  Span after;    // from B's request to the end (control included)
-  Span control;  // from the control's request to the end
-  bool plant_ok = false, probe_ok = false, control_ok = false;  // HTTP 200s
-  int probe_cached_tokens = -1;    // B's usage, -1: not reported
-  int control_cached_tokens = -1;  // the control's (a cached template)
-  double probe_ttft_ms = 0, control_ttft_ms = 0;
-};
-
-struct BlockCheck {
-  std::string outcome;  // isolated, not_stored, same_hash
-  BlockHash a_hash;
-  std::optional<BlockHash> b_hash;
-  int64_t a_seq = 0, b_seq = -1;
-};
-
-struct PairResult {
-  int index = 0;
-  PairVerdict verdict = PairVerdict::kInconclusive;
-  std::string reason;  // why, in a sentence
-  std::vector<BlockCheck> blocks;
-  int isolated = 0, not_stored = 0, same_hash = 0;
-  bool hit_signal = false;      // B's cached tokens or timing says it hit
-  bool witness_stored = false;  // B's suffix stored: the stream saw B
-  int epoch = 0;
-  int64_t first_seq = -1, last_seq = -1;  // the window's sequence numbers
-  int64_t probe_id = -1;                  // B's request
-  int probe_cached_tokens = -1, control_cached_tokens = -1;
-  double probe_ttft_ms = 0, control_ttft_ms = 0;
-  nlohmann::json ToJson() const;
-};
-
-// Decides one pair (pure; the tests drive it with hand-made spans).
-PairResult DecidePair(const PairObservation& o);
 
 struct KvEventsProbeOptions {
   int pairs = 3;
@@ -109,13 +83,16 @@ struct KvEventsOutcome {
 };
 
 // Runs the pairs through `session` (A = writer, B = reader), recording each
-// pair in `log` (may be null). Errors only where the target or the log
-// failed; a pair that could not be judged is in the outcome as such.
+// pair in `log` (may be null). `evict` (empty: none) runs after A's plant
+// and before B's probe in every pair, e.g. filler requests that push the
+// plant out of the first tier into a second. Errors only where the target,
+// `evict` or the log failed; a pair that could not be judged is in the
+// outcome as such.
 absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     Target& session, const AuditTenant& writer, const AuditTenant& reader,
     Subscriber& subscriber, Ledger& ledger, const KvEventsProbeOptions& options,
-    const std::function<std::string(int units)>& fresh_prefix,
-    EvidenceLog* log);
+    const std::function<std::string(int units)>& fresh_prefix, EvidenceLog* log,
+    const std::function<absl::Status()>& evict = nullptr);
 
 // The detector's coverage, judged for the writer and the reader: one judged
 // pair per requested pair; a pair not judged is a failure naming why.
@@ -135,12 +112,13 @@ class KvEventsCheck {
   // followed, and the command cannot run what it was asked to).
   absl::Status Start();
   // The pairs (options' pairs) between tenants `writer` and `reader`, B's
-  // probe `prefix_units` letters (P and its witness); stops following the
-  // stream after.
-  absl::StatusOr<KvEventsOutcome> Run(Target& session,
-                                      const AuditTenant& writer,
-                                      const AuditTenant& reader,
-                                      int prefix_units, EvidenceLog* log);
+  // probe `prefix_units` letters (P and its witness), `evict` between each
+  // plant and probe (as RunKvEventsProbes); stops following the stream
+  // after.
+  absl::StatusOr<KvEventsOutcome> Run(
+      Target& session, const AuditTenant& writer, const AuditTenant& reader,
+      int prefix_units, EvidenceLog* log,
+      const std::function<absl::Status()>& evict = nullptr);
 
  private:
   std::string FreshPrefix(int units);

@@ -29,6 +29,7 @@ struct FakeEvent {
   std::optional<uint64_t> parent;
   std::vector<int64_t> token_ids;
   int64_t block_size = 4;
+  std::string medium = "GPU";  // "": nil (an engine without mediums)
 };
 
 // One BlockStored event of chained blocks (anything with hash, parent and
@@ -96,7 +97,11 @@ inline std::string EncodeBatch(const std::vector<FakeEvent>& events,
       pk.pack_nil();
     }
     if (map_shape) pk.pack(std::string("medium"));
-    pk.pack(std::string("GPU"));
+    if (e.medium.empty()) {
+      pk.pack_nil();
+    } else {
+      pk.pack(e.medium);
+    }
   }
   pk.pack(0);  // data_parallel_rank
   return std::string(buf.data(), buf.size());

@@ -75,14 +75,13 @@ void SetWindow(const PairObservation& o, PairResult& r) {
 }
 
 // What became of A's blocks after A's request, per block (plant order): the
-// second tier's store of its tokens after a first-tier removal (null: not
-// moved), and whether that move came before B's probe.
+// second tier's copy of its tokens (stored after the first-tier removal, or
+// before it by a write-through tier; null: not moved), and whether that
+// move came before B's probe.
 struct PlantFate {
   std::vector<const BlockEntry*> copy;
   std::vector<bool> before_probe;
 };
-
-// Checks A's blocks against what came after B's request.
 
 // Checks A's blocks against B's first-tier stores after B's request (a
 // second tier's copy is no store of B's).
@@ -214,18 +213,19 @@ std::string APlant(const PairObservation& o,
                "prompt shorter than a block, or a silent stream)";
 }
 
-// Follows A's blocks from the end of A's request (the eviction step, then
-// B's requests) into `fate`. A first-tier removal of A's block followed by
-// a second-tier store of its tokens is a move; why the pair cannot be
-// judged ("" when it can): a clear, a removal not followed by such a store,
-// or the tier's copy removed too before B's probe (nothing left to probe).
+// Follows A's blocks from A's request on (the eviction step, then B's
+// requests) into `fate`. A first-tier removal of A's block with a
+// second-tier store of its tokens is a move, the store after the removal
+// (a spill, as ours and LMCache's eviction path) or before it (a
+// write-through tier); why the pair cannot be judged ("" when it can): a
+// clear, a removal without such a store, or the tier's copy removed too
+// before B's probe (nothing left to probe).
 std::string FollowPlant(const PairObservation& o,
                         const std::vector<const BlockEntry*>& plant,
                         PlantFate* fate) {
+  // From A's own request on: a write-through tier stores its copy there.
   std::vector<const BlockEntry*> events;
-  for (size_t i = PlantEnd(o); i < o.plant.entries.size(); ++i) {
-    events.push_back(&o.plant.entries[i]);
-  }
+  for (const BlockEntry& e : o.plant.entries) events.push_back(&e);
   const size_t probe_at = events.size();
   for (const BlockEntry& e : o.after.entries) events.push_back(&e);
   absl::flat_hash_map<BlockHash, size_t> by_hash, by_copy;
@@ -237,19 +237,31 @@ std::string FollowPlant(const PairObservation& o,
   fate->copy.assign(plant.size(), nullptr);
   fate->before_probe.assign(plant.size(), false);
   std::vector<bool> removed(plant.size(), false);
+  // A second-tier copy stored while the block was still in the first tier.
+  std::vector<const BlockEntry*> early(plant.size(), nullptr);
   for (size_t at = 0; at < events.size(); ++at) {
     const BlockEntry& e = *events[at];
     if (e.type == EventType::kAllBlocksCleared) return kPlantLost;
     if (e.type == EventType::kBlockRemoved && FirstTier(e.medium)) {
       const auto it = by_hash.find(e.hash);
-      if (it != by_hash.end()) removed[it->second] = true;
+      if (it == by_hash.end()) continue;
+      const size_t i = it->second;
+      removed[i] = true;
+      if (early[i] != nullptr && fate->copy[i] == nullptr) {
+        fate->copy[i] = early[i];
+        fate->before_probe[i] = at < probe_at;
+      }
     } else if (e.type == EventType::kBlockStored && !FirstTier(e.medium)) {
       const auto it = by_digest.find(e.token_digest);
       if (e.token_digest == 0 || it == by_digest.end()) continue;
       for (size_t i : it->second) {
-        if (!removed[i] || fate->copy[i] != nullptr) continue;
-        fate->copy[i] = &e;
-        fate->before_probe[i] = at < probe_at;
+        if (fate->copy[i] != nullptr) continue;
+        if (!removed[i]) {
+          if (early[i] == nullptr) early[i] = &e;
+        } else {
+          fate->copy[i] = &e;
+          fate->before_probe[i] = at < probe_at;
+        }
         by_copy.emplace(e.hash, i);
       }
     } else if (e.type == EventType::kBlockRemoved && at < probe_at &&
@@ -275,6 +287,10 @@ std::string CannotJudge(const PairObservation& o,
   }
   for (const Span* s : {&o.plant, &o.after}) {
     if (std::string why = NotWhole(*s); !why.empty()) return why;
+  }
+  if (o.evicted && !o.evict_done) {
+    return "the eviction step after A's plant did not complete (a filler "
+           "request failed): A's blocks may still be in the first tier";
   }
   if (std::string why = APlant(o, plant); !why.empty()) return why;
   if (std::string why = FollowPlant(o, *plant, fate); !why.empty()) {

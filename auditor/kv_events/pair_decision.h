@@ -36,6 +36,7 @@ struct PairObservation {
   // An eviction step ran after A's request; `evict_from` is where it began:
   // only the plant's entries before it are A's request's.
   bool evicted = false;
+  bool evict_done = true;  // false: a filler failed, the plant may be in place
   Mark evict_from;
 };
 

@@ -77,9 +77,10 @@ absl::Status KeyCheck(const Sent& s, const AuditTenant& t) {
 
 // A pair's spans between the marks taken before A's request, B's, the
 // control's and after it, with what the three requests returned; `evict`:
-// where the eviction step began (null: none ran).
+// where the eviction step began (null: none ran), `evict_done` whether it
+// completed.
 PairObservation Observed(const Ledger& ledger, const std::array<Mark, 4>& m,
-                         const Mark* evict, const Sent& plant,
+                         const Mark* evict, bool evict_done, const Sent& plant,
                          const Sent& probe, const Sent& control) {
   PairObservation o;
   o.plant = ledger.Between(m[0], m[1]);
@@ -95,6 +96,7 @@ PairObservation Observed(const Ledger& ledger, const std::array<Mark, 4>& m,
   o.control_ttft_ms = control.ttft_ms;
   if (evict != nullptr) {
     o.evicted = true;
+    o.evict_done = evict_done;
     o.evict_from = *evict;
   }
   return o;
@@ -106,8 +108,7 @@ PairObservation Observed(const Ledger& ledger, const std::array<Mark, 4>& m,
 class PairRunner {
  public:
   PairRunner(Target& session, Subscriber& subscriber, const Ledger& ledger,
-             const KvEventsProbeOptions& options,
-             const std::function<absl::Status()>& evict)
+             const KvEventsProbeOptions& options, const EvictStep& evict)
       : session_(session),
         subscriber_(subscriber),
         ledger_(ledger),
@@ -124,8 +125,9 @@ class PairRunner {
     const Mark m0 = ledger_.Now();
     ASSIGN_OR_RETURN(const Sent a, Send(writer, prefix));
     const Mark evict_from = ledger_.Now();
+    bool evict_done = true;
     if (evict_) {
-      RETURN_IF_ERROR(evict_());
+      ASSIGN_OR_RETURN(evict_done, evict_());
       RETURN_IF_ERROR(session_.down());
       Settle();
     }
@@ -135,7 +137,8 @@ class PairRunner {
     ASSIGN_OR_RETURN(const Sent c, Send(reader, control));
     const Mark m3 = ledger_.Now();
     return DecidePair(Observed(ledger_, {m0, m1, m2, m3},
-                               evict_ ? &evict_from : nullptr, a, b, c));
+                               evict_ ? &evict_from : nullptr, evict_done, a, b,
+                               c));
   }
 
  private:
@@ -157,7 +160,7 @@ class PairRunner {
   Subscriber& subscriber_;
   const Ledger& ledger_;
   const KvEventsProbeOptions& options_;
-  const std::function<absl::Status()>& evict_;
+  const EvictStep& evict_;
 };
 
 // The outcome's notes on how the probes ran and what the stream lost.
@@ -188,7 +191,7 @@ absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     Target& session, const AuditTenant& writer, const AuditTenant& reader,
     Subscriber& subscriber, Ledger& ledger, const KvEventsProbeOptions& options,
     const std::function<std::string(int units)>& fresh_prefix, EvidenceLog* log,
-    const std::function<absl::Status()>& evict) {
+    const EvictStep& evict) {
   KvEventsOutcome out;
   out.writer = writer.name;
   out.reader = reader.name;
@@ -301,8 +304,7 @@ std::string KvEventsCheck::FreshPrefix(int units) {
 
 absl::StatusOr<KvEventsOutcome> KvEventsCheck::Run(
     Target& session, const AuditTenant& writer, const AuditTenant& reader,
-    int prefix_units, EvidenceLog* log,
-    const std::function<absl::Status()>& evict) {
+    int prefix_units, EvidenceLog* log, const EvictStep& evict) {
   KvEventsProbeOptions po;
   po.pairs = options_.pairs;
   po.prefix_units = std::max(8, prefix_units);

@@ -82,17 +82,22 @@ struct KvEventsOutcome {
   nlohmann::json ToJson() const;
 };
 
+// A step between A's plant and B's probe, e.g. filler requests that push
+// the plant out of the first tier into a second: false when it did not
+// complete (a filler unanswered: that pair cannot be judged), an error to
+// stop the run.
+using EvictStep = std::function<absl::StatusOr<bool>()>;
+
 // Runs the pairs through `session` (A = writer, B = reader), recording each
 // pair in `log` (may be null). `evict` (empty: none) runs after A's plant
-// and before B's probe in every pair, e.g. filler requests that push the
-// plant out of the first tier into a second. Errors only where the target,
+// and before B's probe in every pair. Errors only where the target,
 // `evict` or the log failed; a pair that could not be judged is in the
 // outcome as such.
 absl::StatusOr<KvEventsOutcome> RunKvEventsProbes(
     Target& session, const AuditTenant& writer, const AuditTenant& reader,
     Subscriber& subscriber, Ledger& ledger, const KvEventsProbeOptions& options,
     const std::function<std::string(int units)>& fresh_prefix, EvidenceLog* log,
-    const std::function<absl::Status()>& evict = nullptr);
+    const EvictStep& evict = nullptr);
 
 // The detector's coverage, judged for the writer and the reader: one judged
 // pair per requested pair; a pair not judged is a failure naming why.
@@ -115,10 +120,11 @@ class KvEventsCheck {
   // probe `prefix_units` letters (P and its witness), `evict` between each
   // plant and probe (as RunKvEventsProbes); stops following the stream
   // after.
-  absl::StatusOr<KvEventsOutcome> Run(
-      Target& session, const AuditTenant& writer, const AuditTenant& reader,
-      int prefix_units, EvidenceLog* log,
-      const std::function<absl::Status()>& evict = nullptr);
+  absl::StatusOr<KvEventsOutcome> Run(Target& session,
+                                      const AuditTenant& writer,
+                                      const AuditTenant& reader,
+                                      int prefix_units, EvidenceLog* log,
+                                      const EvictStep& evict = nullptr);
 
  private:
   std::string FreshPrefix(int units);

@@ -5,6 +5,9 @@
 // incident from kv_events with block hashes and sequence numbers; tenant is
 // clean with the block pairs it checked; batches lost for good (the
 // engine's test knob) make the detector inconclusive, and so the audit.
+// With a host tier and --evict-tokens, A's blocks move to the CPU tier
+// before B probes: a healthy tier is clean with every pair isolated, the
+// tier-drops-salt fault is shared pairs (B's hit promoted from the tier).
 // Label `timing` (cache-audit's rounds).
 #include <cstdio>
 #include <fstream>
@@ -32,9 +35,11 @@ struct AuditRun {
   }
 };
 
-// `password_file`: the auditor's --trace-token-file ("": the cluster's).
+// `password_file`: the auditor's --trace-token-file ("": the cluster's);
+// `audit_flags`: more of the auditor's.
 AuditRun RunAudit(const std::string& label, std::vector<std::string> flags,
-                  const std::string& password_file = "") {
+                  const std::string& password_file = "",
+                  const std::vector<std::string>& audit_flags = {}) {
   flags.push_back("--max-prompt-tokens=500");
   flags.push_back("--watermark=detect");  // a shared page is served, flagged
   flags.push_back("--kv-events=tcp://127.0.0.1:0");
@@ -50,13 +55,17 @@ AuditRun RunAudit(const std::string& label, std::vector<std::string> flags,
   const std::string stream = absl::StrCat(line.substr(10, replay - 10),
                                           ",replay=", line.substr(replay + 8));
   const std::string json_path = TempPath("kv-events-audit.json");
-  run.cli = Auditor({"cache-audit", "--target=" + cluster.router(),
-                     "--tenants=" + WriteTenantsFile(),
-                     "--db=" + TempPath("kv-events-audit.db"),
-                     "--json=" + json_path, "--kv-events=" + stream,
-                     "--trace-token-file=" + (password_file.empty()
-                                                  ? cluster.trace_token_file()
-                                                  : password_file)});
+  std::vector<std::string> args = {
+      "cache-audit",
+      "--target=" + cluster.router(),
+      "--tenants=" + WriteTenantsFile(),
+      "--db=" + TempPath("kv-events-audit.db"),
+      "--json=" + json_path,
+      "--kv-events=" + stream,
+      "--trace-token-file=" +
+          (password_file.empty() ? cluster.trace_token_file() : password_file)};
+  args.insert(args.end(), audit_flags.begin(), audit_flags.end());
+  run.cli = Auditor(args);
   std::ifstream in(json_path);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -120,6 +129,44 @@ TEST(KvEventsEngineTest, BatchesLostForGoodMakeTheAuditInconclusive) {
   EXPECT_EQ((*d)["state"], "inconclusive") << d->dump(2);
   EXPECT_GT(r.kv()["stream"]["missing_messages"].get<int>(), 0);
   EXPECT_EQ(r.kv()["isolated_pairs"], 0) << r.kv().dump(2);
+}
+
+// A 40-page pool (640 tokens) over a 512-page host tier; 640 tokens of
+// fillers after each plant push it into the tier.
+const std::vector<std::string> kTier = {
+    "--prefix-cache=tenant", "--num_pages=40", "--host_tier_pages=512"};
+
+TEST(KvEventsEngineTest, AHealthyHostTierIsCleanWithPairsMovedAndIsolated) {
+  const AuditRun r = RunAudit("host tier", kTier, "", {"--evict-tokens=640"});
+  ASSERT_EQ(r.cli.exit_code, 0) << r.cli.out;
+  EXPECT_EQ(r.kv()["isolated_pairs"], 3) << r.kv().dump(2);
+  for (const nlohmann::json& pair : r.kv()["pairs"]) {
+    EXPECT_TRUE(pair.value("evicted", false)) << pair.dump(2);
+  }
+}
+
+TEST(KvEventsEngineTest, ATierThatDropsTheSaltIsSharedPairsFromTheCpuTier) {
+  std::vector<std::string> flags = kTier;
+  flags.push_back("--fault=tier-drops-salt");
+  const AuditRun r =
+      RunAudit("tier-drops-salt", flags, "", {"--evict-tokens=640"});
+  ASSERT_EQ(r.cli.exit_code, 1) << r.cli.out;
+  EXPECT_EQ(r.kv()["shared_pairs"], 3) << r.kv().dump(2);
+  for (const nlohmann::json& pair : r.kv()["pairs"]) {
+    // A's blocks went to the CPU tier first; B's hit came from there.
+    EXPECT_GT(pair.value("moved", 0), 0) << pair.dump(2);
+    EXPECT_NE(pair.value("reason", "").find("CPU tier"), std::string::npos)
+        << pair.dump(2);
+  }
+  int incidents = 0;
+  for (const nlohmann::json& i : r.doc["incidents"]) {
+    incidents += i["detector"] == "kv_events" &&
+                 i["kind"] == "cross_tenant_kv_block_hit";
+  }
+  EXPECT_EQ(incidents, 1) << r.doc["incidents"].dump(2);
+  // Timing found it too.
+  EXPECT_NE(r.cli.out.find("cross_tenant_cache_hit"), std::string::npos)
+      << r.cli.out;
 }
 
 TEST(KvEventsEngineTest, AWrongPasswordIsAnErrorNotAVerdict) {

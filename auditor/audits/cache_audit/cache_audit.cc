@@ -392,8 +392,18 @@ absl::Status CacheAudit::KvEvents() {
   Progress(absl::StrFormat("kv_events: %d probe pairs against %s",
                            o_.kv_events.pairs, o_.kv_events.endpoint));
   // A prefix of most of the sized one: several blocks on any engine.
+  // --evict-tokens: A's plant leaves the first tier before B's probe, as
+  // the timing arms' primes do.
+  kv_events::EvictStep evict;
+  if (o_.evict_tokens > 0) {
+    evict = [this]() -> absl::StatusOr<bool> {
+      std::optional<int> failed;
+      RETURN_IF_ERROR(Evict(-1, &failed));
+      return !failed.has_value();
+    };
+  }
   ASSIGN_OR_RETURN(kv_out_, check.Run(session_, tenant(0), tenant(1),
-                                      out_.sizing.units, log_.get()));
+                                      out_.sizing.units, log_.get(), evict));
   metrics_->CountKvEvents(kv_events::StreamCounts(kv_out_->stream));
   for (Finding& f : kv_events::KvEventsFindings(*kv_out_)) {
     RETURN_IF_ERROR(AddFinding(std::move(f)));

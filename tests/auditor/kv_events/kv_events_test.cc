@@ -585,6 +585,36 @@ TEST(KvEventsSecondTierTest, AMoveThenAPromotionWithCachedTokensIsShared) {
   EXPECT_EQ(j["block_checks"][0]["moved"], true);
 }
 
+TEST(KvEventsSecondTierTest, AWriteThroughTiersCopyBeforeTheRemovalIsAMove) {
+  // A write-through tier (LMCache's store path) copies A's blocks while A
+  // computes them; the fillers later only remove them from the GPU.
+  PairBuilder p;
+  p.Plant({Stored({1, 2, 3}, {}, 100), In("CPU", Stored({1, 2, 3}, {}, 100))});
+  p.Evict({Stored({50}, {}, 600), Removed({1, 2, 3})});
+  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
+  p.Control({Stored({21}, {}, 900)});
+  const PairResult r = DecidePair(p.Observe(/*cached=*/12));
+  EXPECT_EQ(r.verdict, PairVerdict::kShared) << r.reason;
+  EXPECT_EQ(r.moved, 3);
+  EXPECT_EQ(r.tier_rehashed, 0);
+  // The same with 0 cached tokens: B recomputed, isolated.
+  EXPECT_EQ(DecidePair(p.Observe(/*cached=*/0)).verdict,
+            PairVerdict::kIsolated);
+}
+
+TEST(KvEventsSecondTierTest, AnEvictionStepThatDidNotCompleteIsInconclusive) {
+  PairBuilder p;
+  p.Plant({Stored({1, 2, 3}, {}, 100)});
+  p.Evict(SpillToCpu({101, 102, 103}));
+  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
+  p.Control({Stored({21}, {}, 900)});
+  PairObservation o = p.Observe(/*cached=*/0);
+  o.evict_done = false;  // a filler failed
+  const PairResult r = DecidePair(o);
+  EXPECT_EQ(r.verdict, PairVerdict::kInconclusive);
+  EXPECT_NE(r.reason.find("did not complete"), std::string::npos) << r.reason;
+}
+
 TEST(KvEventsSecondTierTest, APromotionWithoutACachedTokenCountGoesByTiming) {
   PairBuilder p;
   p.Plant({Stored({1, 2, 3}, {}, 100)});
@@ -721,13 +751,13 @@ TEST(KvEventsProbesTest, TheEvictionStepRunsBetweenThePlantAndTheProbe) {
   Subscriber sub(*ParseKvEventsFlag(pub.flag()), &ledger);
   ASSERT_TRUE(sub.Start().ok());
   std::vector<int> stores_at_evict;
-  auto evict = [&]() -> absl::Status {
+  auto evict = [&]() -> absl::StatusOr<bool> {
     std::lock_guard<std::mutex> lock(mu);
     stores_at_evict.push_back(stores);
     FakeEvent gone = Removed({});
     for (const auto& blk : last) gone.hashes.push_back(blk.hash);
     pub.Publish(EncodeBatch({gone, In("CPU", testing::StoredEvent(last, 4))}));
-    return absl::OkStatus();
+    return true;
   };
   KvEventsProbeOptions po;
   po.pairs = 2;

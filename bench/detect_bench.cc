@@ -92,14 +92,20 @@ struct Config {
 // docs/cache-audit.md): scoped salts (healthy), client salts (forgeable),
 // and a 40-page pool (640 tokens) over a host tier, healthy and with the
 // tier-drops-salt fault, each prime pushed out of the pool before probes.
+// A 500-token limit, as the engine tests have: a ~370-token prefix, whose
+// hit is plain enough to vouch for isolation within the samples.
 void AddSaltConfigs(std::vector<Config>* m) {
+  const std::string limit = "--max-prompt-tokens=500";
   m->push_back(
-      {"salts/scoped", {"--cache-salt=scoped"}, true, false, {"salts"}});
-  m->push_back(
-      {"salts/client", {"--cache-salt=client"}, false, false, {"salts"}});
+      {"salts/scoped", {"--cache-salt=scoped", limit}, true, false, {"salts"}});
+  m->push_back({"salts/client",
+                {"--cache-salt=client", "--watermark=detect", limit},
+                false,
+                false,
+                {"salts"}});
   const std::vector<std::string> tier = {"--cache-salt=scoped",
                                          "--watermark=detect", "--num_pages=40",
-                                         "--host_tier_pages=512"};
+                                         "--host_tier_pages=512", limit};
   m->push_back({"salts/host-tier", tier, true, false, {"salts"}, 640});
   std::vector<std::string> fault = tier;
   fault.push_back("--fault=tier-drops-salt");

@@ -125,6 +125,15 @@ absl::StatusOr<int64_t> CheckIdentity(SqliteDb& db, bool allow_fresh) {
                        QueryInt64(db, "SELECT COUNT(*) FROM sqlite_master"));
       fresh = objects == 0;
     }
+    if (!allow_fresh && application_id == 0 && version == 0 &&
+        WalMissing(db.path())) {
+      // The header says WAL and holds no schema yet: everything the writer
+      // committed is in a -wal the reader was not given.
+      return absl::FailedPreconditionError(absl::StrCat(
+          db.path(), ": no evidence in this file alone: its rows are in ",
+          db.path(), "-wal, which is missing; copy ", db.path(),
+          "-wal (the writer's file of that name) beside it and run again"));
+    }
     if (!fresh) {
       return absl::FailedPreconditionError(
           absl::StrCat(db.path(), ": not a kvcanary evidence database",
@@ -138,6 +147,23 @@ absl::StatusOr<int64_t> CheckIdentity(SqliteDb& db, bool allow_fresh) {
                      EvidenceStore::kSchemaVersion, "; use a newer kvcanary"));
   }
   return version;
+}
+
+// Opens `path` read-only (works on read-only media; writes nothing), through
+// a private copy when it has a -wal without a -shm (storage/wal_copy.h).
+// `*copy` must outlive the connection.
+absl::StatusOr<std::unique_ptr<SqliteDb>> OpenForReading(
+    const std::string& path, std::unique_ptr<WalCopy>* copy) {
+  const bool writer = EvidenceStore::WriterActive(path);
+  ASSIGN_OR_RETURN(*copy, WalCopy::For(path, writer));
+  SqliteOpenOptions options;
+  options.read_only = true;
+  // A live writer may create the WAL after we look: then no immutable.
+  options.immutable_if_no_wal = !writer;
+  absl::StatusOr<std::unique_ptr<SqliteDb>> db =
+      SqliteDb::Open((*copy)->open_path(), options);
+  if (!db.ok()) return (*copy)->Rename(db.status());
+  return db;
 }
 
 // --- Records and the canonical encoding --------------------------------------
@@ -404,18 +430,18 @@ absl::StatusOr<UnfinishedCampaigns> EvidenceStore::FindUnfinishedCampaigns()
 
 absl::StatusOr<std::unique_ptr<EvidenceStore>> EvidenceStore::OpenReadOnly(
     const std::string& path) {
-  SqliteOpenOptions options;
-  options.read_only = true;
-  // A live writer may create the WAL after we look: then no immutable.
-  options.immutable_if_no_wal = !WriterActive(path);
-  ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, options));
-  ASSIGN_OR_RETURN(const int64_t version,
-                   CheckIdentity(*db, /*allow_fresh=*/false));
-  if (version < 1) {
+  std::unique_ptr<WalCopy> copy;
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, OpenForReading(path, &copy));
+  const absl::StatusOr<int64_t> version =
+      CheckIdentity(*db, /*allow_fresh=*/false);
+  if (!version.ok()) return copy->Rename(version.status());
+  if (*version < 1) {
     return absl::FailedPreconditionError(absl::StrCat(
-        path, ": evidence schema version ", version, " was never created"));
+        path, ": evidence schema version ", *version, " was never created"));
   }
-  return std::unique_ptr<EvidenceStore>(new EvidenceStore(std::move(db)));
+  std::unique_ptr<EvidenceStore> store(new EvidenceStore(std::move(db)));
+  store->copy_ = std::move(copy);
+  return store;
 }
 
 absl::StatusOr<std::unique_ptr<EvidenceStore>> EvidenceStore::Open(
@@ -561,11 +587,9 @@ absl::StatusOr<int64_t> EvidenceStore::Count(
 }
 
 absl::StatusOr<VerifyReport> EvidenceStore::Verify(const std::string& path) {
-  SqliteOpenOptions options;
-  options.read_only = true;  // works on read-only media; writes nothing
-  options.immutable_if_no_wal = !WriterActive(path);
-  ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, SqliteDb::Open(path, options));
-  RETURN_IF_ERROR(CheckVerifiable(*db, path));
+  std::unique_ptr<WalCopy> copy;  // outlives db
+  ASSIGN_OR_RETURN(std::unique_ptr<SqliteDb> db, OpenForReading(path, &copy));
+  RETURN_IF_ERROR(copy->Rename(CheckVerifiable(*db, path)));
 
   // One statement: one read snapshot, even while another process appends.
   ASSIGN_OR_RETURN(

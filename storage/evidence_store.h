@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 #include "storage/sqlite_db.h"
+#include "storage/wal_copy.h"
 
 namespace kvcanary::storage {
 
@@ -118,9 +119,13 @@ class EvidenceStore {
   // Opens an existing evidence database for reading only (SqliteDb's
   // read_only: `mode=ro`, and `immutable=1` when no -wal/-shm exist, so it
   // works on read-only media). Creates, migrates and writes nothing; Append
-  // fails. kNotFound for a missing file, kFailedPrecondition for a file
+  // fails. A -wal without a -shm and no writer (a killed writer's files,
+  // handed over) is read through a private copy (storage/wal_copy.h), so
+  // the rows committed to the WAL count and nothing is written beside
+  // `path`. kNotFound for a missing file, kFailedPrecondition for a file
   // that is not an evidence database or has a schema this binary does not
-  // know, kDataLoss for a corrupt one.
+  // know (naming `path`-wal when the rows must be there and it is
+  // missing), kDataLoss for a corrupt one.
   static absl::StatusOr<std::unique_ptr<EvidenceStore>> OpenReadOnly(
       const std::string& path);
 
@@ -201,6 +206,8 @@ class EvidenceStore {
       const std::vector<std::string>& bodies,
       const std::vector<EvidenceRecord>& records);
 
+  // Before db_, so that a private copy outlives the connection to it.
+  std::unique_ptr<WalCopy> copy_;  // OpenReadOnly's; null for Open
   std::unique_ptr<SqliteDb> db_;
   int writer_lock_fd_ = -1;  // owned; -1: none held
 };

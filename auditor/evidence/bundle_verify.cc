@@ -1,7 +1,13 @@
 #include "auditor/evidence/bundle_verify.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -13,7 +19,6 @@
 #include "auditor/evidence/tlog_commands.h"
 #include "auditor/result/finding.h"
 #include "common/clock.h"
-#include "common/file.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -76,25 +81,95 @@ class Checker {
     return nullptr;
   }
 
+  // Reads every regular file under dir_, following nothing: a bundle is
+  // exactly its manifest, so a symbolic link (to anything, even nowhere), a
+  // FIFO, a socket or a device is a problem named by its own path in the
+  // bundle and is never opened. Directories are kept for CheckDirectories.
   absl::Status ReadTree() {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir_, ec)) {
       return absl::NotFoundError(absl::StrCat(dir_, ": no such directory"));
     }
-    for (auto it = std::filesystem::recursive_directory_iterator(dir_, ec);
+    std::filesystem::path root = std::filesystem::path(dir_).lexically_normal();
+    if (!root.has_filename()) root = root.parent_path();  // "bundle/"
+    // The iterator follows no directory link (directory_options::none).
+    for (auto it = std::filesystem::recursive_directory_iterator(root, ec);
          !ec && it != std::filesystem::recursive_directory_iterator();
          it.increment(ec)) {
+      // Lexical, not std::filesystem::relative: that resolves links.
       const std::string rel =
-          std::filesystem::relative(it->path(), dir_).generic_string();
-      if (it->is_directory()) continue;
-      if (!it->is_regular_file() || it->is_symlink()) {
-        Problem(rel, "", "not a regular file");
-        continue;
+          it->path().lexically_relative(root).generic_string();
+      const std::filesystem::file_status st = it->symlink_status(ec);
+      if (ec) break;
+      if (std::filesystem::is_directory(st)) {
+        dirs_.insert(rel);
+      } else if (!std::filesystem::is_regular_file(st)) {
+        Problem(rel, "", NotRegular(st));
+      } else {
+        ASSIGN_OR_RETURN(files_[rel], ReadNoFollow(it->path().string()));
       }
-      ASSIGN_OR_RETURN(files_[rel], ReadFile(it->path()));
     }
     if (ec) return absl::InternalError(absl::StrCat(dir_, ": ", ec.message()));
     return absl::OkStatus();
+  }
+
+  static std::string NotRegular(const std::filesystem::file_status& st) {
+    using std::filesystem::file_type;
+    switch (st.type()) {
+      case file_type::symlink:
+        return "a symbolic link, not a file of the bundle (not followed)";
+      case file_type::fifo:
+        return "a FIFO, not a file of the bundle (not opened)";
+      case file_type::socket:
+        return "a socket, not a file of the bundle";
+      case file_type::block:
+      case file_type::character:
+        return "a device, not a file of the bundle (not opened)";
+      default:
+        return "not a regular file";
+    }
+  }
+
+  // The file at `path`, refusing it if it turned into anything but a
+  // regular file since it was listed (O_NOFOLLOW; O_NONBLOCK so that a
+  // FIFO swapped in cannot stall the check).
+  static absl::StatusOr<std::string> ReadNoFollow(const std::string& path) {
+    const int fd =
+        open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      if (fd >= 0) close(fd);
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, ": changed while the bundle was read (not a regular file)"));
+    }
+    std::string bytes;
+    char buf[1 << 16];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) bytes.append(buf, n);
+    close(fd);
+    if (n < 0) {
+      return absl::InternalError(
+          absl::StrCat(path, ": read failed: ", std::strerror(errno)));
+    }
+    return bytes;
+  }
+
+  // Every directory holds a file the manifest lists: an empty one, or one
+  // of only unlisted files, is added matter (it could hold a fake report
+  // tomorrow, or point a reader at one).
+  void CheckDirectories(const std::set<std::string>& listed) {
+    std::set<std::string> needed;
+    for (const std::string& path : listed) {
+      for (size_t slash = path.find('/'); slash != std::string::npos;
+           slash = path.find('/', slash + 1)) {
+        needed.insert(path.substr(0, slash));
+      }
+    }
+    for (const std::string& d : dirs_) {
+      if (!needed.count(d)) {
+        Problem(d + "/", "", "a directory the manifest lists no file in");
+      }
+    }
   }
 
   // A signed note must be exactly as encoded: no second spelling of the
@@ -163,6 +238,7 @@ class Checker {
     for (const auto& [path, b] : files_) {
       if (!listed.count(path)) Problem(path, "", "not listed in the manifest");
     }
+    CheckDirectories(listed);
   }
 
   void CheckCheckpoint() {
@@ -314,6 +390,7 @@ class Checker {
   const std::string dir_;
   const storage::Ed25519Key& key_;
   std::map<std::string, std::string> files_;  // relative path -> bytes
+  std::set<std::string> dirs_;                // relative paths, no '/' at end
   std::set<std::string> bad_;  // files whose SHA-256 the manifest refutes
   std::set<int64_t> seqs_;     // rows proven
   std::map<std::string, std::vector<StoredRow>> by_campaign_;

@@ -31,10 +31,11 @@ struct BundleVerifyReport {
   int64_t campaigns = 0;      // campaign documents checked
   int64_t rows = 0;           // rows whose inclusion proofs verified
   int64_t files = 0;          // files in the bundle directory
-  // In check order: manifest.sig, manifest.json, each listed file's
-  // SHA-256, unlisted files, the checkpoint, rows and proofs, campaign and
-  // facts documents. A single edited byte is reported first at the file it
-  // landed in.
+  // In check order: links and special files (never followed or opened),
+  // manifest.sig, manifest.json, each listed file's SHA-256, unlisted files
+  // and directories, the checkpoint, rows and proofs, campaign and facts
+  // documents. Each names the entry's own path in the bundle. A single edited
+  // byte is reported first at the file it landed in.
   std::vector<BundleProblem> problems;
 };
 

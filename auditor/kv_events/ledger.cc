@@ -36,43 +36,35 @@ const char* BreakName(Break::Kind k) {
 
 }  // namespace
 
+namespace {
+
+// The engines' medium names (vLLM's and SGLang's), one table both ways.
+constexpr struct {
+  const char* name;
+  Medium medium;
+} kMediumNames[] = {{"GPU", Medium::kGpu},
+                    {"CPU", Medium::kCpu},
+                    {"CPU_PINNED", Medium::kCpuPinned},
+                    {"DISK", Medium::kDisk},
+                    {"STORAGE", Medium::kStorage},
+                    {"EXTERNAL", Medium::kExternal}};
+
+}  // namespace
+
 Medium ParseMedium(absl::string_view name) {
-  static constexpr struct {
-    const char* name;
-    Medium medium;
-  } kNames[] = {{"GPU", Medium::kGpu},
-                {"CPU", Medium::kCpu},
-                {"CPU_PINNED", Medium::kCpuPinned},
-                {"DISK", Medium::kDisk},
-                {"STORAGE", Medium::kStorage},
-                {"EXTERNAL", Medium::kExternal}};
   if (name.empty()) return Medium::kNone;
-  for (const auto& n : kNames) {
+  for (const auto& n : kMediumNames) {
     if (absl::EqualsIgnoreCase(name, n.name)) return n.medium;
   }
   return Medium::kOther;
 }
 
 const char* MediumName(Medium m) {
-  switch (m) {
-    case Medium::kNone:
-      return "";
-    case Medium::kGpu:
-      return "GPU";
-    case Medium::kCpu:
-      return "CPU";
-    case Medium::kCpuPinned:
-      return "CPU_PINNED";
-    case Medium::kDisk:
-      return "DISK";
-    case Medium::kStorage:
-      return "STORAGE";
-    case Medium::kExternal:
-      return "EXTERNAL";
-    case Medium::kOther:
-      return "other";
+  if (m == Medium::kNone) return "";
+  for (const auto& n : kMediumNames) {
+    if (n.medium == m) return n.name;
   }
-  return "?";
+  return "other";
 }
 
 nlohmann::json Break::ToJson() const {

@@ -341,6 +341,13 @@ inline double MetricValue(const std::string& metrics, const std::string& name,
   return -1;
 }
 
+// A metric of the cluster's prefill node, as MetricValue (`match` defaults
+// to its role label).
+inline double PrefillMetric(const Cluster& c, const std::string& name,
+                            const std::string& match = "prefill") {
+  return MetricValue(Get(c.prefill(), "/metrics").body, name, match);
+}
+
 // A node's KV pages in use (its /metrics); -1 if unreadable.
 inline double UsedPages(const std::string& node) {
   return MetricValue(Get(node, "/metrics").body, "kvcanary_node_kv_pages",

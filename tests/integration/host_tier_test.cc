@@ -39,11 +39,6 @@ HttpResult Send(const Cluster& c, const std::string& prompt,
   return Post(c.router(), "/v1/completions", Completion(prompt, 4), key);
 }
 
-double PrefillMetric(const Cluster& c, const std::string& name,
-                     const std::string& match = "prefill") {
-  return MetricValue(Get(c.prefill(), "/metrics").body, name, match);
-}
-
 // acme's first prompt, then three others that push its pages out of the
 // prefill node's 8-page pool into the tier. Returns the first answer.
 HttpResult FillAndSpill(const Cluster& c) {

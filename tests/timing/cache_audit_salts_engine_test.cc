@@ -82,11 +82,6 @@ const std::vector<std::string> kTierFlags = {
     "--host_tier_pages=512"};
 constexpr char kEvictTokens[] = "--evict-tokens=640";
 
-double PrefillMetric(const Cluster& c, const std::string& name,
-                     const std::string& match = "prefill") {
-  return MetricValue(Get(c.prefill(), "/metrics").body, name, match);
-}
-
 TEST(CacheAuditSaltsEngineTest, ScopedSaltsAreIsolatedWithSameSaltHits) {
   const SaltsRun r =
       RunSalts("scoped", {"--cache-salt=scoped", "--watermark=detect"});

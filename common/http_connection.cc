@@ -71,19 +71,85 @@ std::string ServerState::AllowedMethods(const std::string& path) const {
   return allowed;
 }
 
-ServerState::Admission ServerState::Register(const void* connection, int fd) {
+ServerState::Admission ServerState::Register(const void* connection, int fd,
+                                             const std::string& addr) {
   absl::MutexLock lock(&mu_);
   if (draining_.load()) return Admission::kDraining;
-  if (static_cast<int>(open_.size()) >= options.max_connections) {
-    return Admission::kOverCap;
+  // Evicted connections leave the registry only once their strands close
+  // them: they do not count against the cap meanwhile.
+  if (static_cast<int>(open_.size()) - evicted_open_ >=
+      options.max_connections) {
+    bool own_address_over = false;
+    Open* victim = Victim(addr, &own_address_over);
+    if (victim == nullptr) {
+      ++(own_address_over ? stats_.refused_address : stats_.refused_cap);
+      return own_address_over ? Admission::kAddressOverCap
+                              : Admission::kOverCap;
+    }
+    ++(victim->pending ? stats_.evicted_pending : stats_.evicted_idle);
+    victim->evicted = true;
+    ++evicted_open_;
+    EndPending(*victim);
+    ::shutdown(victim->fd, SHUT_RDWR);  // its strand sees the read fail
   }
-  open_[connection] = Open{fd, /*busy=*/false};
+  Open& open = open_[connection];
+  open.fd = fd;
+  open.addr = addr;
+  open.since = std::chrono::steady_clock::now();
+  ++pending_by_addr_[addr];
   return Admission::kAdmitted;
+}
+
+ServerState::Open* ServerState::Victim(const std::string& addr,
+                                       bool* own_address_over) {
+  Open* idle = nullptr;
+  for (auto& [c, open] : open_) {
+    if (open.evicted || !open.waiting || open.busy) continue;
+    if (idle == nullptr || open.since < idle->since) idle = &open;
+  }
+  if (idle != nullptr) return idle;
+  const std::string* heaviest = nullptr;
+  int most = 0;
+  for (const auto& [a, n] : pending_by_addr_) {
+    if (n > most) {
+      most = n;
+      heaviest = &a;
+    }
+  }
+  if (heaviest == nullptr || most <= options.max_pending_per_address) {
+    return nullptr;
+  }
+  if (*heaviest == addr) {
+    *own_address_over = true;
+    return nullptr;
+  }
+  Open* oldest = nullptr;
+  for (auto& [c, open] : open_) {
+    if (open.evicted || !open.pending || open.addr != *heaviest) continue;
+    if (oldest == nullptr || open.since < oldest->since) oldest = &open;
+  }
+  return oldest;
+}
+
+void ServerState::EndPending(Open& open) {
+  if (!open.pending) return;
+  open.pending = false;
+  auto it = pending_by_addr_.find(open.addr);
+  if (--it->second == 0) pending_by_addr_.erase(it);
 }
 
 void ServerState::Unregister(const void* connection) {
   absl::MutexLock lock(&mu_);
-  open_.erase(connection);
+  auto it = open_.find(connection);
+  if (it == open_.end()) return;
+  EndPending(it->second);
+  if (it->second.evicted) --evicted_open_;
+  open_.erase(it);
+}
+
+void ServerState::MarkRequested(const void* connection) {
+  absl::MutexLock lock(&mu_);
+  EndPending(open_.at(connection));
 }
 
 bool ServerState::MarkBusy(const void* connection) {
@@ -96,6 +162,21 @@ bool ServerState::MarkBusy(const void* connection) {
 void ServerState::MarkIdle(const void* connection) {
   absl::MutexLock lock(&mu_);
   open_.at(connection).busy = false;
+}
+
+void ServerState::MarkWaiting(const void* connection, bool waiting) {
+  absl::MutexLock lock(&mu_);
+  Open& open = open_.at(connection);
+  open.waiting = waiting;
+  if (waiting) open.since = std::chrono::steady_clock::now();
+}
+
+ConnectionStats ServerState::stats() const {
+  absl::MutexLock lock(&mu_);
+  ConnectionStats s = stats_;
+  s.open = static_cast<int>(open_.size());
+  for (const auto& [a, n] : pending_by_addr_) s.pending += n;
+  return s;
 }
 
 void ServerState::Drain() {
@@ -189,7 +270,8 @@ void Connection::Start() {
   const Tcp::endpoint peer = socket_.remote_endpoint(ec);
   if (!ec) remote_addr_ = peer.address().to_string();
   fd_ = socket_.native_handle();
-  const ServerState::Admission admission = server_->Register(this, fd_);
+  const ServerState::Admission admission =
+      server_->Register(this, fd_, remote_addr_);
   registered_ = admission == ServerState::Admission::kAdmitted;
   const bool tls = server_->options.tls != nullptr;
   asio::dispatch(strand_, [self = shared_from_this(), admission, tls] {
@@ -197,6 +279,7 @@ void Connection::Start() {
       case ServerState::Admission::kAdmitted:
         return tls ? self->Handshake() : self->ReadRequest();
       case ServerState::Admission::kOverCap:
+      case ServerState::Admission::kAddressOverCap:
         // Over TLS an answer would cost a handshake first.
         if (tls) return self->Close();
         return self->AnswerError(503, /*keep_alive=*/false);
@@ -257,10 +340,12 @@ void Connection::ReadRequest() {
 
 void Connection::WaitFirstByte() {
   ArmTimer(server_->options.idle_timeout);
+  server_->MarkWaiting(this, true);
   socket_.async_wait(Tcp::socket::wait_read,
                      [self = shared_from_this()](ErrorCode ec) {
                        const bool timed_out = self->DisarmTimer();
                        if (ec || timed_out) return self->Close();
+                       self->server_->MarkWaiting(self.get(), false);
                        self->ReadHeader();
                      });
 }
@@ -350,6 +435,7 @@ void Connection::FillRequestHead() {
 }
 
 void Connection::Dispatch() {
+  if (first_request_) server_->MarkRequested(this);
   first_request_ = false;
   FillRequestHead();
   keep_alive_ = parser_->get().keep_alive();

@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -72,13 +73,25 @@ class ServerState {
   // The methods `path` is served with, for a 405's Allow field.
   std::string AllowedMethods(const std::string& path) const;
 
-  enum class Admission { kAdmitted, kOverCap, kDraining };
-  Admission Register(const void* connection, int fd);
+  // A new connection from `addr`. At the cap one is made room for (see
+  // http::Options::max_pending_per_address): the longest-idle keep-alive
+  // connection, else the oldest of an address over its share of
+  // connections without a complete request, is shut down; else kOverCap,
+  // or kAddressOverCap when `addr` itself is the one over its share.
+  enum class Admission { kAdmitted, kOverCap, kAddressOverCap, kDraining };
+  Admission Register(const void* connection, int fd, const std::string& addr);
   void Unregister(const void* connection);
+  // The connection's first request is complete (read whole, or answered
+  // by the layer): from now on it no longer counts as pending.
+  void MarkRequested(const void* connection);
   // A connection's handler is about to run (false: draining, do not run
   // it), or has finished writing.
   bool MarkBusy(const void* connection);
   void MarkIdle(const void* connection);
+  // The connection waits for its next request's first byte (keep-alive),
+  // or that wait ended.
+  void MarkWaiting(const void* connection, bool waiting);
+  ConnectionStats stats() const;
   // From now on no connection or request is admitted; shuts down every
   // connection not running a handler (the others close after their
   // response).
@@ -92,13 +105,29 @@ class ServerState {
  private:
   struct Open {
     int fd;
-    bool busy;
+    std::string addr;
+    bool pending = true;   // no complete request yet
+    bool busy = false;     // a handler runs
+    bool waiting = false;  // keep-alive: waits for the next request
+    bool evicted = false;  // shut down to make room
+    std::chrono::steady_clock::time_point since;  // accepted, or waiting
   };
+  // The connection to shut down to make room for one from `addr`: the
+  // longest-waiting keep-alive one, else the oldest pending one of the
+  // address with the most pending connections, if over its share and not
+  // `addr` itself. Null if none; *own_address_over: `addr` is the one over.
+  Open* Victim(const std::string& addr, bool* own_address_over)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndPending(Open& open) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
   mutable absl::Mutex mu_;
   // Open connections: a descriptor here is open.
   std::unordered_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
+  // Connections without a complete request yet, by peer address.
+  std::unordered_map<std::string, int> pending_by_addr_ ABSL_GUARDED_BY(mu_);
+  int evicted_open_ ABSL_GUARDED_BY(mu_) = 0;  // in open_, evicted
+  ConnectionStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 // What a connection reads and writes through, as Beast's AsyncReadStream and

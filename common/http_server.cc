@@ -319,6 +319,10 @@ void Server::Start() {
 
 void Server::StopListening() { impl_->StopListening(); }
 
+ConnectionStats Server::connection_stats() const {
+  return impl_->state.stats();
+}
+
 void Server::Stop() {
   impl_->Stop();
   running_.store(false);

@@ -57,9 +57,18 @@ class Connection;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
 struct Options {
-  // Connections open at once; one more is accepted, answered 503 and closed
-  // on the I/O thread (no handler runs).
+  // Connections open at once. At the cap a new connection is made room
+  // for: the keep-alive connection that has waited longest for its next
+  // request is closed; else, if one peer address holds more than
+  // max_pending_per_address connections that have not sent a complete
+  // request yet, its oldest such connection is closed. Connections whose
+  // requests are complete or running are never closed for room, so a
+  // gateway from whose one address every tenant comes is not throttled for
+  // its busy connections. With no room to make, the new connection is
+  // answered 503 and closed on the I/O thread (no handler runs); so is one
+  // from the address that is itself over its share.
   int max_connections = 1024;
+  int max_pending_per_address = 32;
   // Request line and headers, in full, from the moment the connection is
   // accepted or the request's first byte arrives: 408 and close.
   absl::Duration header_timeout = absl::Seconds(10);
@@ -156,6 +165,16 @@ class Response {
 
 using Handler = std::function<void(const Request&, Response&)>;
 
+// What the connection cap has done so far (Server::connection_stats()).
+struct ConnectionStats {
+  int open = 0;                  // connections open now
+  int pending = 0;               // of them, without a complete request yet
+  uint64_t refused_cap = 0;      // refused: at the cap, no room to make
+  uint64_t refused_address = 0;  // refused: its address over its share
+  uint64_t evicted_idle = 0;     // closed for room: waited for a request
+  uint64_t evicted_pending = 0;  // closed for room: no complete request
+};
+
 // Routes and options are set before Bind(); Bind, Start and Stop are called
 // from one thread. Handlers run on handler threads, many at once; the error
 // handler may run on an I/O thread too and must not block.
@@ -195,6 +214,8 @@ class Server {
 
   int port() const { return port_; }
   bool is_running() const { return running_.load(); }
+  // Thread-safe.
+  ConnectionStats connection_stats() const;
 
  private:
   class Impl;

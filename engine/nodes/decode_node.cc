@@ -216,7 +216,7 @@ absl::Status DecodeNode::Start() {
   ASSIGN_OR_RETURN(
       metrics_port_,
       ServeMetrics(
-          server_.get(), options_.host, options_.metrics_port,
+          server_.get(), "decode", options_.host, options_.metrics_port,
           [this] { return metrics_.Serialize(&loop_); }, &metrics_server_));
   auto listener =
       options_.kv_listen_fd >= 0

@@ -1,6 +1,7 @@
 #include "engine/nodes/node_common.h"
 
 #include <atomic>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -11,6 +12,7 @@
 #include "common/tenants_file.h"
 #include "engine/core/engine_loop.h"
 #include "engine/core/trace_bus.h"
+#include "engine/nodes/http_listener_metrics.h"
 #include "engine/nodes/node_metrics.h"
 #include "engine/nodes/node_settings.h"
 #include "engine/nodes/openai_api.h"
@@ -268,11 +270,14 @@ void AddEngineNodeRoutes(http::Server* server, const std::string& role,
   });
 }
 
-absl::StatusOr<int> ServeMetrics(http::Server* main, const std::string& host,
-                                 int port, std::function<std::string()> text,
+absl::StatusOr<int> ServeMetrics(http::Server* main, const std::string& role,
+                                 const std::string& host, int port,
+                                 std::function<std::string()> text,
                                  std::unique_ptr<http::Server>* separate) {
-  auto handler = [text](const http::Request&, http::Response& res) {
-    res.set_content(text(), "text/plain; version=0.0.4");
+  // The API listener's connection cap, beside the role's own metrics.
+  auto listener = std::make_shared<HttpListenerMetrics>(main, role);
+  auto handler = [text, listener](const http::Request&, http::Response& res) {
+    res.set_content(text() + listener->Text(), "text/plain; version=0.0.4");
   };
   if (port < 0) {
     main->Get("/metrics", handler);

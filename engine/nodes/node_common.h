@@ -96,10 +96,13 @@ bool Authorized(const http::Request& req, const SharedSecret& secret,
 // Serves GET /metrics (`text()`, the Prometheus text format): on `main`, or,
 // with `port` >= 0, on a listener of its own at host:port (0: any free
 // port), with a GET /health beside it, so a scraper can reach the metrics
-// without reaching the node's API. Returns that listener's port, or -1
-// when the metrics are on `main`. *separate holds the listener.
-absl::StatusOr<int> ServeMetrics(http::Server* main, const std::string& host,
-                                 int port, std::function<std::string()> text,
+// without reaching the node's API. Beside `text()` it serves `main`'s
+// connection cap metrics (engine/nodes/http_listener_metrics.h), labelled
+// with `role`. Returns that listener's port, or -1 when the metrics are on
+// `main`. *separate holds the listener.
+absl::StatusOr<int> ServeMetrics(http::Server* main, const std::string& role,
+                                 const std::string& host, int port,
+                                 std::function<std::string()> text,
                                  std::unique_ptr<http::Server>* separate);
 
 // The routes every engine node serves: GET /internal/v1/limits (the node's

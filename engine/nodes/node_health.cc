@@ -144,11 +144,11 @@ absl::StatusOr<NodeHealth::Route> NodeHealth::Pick(uint64_t n) {
   }
 }
 
-std::string NodeHealth::HealthJson() const {
+std::string NodeHealth::HealthJson(bool detailed) const {
   nlohmann::ordered_json j;
   j["status"] = "ok";
   j["role"] = "router";
-  j["nodes"] = nlohmann::ordered_json::array();
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
   {
     absl::MutexLock lock(&mu_);
     bool prefill_up = false, decode_up = false;
@@ -158,11 +158,15 @@ std::string NodeHealth::HealthJson() const {
       if (!n.up) {
         node["down_ms"] = absl::ToInt64Milliseconds(absl::Now() - n.down_since);
       }
-      j["nodes"].push_back(std::move(node));
+      nodes.push_back(std::move(node));
       (n.role == "prefill" ? prefill_up : decode_up) |= n.up;
     }
     if (!prefill_up || !decode_up) j["status"] = "degraded";
+    j["roles"] = {{"prefill", prefill_up ? "up" : "down"},
+                  {"decode", decode_up ? "up" : "down"}};
   }
+  if (!detailed) return j.dump();
+  j["nodes"] = std::move(nodes);
   if (!options_.up_status_file.empty()) {
     auto s = SupervisorStatus::ReadFile(options_.up_status_file);
     if (!s.ok()) {

@@ -4,7 +4,8 @@
 // and served again as soon as one answers, without a router restart. Under
 // `kvcanary-engine up` it also serves what up reports of its children (the
 // status file, engine/supervisor_status.h): state, pid and restarts of each
-// role, in GET /health and as kvcanary_engine_restarts_total (docs/nodes.md).
+// role, in GET /health (to the admin token) and as
+// kvcanary_engine_restarts_total (docs/nodes.md).
 //
 // A node is down when a probe cannot connect or gets a non-200 answer, or
 // after three probes in a row time out; up again at its first good probe.
@@ -63,9 +64,11 @@ class NodeHealth {
   // back is served at once.
   absl::StatusOr<Route> Pick(uint64_t n);
 
-  // GET /health's body: {"status": "ok" | "degraded", "role": "router",
-  // "nodes": [...], "supervisor"?: {...}} (docs/api.md).
-  std::string HealthJson() const;
+  // GET /health's body (docs/api.md): {"status": "ok" | "degraded",
+  // "role": "router", "roles": {"prefill": "up" | "down", "decode": ...}};
+  // `detailed` (the admin token's view) adds "nodes" (their URLs) and,
+  // under up, "supervisor" (its children's PIDs and restarts).
+  std::string HealthJson(bool detailed) const;
   // kvcanary_router_node_up, and kvcanary_engine_restarts_total under up,
   // in the Prometheus text format.
   std::string MetricsText();

@@ -84,7 +84,7 @@ absl::Status PrefillNode::Start() {
   ASSIGN_OR_RETURN(
       metrics_port_,
       ServeMetrics(
-          server_.get(), options_.host, options_.metrics_port,
+          server_.get(), "prefill", options_.host, options_.metrics_port,
           [this] {
             if (kv_events_ != nullptr) {
               metrics_.SetKvEventsDropped(kv_events_->dropped_events());

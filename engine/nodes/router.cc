@@ -284,13 +284,25 @@ absl::Status Router::Start() {
                  v.page_tokens = settings_.page_tokens;
                  return VersionJson(v);
                }));
-  server_->Get("/health", [this](const http::Request&, http::Response& res) {
-    res.set_content(health_->HealthJson(), "application/json");
+  // Open to load balancers: up or not, per role. The nodes' URLs and the
+  // processes' PIDs map the deployment for an attacker: admin token only.
+  server_->Get("/health", [this](const http::Request& req,
+                                 http::Response& res) {
+    const bool detailed = req.has_header("Authorization");
+    if (detailed && !options_.admin_token.set()) {
+      RespondInternalError(
+          res, absl::PermissionDeniedError(
+                   "the router has no admin token (--trace-token-file)"));
+      return;
+    }
+    if (detailed && !Authorized(req, options_.admin_token, "admin token", res))
+      return;
+    res.set_content(health_->HealthJson(detailed), "application/json");
   });
   ASSIGN_OR_RETURN(
       metrics_port_,
       ServeMetrics(
-          server_.get(), options_.host, options_.metrics_port,
+          server_.get(), "router", options_.host, options_.metrics_port,
           [this] {
             metrics_.SetNodeConnections(pool_->opened(), pool_->reused());
             return metrics_.Serialize(nullptr) + health_->MetricsText();

@@ -50,6 +50,9 @@ struct RouterOptions {
   std::vector<std::string> decode_urls;
   // Sent to the nodes on every internal call; mandatory.
   SharedSecret internal_secret;
+  // The admin token (--trace-token-file; up passes the nodes' one): GET
+  // /health shows the nodes' URLs and up's PIDs only to it. Unset: never.
+  SharedSecret admin_token;
   // Mutual TLS to the nodes (their URLs are then https://); null: plain.
   // The router's own listener stays plain HTTP (put TLS for clients in
   // front of it).

@@ -213,6 +213,7 @@ absl::Status RunServe(const ServeOptions& o) {
                      TenantRegistry::LoadFile(o.tenants_path));
     RouterOptions r;
     r.internal_secret = creds.internal;
+    r.admin_token = creds.trace;
     r.tls = creds.tls;
     r.metrics_port = o.metrics_port;
     r.host = o.host;
@@ -350,7 +351,8 @@ std::vector<std::string> RouterArgs(const ServeOptions& o,
                                     std::vector<std::string> common,
                                     const std::string& prefill_url,
                                     const std::string& decode_url,
-                                    const std::string& status_path) {
+                                    const std::string& status_path,
+                                    const std::string& trace_token_file) {
   std::vector<std::string> args = std::move(common);
   args.push_back(absl::StrCat("--port=", o.port));
   args.push_back("--tenants=" + o.tenants_path);
@@ -360,6 +362,7 @@ std::vector<std::string> RouterArgs(const ServeOptions& o,
   args.push_back(absl::StrCat("--node_pool_idle=", o.node_pool_idle));
   args.push_back("--tenant_header=" + o.tenant_header);
   args.push_back("--up_status_file=" + status_path);
+  args.push_back("--trace_token_file=" + trace_token_file);
   if (!o.access_log.path.empty()) {
     args.push_back("--access_log=" + o.access_log.path);
     args.push_back(
@@ -428,8 +431,9 @@ absl::Status RunUp(const ServeOptions& o,
       absl::StrCat(scheme, o.host, ":", decode_ready.http_port);
   ASSIGN_OR_RETURN(
       const int router,
-      children.Spawn("router", RouterArgs(o, common, prefill_url, decode_url,
-                                          so.status_path)));
+      children.Spawn("router",
+                     RouterArgs(o, common, prefill_url, decode_url,
+                                so.status_path, secrets.trace_file())));
   ASSIGN_OR_RETURN(const ReadyLine router_ready,
                    children.WaitReady(router, absl::Seconds(60)));
   PrintReady(

@@ -170,6 +170,37 @@ TEST_F(InternalPlaneTest, EveryInternalRouteRefusesMissingAndWrongSecrets) {
   EXPECT_EQ(Get(cluster_->decode(), "/health").status, 200);
 }
 
+TEST_F(InternalPlaneTest, TheRoutersHealthShowsAddressesAndPidsOnlyToTheAdmin) {
+  // Open: up or not per role, nothing that maps the deployment.
+  HttpResult open = Get(cluster_->router(), "/health");
+  ASSERT_EQ(open.status, 200) << open.body;
+  EXPECT_EQ(open.json["status"], "ok") << open.body;
+  EXPECT_EQ(open.json["roles"]["prefill"], "up") << open.body;
+  EXPECT_EQ(open.json["roles"]["decode"], "up") << open.body;
+  for (const std::string& node : {cluster_->prefill(), cluster_->decode()}) {
+    const std::string port = node.substr(node.rfind(':') + 1);
+    EXPECT_EQ(open.body.find(":" + port), std::string::npos) << open.body;
+  }
+  EXPECT_EQ(open.body.find("pid"), std::string::npos) << open.body;
+  EXPECT_FALSE(open.json.contains("supervisor"));
+  // A wrong token (or a tenant's key, or the internal secret) is refused.
+  for (const std::string& wrong :
+       {std::string(kWrongSecret), std::string("sk-acme"),
+        cluster_->internal_secret()}) {
+    HttpResult r = Get(cluster_->router(), "/health", wrong);
+    EXPECT_EQ(r.status, 401) << r.body;
+    EXPECT_EQ(r.body.find("pid"), std::string::npos) << r.body;
+  }
+  // The admin token sees the nodes and up's children.
+  HttpResult admin = AdminHealth(*cluster_);
+  ASSERT_EQ(admin.status, 200) << admin.body;
+  EXPECT_NE(admin.body.find(cluster_->decode()), std::string::npos)
+      << admin.body;
+  ASSERT_TRUE(admin.json.contains("supervisor")) << admin.body;
+  EXPECT_EQ(admin.json["supervisor"]["roles"].size(), 3u) << admin.body;
+  EXPECT_EQ(RolePids(*cluster_).size(), 3u);
+}
+
 TEST_F(InternalPlaneTest, TraceNeedsItsTokenAndCapsItsReaders) {
   for (const std::string& auth :
        {std::string(), "Bearer " + std::string(kWrongSecret),

@@ -53,8 +53,17 @@ struct RawResponse {
 // a TLS session over it (mutual TLS: it presents `tls`'s certificate).
 class RawClient {
  public:
-  explicit RawClient(int port, const tls::Context* tls = nullptr) {
+  // `from`: the loopback address to connect from (another than 127.0.0.1
+  // plays another client machine).
+  explicit RawClient(int port, const tls::Context* tls = nullptr,
+                     const char* from = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (from != nullptr) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &local.sin_addr);
+      ::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof(local));
+    }
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));

@@ -54,7 +54,7 @@ NodeHealthOptions Options(std::vector<std::string> prefill,
 bool EventuallyState(const NodeHealth& health, size_t index,
                      const std::string& state) {
   for (int i = 0; i < 200; ++i) {
-    auto j = nlohmann::json::parse(health.HealthJson());
+    auto j = nlohmann::json::parse(health.HealthJson(/*detailed=*/true));
     if (j["nodes"][index]["state"] == state) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -85,7 +85,7 @@ TEST(NodeHealthTest, MissingRoleIsUnavailableUntilItsNodeAnswersAgain) {
       << refused.status();
   EXPECT_NE(refused.status().message().find(decode_url),
             absl::string_view::npos);
-  auto j = nlohmann::json::parse(health.HealthJson());
+  auto j = nlohmann::json::parse(health.HealthJson(/*detailed=*/true));
   EXPECT_EQ(j["status"], "degraded") << j;
   EXPECT_EQ(j["role"], "router");
   ASSERT_EQ(j["nodes"].size(), 2u);
@@ -94,6 +94,14 @@ TEST(NodeHealthTest, MissingRoleIsUnavailableUntilItsNodeAnswersAgain) {
   EXPECT_EQ(j["nodes"][1]["state"], "down");
   EXPECT_TRUE(j["nodes"][1].contains("down_ms"));
   EXPECT_FALSE(j.contains("supervisor"));
+  // Without the admin token: up or not per role, and no address.
+  const std::string open = health.HealthJson(/*detailed=*/false);
+  auto o = nlohmann::json::parse(open);
+  EXPECT_EQ(o["status"], "degraded");
+  EXPECT_EQ(o["roles"]["prefill"], "up") << o;
+  EXPECT_EQ(o["roles"]["decode"], "down");
+  EXPECT_FALSE(o.contains("nodes"));
+  EXPECT_EQ(open.find(decode_url), std::string::npos) << open;
   EXPECT_NE(health.MetricsText().find(
                 "kvcanary_router_node_up{role=\"decode\",url=\"" + decode_url +
                 "\"} 0"),
@@ -105,7 +113,9 @@ TEST(NodeHealthTest, MissingRoleIsUnavailableUntilItsNodeAnswersAgain) {
   decode = std::make_unique<FakeNode>(decode_port);
   ASSERT_EQ(decode->port(), decode_port);
   EXPECT_TRUE(health.Pick(2).ok());
-  EXPECT_EQ(nlohmann::json::parse(health.HealthJson())["status"], "ok");
+  EXPECT_EQ(
+      nlohmann::json::parse(health.HealthJson(/*detailed=*/true))["status"],
+      "ok");
 }
 
 TEST(NodeHealthTest, PicksSkipANodeThatIsDown) {
@@ -124,7 +134,9 @@ TEST(NodeHealthTest, PicksSkipANodeThatIsDown) {
     EXPECT_EQ(route->decode_url, decode_a.url());
   }
   // Some node of each role is up: not degraded.
-  EXPECT_EQ(nlohmann::json::parse(health.HealthJson())["status"], "ok");
+  EXPECT_EQ(
+      nlohmann::json::parse(health.HealthJson(/*detailed=*/true))["status"],
+      "ok");
 }
 
 TEST(NodeHealthTest, ServesUpsStatusFile) {
@@ -141,13 +153,16 @@ TEST(NodeHealthTest, ServesUpsStatusFile) {
   o.up_status_file = path;
   NodeHealth health(o);
   health.Start();
-  auto j = nlohmann::json::parse(health.HealthJson());
+  auto j = nlohmann::json::parse(health.HealthJson(/*detailed=*/true));
   ASSERT_TRUE(j.contains("supervisor")) << j;
   EXPECT_EQ(j["supervisor"]["pid"], 10);
   ASSERT_EQ(j["supervisor"]["roles"].size(), 3u);
   EXPECT_EQ(j["supervisor"]["roles"][1]["state"], "restarting");
   EXPECT_EQ(j["supervisor"]["roles"][1]["restarts"], 2);
   EXPECT_EQ(j["supervisor"]["roles"][1]["last_exit"], "signal 9");
+  // The PIDs are the admin token's to see.
+  EXPECT_FALSE(nlohmann::json::parse(health.HealthJson(/*detailed=*/false))
+                   .contains("supervisor"));
   const std::string metrics = health.MetricsText();
   EXPECT_NE(metrics.find("kvcanary_engine_restarts_total{role=\"decode\"} 2"),
             std::string::npos)
@@ -161,8 +176,9 @@ TEST(NodeHealthTest, ServesUpsStatusFile) {
                 "kvcanary_engine_restarts_total{role=\"decode\"} 3"),
             std::string::npos);
   std::remove(path.c_str());
-  EXPECT_TRUE(nlohmann::json::parse(health.HealthJson())["supervisor"].contains(
-      "error"));
+  EXPECT_TRUE(
+      nlohmann::json::parse(health.HealthJson(/*detailed=*/true))["supervisor"]
+          .contains("error"));
 }
 
 }  // namespace

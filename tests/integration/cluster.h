@@ -315,10 +315,15 @@ inline HttpResult Get(const std::string& base, const std::string& path,
   return r;
 }
 
-// `up`'s children by role, from the router's GET /health.
-inline std::map<std::string, int64_t> RolePids(const std::string& router) {
+// The router's GET /health as the admin sees it (nodes' URLs, up's PIDs).
+inline HttpResult AdminHealth(const Cluster& cluster) {
+  return Get(cluster.router(), "/health", cluster.trace_token());
+}
+
+// `up`'s children by role, from the router's GET /health (admin token).
+inline std::map<std::string, int64_t> RolePids(const Cluster& cluster) {
   std::map<std::string, int64_t> pids;
-  HttpResult h = Get(router, "/health");
+  HttpResult h = AdminHealth(cluster);
   if (!h.json.is_object() || !h.json.contains("supervisor")) return pids;
   for (const auto& r : h.json["supervisor"]["roles"]) {
     pids[r["role"].get<std::string>()] = r["pid"].get<int64_t>();
@@ -334,7 +339,9 @@ inline double MetricValue(const std::string& metrics, const std::string& name,
   while ((pos = metrics.find(name, pos)) != std::string::npos) {
     const size_t end = metrics.find('\n', pos);
     const std::string line = metrics.substr(pos, end - pos);
+    const bool sample = pos == 0 || metrics[pos - 1] == '\n';  // not # HELP
     pos = end;
+    if (!sample) continue;
     if (line.find(match) == std::string::npos) continue;
     return std::stod(line.substr(line.rfind(' ') + 1));
   }

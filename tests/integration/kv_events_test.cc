@@ -179,7 +179,7 @@ TEST(KvEventsTest, ARestartedPrefillNodePublishesOnTheSamePortsFromSeqZero) {
   EventCluster c("tenant");
   ASSERT_TRUE(c.ok()) << "kvcanary-engine up did not start";
   ASSERT_EQ(Send(c.cluster, LongPrompt(40), "sk-acme").status, 200);
-  const auto pids = RolePids(c.cluster.router());
+  const auto pids = RolePids(c.cluster);
   ASSERT_EQ(pids.count("prefill"), 1u);
   ASSERT_EQ(kill(static_cast<pid_t>(pids.at("prefill")), SIGKILL), 0);
   std::string line;

@@ -128,8 +128,8 @@ TEST_P(SupervisionTest, KilledChildIsRestartedAndServiceReturns) {
   const std::string role = GetParam();
   Cluster cluster({});
   ASSERT_TRUE(cluster.ok());
-  const std::map<std::string, int64_t> before = RolePids(cluster.router());
-  ASSERT_EQ(before.size(), 3u) << Get(cluster.router(), "/health").body;
+  const std::map<std::string, int64_t> before = RolePids(cluster);
+  ASSERT_EQ(before.size(), 3u) << AdminHealth(cluster).body;
 
   // What each ask answers before anything is killed.
   const std::vector<std::string> asks = Asks();
@@ -210,7 +210,7 @@ TEST_P(SupervisionTest, KilledChildIsRestartedAndServiceReturns) {
   EXPECT_GT(served_after, 0);
 
   // The others were not restarted; the restarted one is reported.
-  const std::map<std::string, int64_t> after = RolePids(cluster.router());
+  const std::map<std::string, int64_t> after = RolePids(cluster);
   for (const auto& [r, pid] : before) {
     if (r == role) {
       EXPECT_EQ(after.at(r), new_pid);
@@ -219,7 +219,7 @@ TEST_P(SupervisionTest, KilledChildIsRestartedAndServiceReturns) {
       EXPECT_EQ(kill(static_cast<pid_t>(pid), 0), 0) << r;
     }
   }
-  HttpResult health = Get(cluster.router(), "/health");
+  HttpResult health = AdminHealth(cluster);
   EXPECT_EQ(health.json["status"], "ok") << health.body;
   for (const auto& r : health.json["supervisor"]["roles"]) {
     EXPECT_EQ(r["state"], "up") << health.body;
@@ -292,7 +292,7 @@ class PortHolder {
 TEST(SupervisionPortTest, RestartBacksOffUntilItsPortIsFree) {
   Cluster cluster({});
   ASSERT_TRUE(cluster.ok());
-  const std::map<std::string, int64_t> before = RolePids(cluster.router());
+  const std::map<std::string, int64_t> before = RolePids(cluster);
   ASSERT_EQ(before.size(), 3u);
   const int port =
       std::stoi(cluster.decode().substr(cluster.decode().rfind(':') + 1));
@@ -325,7 +325,7 @@ TEST(SupervisionPortTest, RestartBacksOffUntilItsPortIsFree) {
   HttpResult r = Post(cluster.router(), "/v1/completions",
                       Completion("back on its port", 4), "sk-acme");
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(RolePids(cluster.router()).at("router"), before.at("router"));
+  EXPECT_EQ(RolePids(cluster).at("router"), before.at("router"));
   EXPECT_EQ(MetricValue(Get(cluster.router(), "/metrics").body,
                         "kvcanary_engine_restarts_total", "role=\"decode\""),
             restarts);

@@ -87,69 +87,72 @@ ServerState::Admission ServerState::Register(const void* connection, int fd,
                               : Admission::kOverCap;
     }
     ++(victim->pending ? stats_.evicted_pending : stats_.evicted_idle);
+    SetUnoccupied(*victim, false);
     victim->evicted = true;
     ++evicted_open_;
-    EndPending(*victim);
     ::shutdown(victim->fd, SHUT_RDWR);  // its strand sees the read fail
   }
   Open& open = open_[connection];
   open.fd = fd;
   open.addr = addr;
   open.since = std::chrono::steady_clock::now();
-  ++pending_by_addr_[addr];
+  open.pending = true;
+  SetUnoccupied(open, true);
   return Admission::kAdmitted;
 }
 
 ServerState::Open* ServerState::Victim(const std::string& addr,
                                        bool* own_address_over) {
-  Open* idle = nullptr;
-  for (auto& [c, open] : open_) {
-    if (open.evicted || !open.waiting || open.busy) continue;
-    if (idle == nullptr || open.since < idle->since) idle = &open;
+  // An address already holding its share takes nothing from anyone.
+  const int share = options.max_unoccupied_per_address;
+  auto own = unoccupied_by_addr_.find(addr);
+  if (own != unoccupied_by_addr_.end() && own->second >= share) {
+    *own_address_over = true;
+    return nullptr;
   }
-  if (idle != nullptr) return idle;
   const std::string* heaviest = nullptr;
   int most = 0;
-  for (const auto& [a, n] : pending_by_addr_) {
+  for (const auto& [a, n] : unoccupied_by_addr_) {
     if (n > most) {
       most = n;
       heaviest = &a;
     }
   }
-  if (heaviest == nullptr || most <= options.max_pending_per_address) {
-    return nullptr;
-  }
-  if (*heaviest == addr) {
-    *own_address_over = true;
-    return nullptr;
-  }
+  if (heaviest == nullptr || most <= share) return nullptr;
   Open* oldest = nullptr;
   for (auto& [c, open] : open_) {
-    if (open.evicted || !open.pending || open.addr != *heaviest) continue;
+    if (!open.unoccupied || open.addr != *heaviest) continue;
     if (oldest == nullptr || open.since < oldest->since) oldest = &open;
   }
   return oldest;
 }
 
-void ServerState::EndPending(Open& open) {
-  if (!open.pending) return;
-  open.pending = false;
-  auto it = pending_by_addr_.find(open.addr);
-  if (--it->second == 0) pending_by_addr_.erase(it);
+void ServerState::SetUnoccupied(Open& open, bool unoccupied) {
+  if (open.evicted || open.unoccupied == unoccupied) return;
+  open.unoccupied = unoccupied;
+  if (unoccupied) {
+    ++unoccupied_by_addr_[open.addr];
+    return;
+  }
+  auto it = unoccupied_by_addr_.find(open.addr);
+  if (--it->second == 0) unoccupied_by_addr_.erase(it);
 }
 
 void ServerState::Unregister(const void* connection) {
   absl::MutexLock lock(&mu_);
   auto it = open_.find(connection);
   if (it == open_.end()) return;
-  EndPending(it->second);
+  SetUnoccupied(it->second, false);
   if (it->second.evicted) --evicted_open_;
   open_.erase(it);
 }
 
-void ServerState::MarkRequested(const void* connection) {
+bool ServerState::MarkRequested(const void* connection) {
   absl::MutexLock lock(&mu_);
-  EndPending(open_.at(connection));
+  Open& open = open_.at(connection);
+  open.pending = false;
+  SetUnoccupied(open, false);
+  return !open.evicted;
 }
 
 bool ServerState::MarkBusy(const void* connection) {
@@ -164,18 +167,21 @@ void ServerState::MarkIdle(const void* connection) {
   open_.at(connection).busy = false;
 }
 
-void ServerState::MarkWaiting(const void* connection, bool waiting) {
+bool ServerState::MarkWaiting(const void* connection, bool waiting) {
   absl::MutexLock lock(&mu_);
   Open& open = open_.at(connection);
-  open.waiting = waiting;
   if (waiting) open.since = std::chrono::steady_clock::now();
+  SetUnoccupied(open, waiting);
+  return !open.evicted;
 }
 
 ConnectionStats ServerState::stats() const {
   absl::MutexLock lock(&mu_);
   ConnectionStats s = stats_;
   s.open = static_cast<int>(open_.size());
-  for (const auto& [a, n] : pending_by_addr_) s.pending += n;
+  for (const auto& [c, open] : open_) {
+    s.pending += open.pending && !open.evicted ? 1 : 0;
+  }
   return s;
 }
 
@@ -340,12 +346,16 @@ void Connection::ReadRequest() {
 
 void Connection::WaitFirstByte() {
   ArmTimer(server_->options.idle_timeout);
-  server_->MarkWaiting(this, true);
+  (void)server_->MarkWaiting(this, true);
   socket_.async_wait(Tcp::socket::wait_read,
                      [self = shared_from_this()](ErrorCode ec) {
                        const bool timed_out = self->DisarmTimer();
                        if (ec || timed_out) return self->Close();
-                       self->server_->MarkWaiting(self.get(), false);
+                       // Closed to make room: whatever the client sent
+                       // since is not read, so it may send it again.
+                       if (!self->server_->MarkWaiting(self.get(), false)) {
+                         return self->Close();
+                       }
                        self->ReadHeader();
                      });
 }
@@ -435,7 +445,8 @@ void Connection::FillRequestHead() {
 }
 
 void Connection::Dispatch() {
-  if (first_request_) server_->MarkRequested(this);
+  // A connection closed to make room serves nothing more.
+  if (first_request_ && !server_->MarkRequested(this)) return Close();
   first_request_ = false;
   FillRequestHead();
   keep_alive_ = parser_->get().keep_alive();

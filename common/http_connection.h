@@ -74,23 +74,26 @@ class ServerState {
   std::string AllowedMethods(const std::string& path) const;
 
   // A new connection from `addr`. At the cap one is made room for (see
-  // http::Options::max_pending_per_address): the longest-idle keep-alive
-  // connection, else the oldest of an address over its share of
-  // connections without a complete request, is shut down; else kOverCap,
-  // or kAddressOverCap when `addr` itself is the one over its share.
+  // http::Options::max_connections), unless `addr` holds its share of
+  // unoccupied connections (no complete request yet, or waiting for the
+  // next) already (kAddressOverCap): the oldest unoccupied connection of
+  // the address over its share by most is shut down; else kOverCap.
   enum class Admission { kAdmitted, kOverCap, kAddressOverCap, kDraining };
   Admission Register(const void* connection, int fd, const std::string& addr);
   void Unregister(const void* connection);
   // The connection's first request is complete (read whole, or answered
-  // by the layer): from now on it no longer counts as pending.
-  void MarkRequested(const void* connection);
+  // by the layer): from now on it no longer counts as pending. False if
+  // the connection was closed to make room (it must not be served).
+  bool MarkRequested(const void* connection);
   // A connection's handler is about to run (false: draining, do not run
   // it), or has finished writing.
   bool MarkBusy(const void* connection);
   void MarkIdle(const void* connection);
   // The connection waits for its next request's first byte (keep-alive),
-  // or that wait ended.
-  void MarkWaiting(const void* connection, bool waiting);
+  // or that wait ended. False if it was closed to make room meanwhile:
+  // what the client sent since must not be read (it was not served, so the
+  // client may send it again on another connection).
+  bool MarkWaiting(const void* connection, bool waiting);
   ConnectionStats stats() const;
   // From now on no connection or request is admitted; shuts down every
   // connection not running a handler (the others close after their
@@ -104,28 +107,31 @@ class ServerState {
 
  private:
   struct Open {
-    int fd;
+    int fd = -1;
     std::string addr;
-    bool pending = true;   // no complete request yet
-    bool busy = false;     // a handler runs
-    bool waiting = false;  // keep-alive: waits for the next request
-    bool evicted = false;  // shut down to make room
+    bool pending = true;  // no complete request yet
+    bool busy = false;    // a handler runs
+    // Pending, or waiting (keep-alive) for its next request's first byte:
+    // what counts against its address's share.
+    bool unoccupied = false;
+    bool evicted = false;                         // shut down to make room
     std::chrono::steady_clock::time_point since;  // accepted, or waiting
   };
-  // The connection to shut down to make room for one from `addr`: the
-  // longest-waiting keep-alive one, else the oldest pending one of the
-  // address with the most pending connections, if over its share and not
-  // `addr` itself. Null if none; *own_address_over: `addr` is the one over.
+  // The connection to shut down to make room for one from `addr`: none if
+  // `addr` holds its share of unoccupied connections already
+  // (*own_address_over); else the oldest unoccupied one of the address
+  // with the most, if over its share. Null if none.
   Open* Victim(const std::string& addr, bool* own_address_over)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void EndPending(Open& open) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetUnoccupied(Open& open, bool unoccupied)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::atomic<bool> draining_{false};
   std::atomic<bool> stopping_{false};
   mutable absl::Mutex mu_;
   // Open connections: a descriptor here is open.
   std::unordered_map<const void*, Open> open_ ABSL_GUARDED_BY(mu_);
-  // Connections without a complete request yet, by peer address.
-  std::unordered_map<std::string, int> pending_by_addr_ ABSL_GUARDED_BY(mu_);
+  // Unoccupied connections (Open::unoccupied), by peer address.
+  std::unordered_map<std::string, int> unoccupied_by_addr_ ABSL_GUARDED_BY(mu_);
   int evicted_open_ ABSL_GUARDED_BY(mu_) = 0;  // in open_, evicted
   ConnectionStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -57,18 +57,20 @@ class Connection;
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
 struct Options {
-  // Connections open at once. At the cap a new connection is made room
-  // for: the keep-alive connection that has waited longest for its next
-  // request is closed; else, if one peer address holds more than
-  // max_pending_per_address connections that have not sent a complete
-  // request yet, its oldest such connection is closed. Connections whose
-  // requests are complete or running are never closed for room, so a
-  // gateway from whose one address every tenant comes is not throttled for
-  // its busy connections. With no room to make, the new connection is
-  // answered 503 and closed on the I/O thread (no handler runs); so is one
-  // from the address that is itself over its share.
+  // Connections open at once. A connection is unoccupied while it has not
+  // sent a complete request yet, or waits (keep-alive) for its next one;
+  // an address's share of unoccupied connections is
+  // max_unoccupied_per_address. At the cap, a new connection from an address
+  // within its share is made room for: the oldest unoccupied connection of
+  // the address most over its share is closed (one waiting for its next
+  // request is closed before reading it, so its client may send it
+  // again). Connections whose requests are being read or run are never
+  // closed for room, so a gateway from whose one address every tenant
+  // comes is not throttled for its busy connections. A new connection with
+  // no room made (or from an address holding its share already) is
+  // answered 503 and closed on the I/O thread (no handler runs).
   int max_connections = 1024;
-  int max_pending_per_address = 32;
+  int max_unoccupied_per_address = 32;
   // Request line and headers, in full, from the moment the connection is
   // accepted or the request's first byte arrives: 408 and close.
   absl::Duration header_timeout = absl::Seconds(10);
@@ -170,8 +172,8 @@ struct ConnectionStats {
   int open = 0;                  // connections open now
   int pending = 0;               // of them, without a complete request yet
   uint64_t refused_cap = 0;      // refused: at the cap, no room to make
-  uint64_t refused_address = 0;  // refused: its address over its share
-  uint64_t evicted_idle = 0;     // closed for room: waited for a request
+  uint64_t refused_address = 0;  // refused: its address holds its share
+  uint64_t evicted_idle = 0;     // closed for room: waited for the next
   uint64_t evicted_pending = 0;  // closed for room: no complete request
 };
 

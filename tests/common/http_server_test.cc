@@ -315,7 +315,7 @@ TEST_F(HttpServerTest, SlowlorisDoesNotStopOthersBeingServed) {
 TEST_F(HttpServerTest, OverTheConnectionCapWithNoRoomToMakeIs503) {
   Options options;
   options.max_connections = 4;
-  options.max_pending_per_address = 4;
+  options.max_unoccupied_per_address = 4;
   Serve(options);
   // Four connections that have not finished a request, from an address
   // within its share: none is closed to make room.
@@ -349,13 +349,15 @@ TEST_F(HttpServerTest, OverTheConnectionCapWithNoRoomToMakeIs503) {
   EXPECT_EQ(later->status, 200);
 }
 
-TEST_F(HttpServerTest, AtTheCapTheLongestIdleKeepAliveConnectionMakesRoom) {
+TEST_F(HttpServerTest, AtTheCapAnAddressOverItsShareLosesItsLongestIdle) {
   Options options;
   options.max_connections = 4;
+  options.max_unoccupied_per_address = 2;
   Serve(options);
+  // Another machine keeps four connections alive between requests.
   std::vector<std::unique_ptr<RawClient>> kept;
   for (int i = 0; i < 4; ++i) {
-    kept.push_back(std::make_unique<RawClient>(port_));
+    kept.push_back(std::make_unique<RawClient>(port_, nullptr, "127.0.0.2"));
     ASSERT_TRUE(kept.back()->Send(Get("/hello")));
     auto r = kept.back()->Read();
     ASSERT_TRUE(r.has_value());
@@ -376,10 +378,32 @@ TEST_F(HttpServerTest, AtTheCapTheLongestIdleKeepAliveConnectionMakesRoom) {
   EXPECT_EQ(server_->connection_stats().evicted_idle, 1u);
 }
 
+TEST_F(HttpServerTest, KeptConnectionsWithinTheirShareAreNotClosedForRoom) {
+  Options options;
+  options.max_connections = 4;
+  Serve(options);
+  std::vector<std::unique_ptr<RawClient>> kept;
+  for (int i = 0; i < 4; ++i) {
+    kept.push_back(std::make_unique<RawClient>(port_));
+    ASSERT_TRUE(kept.back()->Send(Get("/hello")));
+    ASSERT_TRUE(kept.back()->Read().has_value());
+  }
+  RawClient fifth(port_, nullptr, "127.0.0.2");
+  ASSERT_TRUE(fifth.Send(Get("/hello")));
+  ExpectOpenAiError(fifth.Read(), 503);
+  for (auto& client : kept) {
+    ASSERT_TRUE(client->Send(Get("/hello")));
+    auto r = client->Read();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, 200);
+  }
+  EXPECT_EQ(server_->connection_stats().refused_cap, 1u);
+}
+
 TEST_F(HttpServerTest, AnAddressOverItsShareOfSilentConnectionsGivesWay) {
   Options options;
   options.max_connections = 8;
-  options.max_pending_per_address = 2;
+  options.max_unoccupied_per_address = 2;
   Serve(options);
   // Another machine holds every place with connections that send nothing.
   std::vector<std::unique_ptr<RawClient>> silent;

@@ -225,6 +225,21 @@ absl::Status Router::FetchSettings() {
   return absl::OkStatus();
 }
 
+void Router::Health(const http::Request& req, http::Response& res) const {
+  // Open to load balancers: up or not, per role. The nodes' URLs and the
+  // processes' PIDs map the deployment for an attacker: admin token only.
+  const bool detailed = req.has_header("Authorization");
+  if (detailed && !options_.admin_token.set()) {
+    RespondInternalError(
+        res, absl::PermissionDeniedError(
+                 "the router has no admin token (--trace-token-file)"));
+    return;
+  }
+  if (detailed && !Authorized(req, options_.admin_token, "admin token", res))
+    return;
+  res.set_content(health_->HealthJson(detailed), "application/json");
+}
+
 absl::Status Router::Start() {
   if (!options_.access_log.path.empty()) {
     auto log = AccessLog::Open(options_.access_log);
@@ -284,21 +299,8 @@ absl::Status Router::Start() {
                  v.page_tokens = settings_.page_tokens;
                  return VersionJson(v);
                }));
-  // Open to load balancers: up or not, per role. The nodes' URLs and the
-  // processes' PIDs map the deployment for an attacker: admin token only.
   server_->Get("/health", [this](const http::Request& req,
-                                 http::Response& res) {
-    const bool detailed = req.has_header("Authorization");
-    if (detailed && !options_.admin_token.set()) {
-      RespondInternalError(
-          res, absl::PermissionDeniedError(
-                   "the router has no admin token (--trace-token-file)"));
-      return;
-    }
-    if (detailed && !Authorized(req, options_.admin_token, "admin token", res))
-      return;
-    res.set_content(health_->HealthJson(detailed), "application/json");
-  });
+                                 http::Response& res) { Health(req, res); });
   ASSIGN_OR_RETURN(
       metrics_port_,
       ServeMetrics(

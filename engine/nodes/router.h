@@ -91,6 +91,9 @@ class Router {
   int context_tokens() const { return settings_.context_tokens; }
 
  private:
+  // GET /health: up or not per role; with the admin token, the nodes'
+  // URLs and up's PIDs too (docs/api.md, "Health").
+  void Health(const http::Request& req, http::Response& res) const;
   struct Admitted;
   void HandleCompletion(const http::Request& req, http::Response& res,
                         bool chat);

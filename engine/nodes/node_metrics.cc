@@ -72,6 +72,13 @@ NodeMetrics::NodeMetrics(const std::string& role)
                          "reservation, by reason")
                      .Labels(labels)
                      .Register(*registry_);
+  kv_unauthenticated_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_node_kv_unauthenticated_connections")
+           .Help("KV connections accepted that have not authenticated yet")
+           .Labels(labels)
+           .Register(*registry_)
+           .Add({});
   auto& connections =
       prometheus::BuildCounter()
           .Name("kvcanary_node_connections_total")
@@ -160,6 +167,10 @@ void NodeMetrics::SetNodeConnections(uint64_t opened, uint64_t reused) {
 
 void NodeMetrics::CountKvRefused(const char* reason) {
   kv_refused_->Add({{"reason", reason}}).Increment();
+}
+
+void NodeMetrics::SetKvUnauthenticated(int held) {
+  kv_unauthenticated_->Set(held);
 }
 
 void NodeMetrics::CountViolations(

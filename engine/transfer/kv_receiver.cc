@@ -60,9 +60,9 @@ absl::Status KvReceiver::Authenticate(kv::FrameConnection& conn,
     return std::max(deadline - absl::Now(), absl::ZeroDuration());
   };
   const SharedSecret::Nonce nonce = SharedSecret::NewNonce();
-  absl::Status s = conn.Send(kv::Hello{nonce}, left());
-  absl::StatusOr<kv::Frame> first = s;
-  if (s.ok()) first = conn.Receive(left());
+  const absl::Status sent = conn.Send(kv::Hello{nonce}, left());
+  absl::StatusOr<kv::Frame> first =
+      sent.ok() ? conn.Receive(left()) : absl::StatusOr<kv::Frame>(sent);
   if (!first.ok() && absl::IsCancelled(first.status())) return first.status();
   const kv::Auth* auth = first.ok() ? std::get_if<kv::Auth>(&*first) : nullptr;
   if (auth == nullptr || !options_.secret->CheckKvProof(nonce, auth->proof)) {

@@ -66,7 +66,7 @@ KvReceiverOptions ReceiverOptions(const DecodeNodeOptions& options,
   r.geometry.head_dim = cfg.head_dim();
   r.geometry.vocab_size = cfg.vocab_size;
   r.watermark = loop.options().watermark;
-  r.auth_timeout = options.kv_auth_deadline;
+  r.auth_timeout = options.kv_admission.auth_deadline;
   r.frame_timeout = kFrameTimeout;
   r.trust_sent_prompt_tokens = options.faults.has(Fault::kAdmissionAbortLost);
   r.trust_commit = options.faults.has(Fault::kPageCountMismatch);
@@ -239,12 +239,7 @@ absl::Status DecodeNode::StartKvGate() {
                      ParseNodeUrl(url, options_.creds.tls.get()));
     hosts.push_back(parsed.host);
   }
-  KvAdmissionOptions a;
-  a.max_transfers = options_.max_kv_connections;
-  a.max_unauthenticated = options_.max_kv_unauthenticated;
-  a.max_unauthenticated_per_peer = options_.max_kv_unauthenticated_per_peer;
-  a.reserved_unauthenticated = options_.kv_reserved_unauthenticated;
-  a.auth_deadline = options_.kv_auth_deadline;
+  KvAdmissionOptions a = options_.kv_admission;
   ASSIGN_OR_RETURN(a.reserved_addresses, ResolveHosts(hosts));
   kv_gate_ = std::make_unique<KvGate>(a, receiver_host_.get(), receiver_.get(),
                                       options_.creds.tls.get());

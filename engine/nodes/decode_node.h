@@ -48,18 +48,10 @@ struct DecodeNodeOptions {
   std::vector<std::string> prefill_urls;
   // The internal secret (mandatory), the trace token, the trace reader cap.
   NodeCredentials creds;
-  // KV transfers served at once (authenticated connections); one more is
-  // refused after its Auth with RESOURCE_EXHAUSTED.
-  int max_kv_connections = 64;
-  // Unauthenticated KV connections held at once: from any address but the
-  // prefill nodes', in total and per peer address; from the prefill nodes'
-  // addresses (resolved from prefill_urls at start), a pool of their own.
-  // One more is closed at accept. Each must complete the TLS handshake,
-  // the Hello and the Auth within kv_auth_deadline of its accept.
-  int max_kv_unauthenticated = 64;
-  int max_kv_unauthenticated_per_peer = 4;
-  int kv_reserved_unauthenticated = 32;
-  absl::Duration kv_auth_deadline = absl::Milliseconds(200);
+  // The KV port: transfer slots, the caps on unauthenticated connections,
+  // the deadline from accept to Auth (the prefill nodes' addresses are
+  // resolved from prefill_urls at start).
+  KvAdmissionOptions kv_admission;
   // /metrics on a listener of its own (0: any free port); -1: on the
   // node's HTTP port.
   int metrics_port = -1;

@@ -65,20 +65,7 @@ NodeMetrics::NodeMetrics(const std::string& role)
                  .Labels(labels)
                  .Register(*registry_)
                  .Add({});
-  kv_refused_ = &prometheus::BuildCounter()
-                     .Name("kvcanary_node_kv_connections_refused_total")
-                     .Help(
-                         "KV connections refused before touching a "
-                         "reservation, by reason")
-                     .Labels(labels)
-                     .Register(*registry_);
-  kv_unauthenticated_ =
-      &prometheus::BuildGauge()
-           .Name("kvcanary_node_kv_unauthenticated_connections")
-           .Help("KV connections accepted that have not authenticated yet")
-           .Labels(labels)
-           .Register(*registry_)
-           .Add({});
+  AddKvPortMetrics(labels);
   auto& connections =
       prometheus::BuildCounter()
           .Name("kvcanary_node_connections_total")
@@ -163,6 +150,23 @@ void NodeMetrics::SetNodeConnections(uint64_t opened, uint64_t reused) {
         static_cast<double>(reused - connections_reused_seen_));
     connections_reused_seen_ = reused;
   }
+}
+
+void NodeMetrics::AddKvPortMetrics(const prometheus::Labels& labels) {
+  kv_refused_ = &prometheus::BuildCounter()
+                     .Name("kvcanary_node_kv_connections_refused_total")
+                     .Help(
+                         "KV connections refused before touching a "
+                         "reservation, by reason")
+                     .Labels(labels)
+                     .Register(*registry_);
+  kv_unauthenticated_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_node_kv_unauthenticated_connections")
+           .Help("KV connections accepted that have not authenticated yet")
+           .Labels(labels)
+           .Register(*registry_)
+           .Add({});
 }
 
 void NodeMetrics::CountKvRefused(const char* reason) {

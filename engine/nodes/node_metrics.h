@@ -91,6 +91,8 @@ class NodeMetrics {
   std::string role_;
   // Registers the host tier's metrics (the constructor's tail).
   void AddTierMetrics(const prometheus::Labels& labels);
+  // Registers the KV port's refusal counter and unauthenticated gauge.
+  void AddKvPortMetrics(const prometheus::Labels& labels);
 };
 
 }  // namespace kvcanary::engine

@@ -14,9 +14,6 @@ namespace kvcanary::engine {
 namespace {
 
 constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
-// How long a KV connection may take to answer the Hello: an unauthenticated
-// connection holds one of the capped receiver threads only this long.
-constexpr absl::Duration kAuthTimeout = absl::Seconds(2);
 
 std::string NdjsonLine(const nlohmann::json& j) { return j.dump() + "\n"; }
 
@@ -69,7 +66,7 @@ KvReceiverOptions ReceiverOptions(const DecodeNodeOptions& options,
   r.geometry.head_dim = cfg.head_dim();
   r.geometry.vocab_size = cfg.vocab_size;
   r.watermark = loop.options().watermark;
-  r.auth_timeout = kAuthTimeout;
+  r.auth_timeout = options.kv_admission.auth_deadline;
   r.frame_timeout = kFrameTimeout;
   r.trust_sent_prompt_tokens = options.faults.has(Fault::kAdmissionAbortLost);
   r.trust_commit = options.faults.has(Fault::kPageCountMismatch);
@@ -201,9 +198,7 @@ absl::Status DecodeNode::Start() {
     return absl::FailedPreconditionError(
         "the decode node needs at least one prefill node (--prefill)");
   }
-  for (const std::string& url : options_.prefill_urls) {
-    RETURN_IF_ERROR(ParseNodeUrl(url, options_.creds.tls.get()).status());
-  }
+  RETURN_IF_ERROR(StartKvGate());
   ASSIGN_OR_RETURN(trace_file_,
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
   server_ = MakeHttpServer(options_.http_threads, options_.creds.tls);
@@ -217,7 +212,12 @@ absl::Status DecodeNode::Start() {
       metrics_port_,
       ServeMetrics(
           server_.get(), "decode", options_.host, options_.metrics_port,
-          [this] { return metrics_.Serialize(&loop_); }, &metrics_server_));
+          [this] {
+            metrics_.SetKvUnauthenticated(
+                kv_gate_->admission().unauthenticated());
+            return metrics_.Serialize(&loop_);
+          },
+          &metrics_server_));
   auto listener =
       options_.kv_listen_fd >= 0
           ? kv::FrameListener::FromFd(options_.kv_listen_fd)
@@ -229,6 +229,20 @@ absl::Status DecodeNode::Start() {
   auto port = BindAndServe(server_.get(), options_.host, options_.http_port);
   if (!port.ok()) return port.status();
   http_port_ = *port;
+  return absl::OkStatus();
+}
+
+absl::Status DecodeNode::StartKvGate() {
+  std::vector<std::string> hosts;
+  for (const std::string& url : options_.prefill_urls) {
+    ASSIGN_OR_RETURN(NodeUrl parsed,
+                     ParseNodeUrl(url, options_.creds.tls.get()));
+    hosts.push_back(parsed.host);
+  }
+  KvAdmissionOptions a = options_.kv_admission;
+  ASSIGN_OR_RETURN(a.reserved_addresses, ResolveHosts(hosts));
+  kv_gate_ = std::make_unique<KvGate>(a, receiver_host_.get(), receiver_.get(),
+                                      options_.creds.tls.get());
   return absl::OkStatus();
 }
 
@@ -535,6 +549,12 @@ void DecodeNode::AcceptLoop() {
       }
       continue;
     }
+    // One deadline from accept to a verified Auth, and a place among the
+    // unauthenticated connections, or a refusal (answered and counted).
+    const absl::Time deadline =
+        absl::Now() + kv_gate_->admission().options().auth_deadline;
+    std::unique_ptr<KvAdmission::Hold> hold = kv_gate_->Admit(**conn);
+    if (hold == nullptr) continue;  // closed
     absl::MutexLock lock(&mu_);
     // Reap receivers that are done, so threads do not pile up.
     for (size_t i = 0; i < transfer_threads_.size();) {
@@ -546,35 +566,29 @@ void DecodeNode::AcceptLoop() {
         ++i;
       }
     }
-    if (static_cast<int>(transfer_threads_.size()) >=
-        options_.max_kv_connections) {
-      metrics_.CountKvRefused("connection cap");
-      continue;  // closed: the sender retries or fails its request
-    }
     auto done = std::make_shared<std::atomic<bool>>(false);
     transfer_threads_.emplace_back(
         std::thread(
-            [this, done](std::unique_ptr<kv::FrameConnection> c) {
-              ServeTransfer(std::move(c));
+            [this, done, deadline](std::unique_ptr<kv::FrameConnection> c,
+                                   std::unique_ptr<KvAdmission::Hold> h) {
+              ServeTransfer(std::move(c), std::move(h), deadline);
               done->store(true);
             },
-            std::move(*conn)),
+            std::move(*conn), std::move(hold)),
         done);
   }
 }
 
-void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn) {
-  // Mutual TLS first: a peer without the deployment's certificate gets no
-  // frame, not even the Hello.
-  if (options_.creds.tls != nullptr &&
-      !conn->AcceptTls(*options_.creds.tls, kAuthTimeout).ok()) {
-    metrics_.CountKvRefused("tls");
-    return;
-  }
+void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn,
+                               std::unique_ptr<KvAdmission::Hold> hold,
+                               absl::Time deadline) {
+  // Mutual TLS, the Hello and the Auth, then a transfer slot: a refused
+  // connection was answered and counted.
+  if (!kv_gate_->Authenticate(*conn, *hold, deadline).ok()) return;
   RequestId id;
   bool claimed = false;
   const uint64_t before = conn->bytes_received();
-  absl::Status verdict = receiver_->Receive(*conn, &id, &claimed);
+  absl::Status verdict = receiver_->ReceiveTransfer(*conn, &id, &claimed);
   metrics_.CountTransfer(conn->bytes_received() - before, verdict);
   if (verdict.ok()) {
     (void)conn->Send(kv::Ack{id, 0, ""}, kFrameTimeout);

@@ -33,6 +33,7 @@
 #include "engine/nodes/hangup_watch.h"
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/node_metrics.h"
+#include "engine/transfer/kv_admission.h"
 #include "engine/transfer/kv_connection.h"
 #include "engine/transfer/kv_receiver.h"
 
@@ -47,8 +48,10 @@ struct DecodeNodeOptions {
   std::vector<std::string> prefill_urls;
   // The internal secret (mandatory), the trace token, the trace reader cap.
   NodeCredentials creds;
-  // KV connections served at once; one more is closed at accept.
-  int max_kv_connections = 64;
+  // The KV port: transfer slots, the caps on unauthenticated connections,
+  // the deadline from accept to Auth (the prefill nodes' addresses are
+  // resolved from prefill_urls at start).
+  KvAdmissionOptions kv_admission;
   // /metrics on a listener of its own (0: any free port); -1: on the
   // node's HTTP port.
   int metrics_port = -1;
@@ -120,7 +123,14 @@ class DecodeNode {
 
   void HandleGenerate(const http::Request& req, http::Response& res);
   void AcceptLoop();
-  void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn);
+  // One accepted KV connection, on its own thread: authenticated by
+  // `deadline` (its place in `hold`), then its transfer.
+  void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn,
+                     std::unique_ptr<KvAdmission::Hold> hold,
+                     absl::Time deadline);
+  // The KV port's gate, its pre-auth pool reserved for the addresses of
+  // the prefill nodes.
+  absl::Status StartKvGate();
   // The reservation a Metadata frame names, claimed for this connection if
   // its transfer token matches and nobody claimed it; nullptr for every
   // refusal (unknown id, wrong token, taken), so a refusal reveals nothing.
@@ -174,6 +184,7 @@ class DecodeNode {
   std::unique_ptr<http::Server> server_;
   std::unique_ptr<ReceiverHost> receiver_host_;
   std::unique_ptr<KvReceiver> receiver_;  // every KV connection's
+  std::unique_ptr<KvGate> kv_gate_;       // admission up to authentication
   std::unique_ptr<kv::FrameListener> listener_;
   std::thread accept_thread_;
   int http_port_ = 0;

@@ -65,13 +65,7 @@ NodeMetrics::NodeMetrics(const std::string& role)
                  .Labels(labels)
                  .Register(*registry_)
                  .Add({});
-  kv_refused_ = &prometheus::BuildCounter()
-                     .Name("kvcanary_node_kv_connections_refused_total")
-                     .Help(
-                         "KV connections refused before touching a "
-                         "reservation, by reason")
-                     .Labels(labels)
-                     .Register(*registry_);
+  AddKvPortMetrics(labels);
   auto& connections =
       prometheus::BuildCounter()
           .Name("kvcanary_node_connections_total")
@@ -158,8 +152,29 @@ void NodeMetrics::SetNodeConnections(uint64_t opened, uint64_t reused) {
   }
 }
 
+void NodeMetrics::AddKvPortMetrics(const prometheus::Labels& labels) {
+  kv_refused_ = &prometheus::BuildCounter()
+                     .Name("kvcanary_node_kv_connections_refused_total")
+                     .Help(
+                         "KV connections refused before touching a "
+                         "reservation, by reason")
+                     .Labels(labels)
+                     .Register(*registry_);
+  kv_unauthenticated_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_node_kv_unauthenticated_connections")
+           .Help("KV connections accepted that have not authenticated yet")
+           .Labels(labels)
+           .Register(*registry_)
+           .Add({});
+}
+
 void NodeMetrics::CountKvRefused(const char* reason) {
   kv_refused_->Add({{"reason", reason}}).Increment();
+}
+
+void NodeMetrics::SetKvUnauthenticated(int held) {
+  kv_unauthenticated_->Set(held);
 }
 
 void NodeMetrics::CountViolations(

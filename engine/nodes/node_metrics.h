@@ -31,8 +31,12 @@ class NodeMetrics {
   // Watermark violations of one finished request, by kind.
   void CountViolations(const std::vector<WatermarkViolation>& violations);
   // A KV connection refused before it could touch a reservation, by
-  // reason: "connection cap", "authentication", "no matching reservation".
+  // reason: "authentication", "tls", "peer cap", "pre-auth cap",
+  // "connection cap", "no matching reservation".
   void CountKvRefused(const char* reason);
+  // kvcanary_node_kv_unauthenticated_connections: KV connections accepted
+  // that have not authenticated yet (decode).
+  void SetKvUnauthenticated(int held);
   // Registers kvcanary_engine_kv_events_dropped_total: a node that
   // publishes KV cache events does, at start.
   void AddKvEventsMetrics();
@@ -74,6 +78,7 @@ class NodeMetrics {
   prometheus::Family<prometheus::Counter>* violations_;
   uint64_t tokens_seen_ = 0;
   prometheus::Family<prometheus::Counter>* kv_refused_;
+  prometheus::Gauge* kv_unauthenticated_;
   absl::Mutex connections_mu_;
   prometheus::Counter* connections_opened_;
   prometheus::Counter* connections_reused_;
@@ -86,6 +91,8 @@ class NodeMetrics {
   std::string role_;
   // Registers the host tier's metrics (the constructor's tail).
   void AddTierMetrics(const prometheus::Labels& labels);
+  // Registers the KV port's refusal counter and unauthenticated gauge.
+  void AddKvPortMetrics(const prometheus::Labels& labels);
 };
 
 }  // namespace kvcanary::engine

@@ -61,7 +61,8 @@ absl::StatusOr<KvPeer> PrefillNode::FindKvPeer(const std::string& name) {
   for (const KvPeer& p : peers_) {
     if (p.name == name) return p;
   }
-  return absl::FailedPreconditionError(absl::StrCat(
+  // A request's mistake, not this node's: 400.
+  return absl::InvalidArgumentError(absl::StrCat(
       "no KV peer named '", name, "' in this prefill node's configuration"));
 }
 

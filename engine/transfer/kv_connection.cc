@@ -1,5 +1,6 @@
 #include "engine/transfer/kv_connection.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -295,6 +296,32 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
                         absl::StrCat(what, ": ", handshake.message()));
   }
   return conn;
+}
+
+std::string FrameConnection::PeerAddress() const {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return "";
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) == nullptr)
+      return "";
+    return text;
+  }
+  if (addr.ss_family != AF_INET6) return "";
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+  if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+    if (::inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], text, sizeof(text)) ==
+        nullptr)
+      return "";
+    return text;
+  }
+  if (::inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text)) == nullptr)
+    return "";
+  return text;
 }
 
 absl::Status FrameConnection::AcceptTls(const tls::Context& ctx,

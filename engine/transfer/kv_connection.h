@@ -89,6 +89,9 @@ class FrameConnection {
   // any Send or Receive; at most once.
   absl::Status AcceptTls(const tls::Context& ctx, absl::Duration timeout);
   bool uses_tls() const { return tls_ != nullptr; }
+  // The peer's IP address as text ("127.0.0.2"; an IPv4-mapped IPv6
+  // address as IPv4); "" if the socket has none.
+  std::string PeerAddress() const;
   FrameConnection& operator=(const FrameConnection&) = delete;
 
   // Writes one whole frame. A failure after part of the frame was written

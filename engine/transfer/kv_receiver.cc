@@ -20,9 +20,12 @@ KvReceiver::KvReceiver(KvReceiverHost* host, const KvReceiverOptions& options)
 
 absl::Status KvReceiver::Receive(kv::FrameConnection& conn, RequestId* id,
                                  bool* claimed) const {
-  // Nothing larger than one page of this geometry is buffered.
-  conn.set_max_page_payload(options_.geometry.max_page_payload());
-  RETURN_IF_ERROR(Authenticate(conn));
+  RETURN_IF_ERROR(Authenticate(conn, absl::Now() + options_.auth_timeout));
+  return ReceiveTransfer(conn, id, claimed);
+}
+
+absl::Status KvReceiver::ReceiveTransfer(kv::FrameConnection& conn,
+                                         RequestId* id, bool* claimed) const {
   auto first = conn.Receive(options_.frame_timeout);
   if (!first.ok()) return first.status();
   const auto* meta = std::get_if<kv::Metadata>(&*first);
@@ -49,12 +52,19 @@ absl::Status KvReceiver::Receive(kv::FrameConnection& conn, RequestId* id,
   return claim->HandOver(*std::move(delivery));
 }
 
-absl::Status KvReceiver::Authenticate(kv::FrameConnection& conn) const {
+absl::Status KvReceiver::Authenticate(kv::FrameConnection& conn,
+                                      absl::Time deadline) const {
+  // Nothing larger than one page of this geometry is buffered.
+  conn.set_max_page_payload(options_.geometry.max_page_payload());
+  auto left = [deadline] {
+    return std::max(deadline - absl::Now(), absl::ZeroDuration());
+  };
   const SharedSecret::Nonce nonce = SharedSecret::NewNonce();
-  RETURN_IF_ERROR(conn.Send(kv::Hello{nonce}, options_.auth_timeout));
-  auto first = conn.Receive(options_.auth_timeout);
-  if (!first.ok()) return first.status();
-  const auto* auth = std::get_if<kv::Auth>(&*first);
+  const absl::Status sent = conn.Send(kv::Hello{nonce}, left());
+  absl::StatusOr<kv::Frame> first =
+      sent.ok() ? conn.Receive(left()) : absl::StatusOr<kv::Frame>(sent);
+  if (!first.ok() && absl::IsCancelled(first.status())) return first.status();
+  const kv::Auth* auth = first.ok() ? std::get_if<kv::Auth>(&*first) : nullptr;
   if (auth == nullptr || !options_.secret->CheckKvProof(nonce, auth->proof)) {
     host_->Refused("authentication");
     return absl::UnauthenticatedError("KV connection failed authentication");

@@ -110,9 +110,9 @@ struct KvReceiverOptions {
   // What a page whose stamp names another writer gets: enforce refuses the
   // transfer, detect reports it and goes on, off does not look.
   WatermarkMode watermark = WatermarkMode::kEnforce;
-  // How long a connection may take to answer the Hello: an unauthenticated
-  // connection holds a receiver only this long.
-  absl::Duration auth_timeout = absl::Seconds(2);
+  // How long Receive gives a connection to answer the Hello (the decode
+  // node sets one deadline from accept instead: KvGate).
+  absl::Duration auth_timeout = absl::Milliseconds(200);
   absl::Duration frame_timeout = absl::Seconds(10);  // each later frame
   // Faults (engine/core/faults.h, docs/faults.md), as the receiver sees
   // them. admission-abort-lost: the prompt length is taken on the
@@ -147,6 +147,18 @@ class KvReceiver {
   // a failure fail the request).
   absl::Status Receive(kv::FrameConnection& conn, RequestId* id,
                        bool* claimed) const;
+  // Receive in two steps, for a caller that decides between them (the
+  // decode node takes a transfer slot only once a connection has
+  // authenticated). Authenticate: the Hello, then the sender's Auth by
+  // `deadline`. Every failure (another first frame, a wrong proof, bytes
+  // that are no frame, silence, a close) is counted once as
+  // "authentication" and is the same kUnauthenticated, with no detail of
+  // the parser's; kCancelled (this end shut down) is not counted.
+  absl::Status Authenticate(kv::FrameConnection& conn,
+                            absl::Time deadline) const;
+  // After Authenticate: the rest of Receive.
+  absl::Status ReceiveTransfer(kv::FrameConnection& conn, RequestId* id,
+                               bool* claimed) const;
 
  private:
   // What a transfer delivered so far.
@@ -158,9 +170,6 @@ class KvReceiver {
     std::vector<uint32_t> slots_per_layer;
   };
 
-  // The handshake: Hello, then the sender's Auth within auth_timeout.
-  // kUnauthenticated for anything else.
-  absl::Status Authenticate(kv::FrameConnection& conn) const;
   // The claimed transfer after its Metadata: the pages up to a good
   // Commit, as they are to be handed over.
   absl::StatusOr<KvDelivery> ReceiveClaimed(kv::FrameConnection& conn,

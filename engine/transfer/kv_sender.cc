@@ -30,31 +30,48 @@ namespace {
 // read.
 constexpr absl::Duration kVerdictGrace = absl::Milliseconds(500);
 
+// Whether an Abort refused the connection before anything was claimed: the
+// decode node says so with request id 0 and one of these codes only before
+// it reads the Metadata (capacity, a failed or late handshake).
+bool RefusedBeforeClaim(const kv::Abort& abort) {
+  const auto code = static_cast<absl::StatusCode>(abort.code);
+  return abort.request == RequestId(0) &&
+         (code == absl::StatusCode::kResourceExhausted ||
+          code == absl::StatusCode::kUnauthenticated);
+}
+
 // An Abort as the status the sender reports.
-absl::Status Refused(const kv::Abort& abort) {
+absl::Status Refused(const kv::Abort& abort, bool* before_claim) {
+  *before_claim = RefusedBeforeClaim(abort);
   return absl::Status(
       static_cast<absl::StatusCode>(abort.code),
       absl::StrCat("decode node refused the transfer: ", abort.message));
 }
 
 // The decode node's answer to a whole transfer, or why there is none.
-absl::Status ReadVerdict(kv::FrameConnection& c, absl::Duration timeout) {
+absl::Status ReadVerdict(kv::FrameConnection& c, absl::Duration timeout,
+                         bool* before_claim) {
   auto reply = c.Receive(timeout);
   if (!reply.ok()) return reply.status();
   if (auto* ack = std::get_if<kv::Ack>(&*reply)) {
     if (ack->code == 0) return absl::OkStatus();
     return absl::Status(static_cast<absl::StatusCode>(ack->code), ack->message);
   }
-  if (auto* abort = std::get_if<kv::Abort>(&*reply)) return Refused(*abort);
+  if (auto* abort = std::get_if<kv::Abort>(&*reply)) {
+    return Refused(*abort, before_claim);
+  }
   return absl::DataLossError("decode node answered with an unexpected frame");
 }
 
 // A failed write, explained by the decode node's Abort when one arrived.
-absl::Status WriteFailed(kv::FrameConnection& c, absl::Status write_error) {
+absl::Status WriteFailed(kv::FrameConnection& c, absl::Status write_error,
+                         bool* before_claim) {
   if (absl::IsCancelled(write_error)) return write_error;
   auto reply = c.Receive(kVerdictGrace);
   if (reply.ok()) {
-    if (auto* abort = std::get_if<kv::Abort>(&*reply)) return Refused(*abort);
+    if (auto* abort = std::get_if<kv::Abort>(&*reply)) {
+      return Refused(*abort, before_claim);
+    }
   }
   return write_error;
 }
@@ -64,9 +81,35 @@ absl::Status WriteFailed(kv::FrameConnection& c, absl::Status write_error) {
 absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
                             const std::vector<kv::Page>& pages, int first_token,
                             TransferDamage damage, uint64_t* bytes_sent) const {
+  absl::Duration backoff = absl::Milliseconds(10);
+  uint64_t total_sent = 0;
+  absl::Status s;
+  for (int attempt = 1;; ++attempt) {
+    bool before_claim = false;
+    uint64_t sent = 0;
+    s = SendOnce(peer, meta, pages, first_token, damage, &sent, &before_claim);
+    total_sent += sent;
+    if (s.ok() || !before_claim || attempt == kSendAttempts) break;
+    absl::SleepFor(backoff);  // 10, 20, 40, 80 ms
+    backoff *= 2;
+  }
+  *bytes_sent = total_sent;
+  return s;
+}
+
+absl::Status KvSender::SendOnce(const KvPeer& peer, const kv::Metadata& meta,
+                                const std::vector<kv::Page>& pages,
+                                int first_token, TransferDamage damage,
+                                uint64_t* bytes_sent,
+                                bool* before_claim) const {
+  *bytes_sent = 0;
   auto conn =
       kv::FrameConnection::Connect(peer.host, peer.port, frame_timeout_, tls_);
-  if (!conn.ok()) return conn.status();
+  if (!conn.ok()) {
+    // A TLS handshake the port cut short (at capacity, or its deadline).
+    *before_claim = tls_ != nullptr && absl::IsUnavailable(conn.status());
+    return conn.status();
+  }
   kv::FrameConnection& c = **conn;
   auto done = [&](absl::Status s) {
     *bytes_sent = c.bytes_sent();
@@ -74,16 +117,23 @@ absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
   };
   // The handshake: answer the decode node's nonce under the secret.
   auto hello = c.Receive(frame_timeout_);
-  if (!hello.ok()) return done(hello.status());
+  if (!hello.ok()) {
+    // Closed before its Hello: refused at accept.
+    *before_claim = absl::IsUnavailable(hello.status());
+    return done(hello.status());
+  }
+  if (auto* abort = std::get_if<kv::Abort>(&*hello)) {
+    return done(Refused(*abort, before_claim));
+  }
   const auto* h = std::get_if<kv::Hello>(&*hello);
   if (h == nullptr) {
     return done(absl::DataLossError(absl::StrCat(
         "decode node ", peer.name, " did not open the transfer with hello")));
   }
   absl::Status s = c.Send(kv::Auth{secret_->KvProof(h->nonce)}, frame_timeout_);
-  if (!s.ok()) return done(WriteFailed(c, s));
+  if (!s.ok()) return done(WriteFailed(c, s, before_claim));
   s = c.Send(meta, frame_timeout_);
-  if (!s.ok()) return done(WriteFailed(c, s));
+  if (!s.ok()) return done(WriteFailed(c, s, before_claim));
   absl::Span<const kv::Page> rest(pages);
   if (damage != TransferDamage::kNone && !rest.empty()) {
     std::string bytes;
@@ -96,20 +146,20 @@ absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
     }
     bytes[bytes.size() / 2] ^= 0x01;  // inside the K/V bytes
     s = c.SendRaw(bytes, frame_timeout_);
-    if (!s.ok()) return done(WriteFailed(c, s));
+    if (!s.ok()) return done(WriteFailed(c, s, before_claim));
     rest.remove_prefix(1);
   }
   // Many page frames to a system call, each with its CRC.
   s = c.SendPages(rest, frame_timeout_);
-  if (!s.ok()) return done(WriteFailed(c, s));
+  if (!s.ok()) return done(WriteFailed(c, s, before_claim));
   kv::Commit commit;
   commit.request = meta.request;
   commit.pages_sent = static_cast<uint32_t>(pages.size());
   commit.tokens_sent = meta.prompt_tokens;
   commit.first_token = first_token;
   s = c.Send(commit, frame_timeout_);
-  if (!s.ok()) return done(WriteFailed(c, s));
-  return done(ReadVerdict(c, frame_timeout_));
+  if (!s.ok()) return done(WriteFailed(c, s, before_claim));
+  return done(ReadVerdict(c, frame_timeout_, before_claim));
 }
 
 }  // namespace kvcanary::engine

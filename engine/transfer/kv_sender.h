@@ -45,12 +45,26 @@ class KvSender {
   // Hello with the proof, sends `meta`, `pages` in order (the first damaged as
   // `damage` says: tests only) and a Commit naming `first_token`, and returns
   // the decode node's verdict: OK on its Ack, its refusal otherwise, or the
-  // transport's error. *bytes_sent: what went on the wire.
+  // transport's error. *bytes_sent: what went on the wire. A connection
+  // refused before the decode node read its Metadata (no Hello came: the
+  // port at capacity closed it; or an Abort with request id 0 and
+  // RESOURCE_EXHAUSTED or UNAUTHENTICATED: the KV port at capacity, or its
+  // pre-auth deadline missed under load) claimed nothing, and is tried
+  // again after a short backoff, up to kSendAttempts times in all.
   absl::Status Send(const KvPeer& peer, const kv::Metadata& meta,
                     const std::vector<kv::Page>& pages, int first_token,
                     TransferDamage damage, uint64_t* bytes_sent) const;
 
+  static constexpr int kSendAttempts = 5;
+
  private:
+  // One try of Send; *before_claim: it was refused before the decode node
+  // could claim anything (safe to try again).
+  absl::Status SendOnce(const KvPeer& peer, const kv::Metadata& meta,
+                        const std::vector<kv::Page>& pages, int first_token,
+                        TransferDamage damage, uint64_t* bytes_sent,
+                        bool* before_claim) const;
+
   const SharedSecret* secret_;
   absl::Duration frame_timeout_;
   const tls::Context* tls_;

@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -41,8 +43,14 @@ inline rlim_t RaiseOpenFilesLimit(rlim_t want) {
 
 class SocketFlood {
  public:
-  SocketFlood(std::string from, int port, int count)
-      : from_(std::move(from)), port_(port), count_(count) {}
+  // `reopen_after`: how long after the server closes a connection it is
+  // opened again (0: at once).
+  SocketFlood(std::string from, int port, int count,
+              std::chrono::milliseconds reopen_after = {})
+      : from_(std::move(from)),
+        port_(port),
+        count_(count),
+        reopen_after_(reopen_after) {}
   ~SocketFlood() { Stop(); }
   SocketFlood(const SocketFlood&) = delete;
   SocketFlood& operator=(const SocketFlood&) = delete;
@@ -54,8 +62,10 @@ class SocketFlood {
     stop_.store(true);
     if (thread_.joinable()) thread_.join();
   }
-  // Connections opened so far (reopens included), and those held now.
+  // Connections opened so far (reopens included), those the server closed,
+  // and those held now.
   uint64_t opened() const { return opened_.load(); }
+  uint64_t closed_by_server() const { return closed_.load(); }
   int held() const { return held_.load(); }
 
  private:
@@ -80,12 +90,16 @@ class SocketFlood {
   }
 
   void Run() {
+    using Clock = std::chrono::steady_clock;
     std::vector<pollfd> fds(count_, pollfd{-1, POLLIN, 0});
+    std::vector<Clock::time_point> reopen_at(count_, Clock::time_point());
     char sink[4096];
     while (!stop_.load()) {
       int held = 0;
-      for (pollfd& p : fds) {
-        if (p.fd < 0) {
+      const Clock::time_point now = Clock::now();
+      for (int i = 0; i < count_; ++i) {
+        pollfd& p = fds[i];
+        if (p.fd < 0 && now >= reopen_at[i]) {
           p.fd = Dial();
           if (p.fd >= 0) opened_.fetch_add(1);
         }
@@ -93,14 +107,18 @@ class SocketFlood {
       }
       held_.store(held);
       if (poll(fds.data(), fds.size(), 20) <= 0) continue;
-      for (pollfd& p : fds) {
+      for (int i = 0; i < count_; ++i) {
+        pollfd& p = fds[i];
         if (p.fd < 0 || p.revents == 0) continue;
-        // What the server says (a 503) is read and dropped; its close ends
-        // this connection here too, reopened on the next round.
+        // What the server says (a 503, an Abort) is read and dropped; its
+        // close ends this connection here too, reopened reopen_after_ on.
         const ssize_t n = recv(p.fd, sink, sizeof(sink), MSG_DONTWAIT);
-        if (n <= 0 || (p.revents & (POLLHUP | POLLERR)) != 0) {
+        if (n == 0 || (n < 0 && errno != EAGAIN) ||
+            (p.revents & (POLLHUP | POLLERR)) != 0) {
           close(p.fd);
           p.fd = -1;
+          reopen_at[i] = Clock::now() + reopen_after_;
+          closed_.fetch_add(1);
         }
         p.revents = 0;
       }
@@ -113,8 +131,10 @@ class SocketFlood {
   const std::string from_;
   const int port_;
   const int count_;
+  const std::chrono::milliseconds reopen_after_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> opened_{0};
+  std::atomic<uint64_t> closed_{0};
   std::atomic<int> held_{0};
   std::thread thread_;
 };

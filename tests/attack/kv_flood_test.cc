@@ -28,6 +28,7 @@
 #include "engine/transfer/kv_connection.h"
 #include "engine/transfer/kv_transfer_format.h"
 #include "gtest/gtest.h"
+#include "tests/attack/flood.h"
 #include "tests/integration/cluster.h"
 
 namespace kvcanary::testing {
@@ -39,95 +40,8 @@ namespace kv = engine::kv;
 constexpr int kFloodSockets = 64;
 constexpr absl::Duration kFloodFor = absl::Seconds(12);
 // How soon the attacker reopens a socket the server closed.
-constexpr absl::Duration kReopenAfter = absl::Milliseconds(20);
+constexpr std::chrono::milliseconds kReopenAfter(20);
 constexpr int kClientStreams = 4;
-
-void RaiseOpenFiles() {
-  rlimit r{};
-  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &r), 0);
-  r.rlim_cur = r.rlim_max;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &r), 0);
-}
-
-// A TCP connection from 127.0.0.2 to 127.0.0.1:port (non-blocking once
-// connected); -1 on failure.
-int ConnectFromOtherAddress(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  return fd;
-}
-
-// Keeps kFloodSockets idle connections from 127.0.0.2 open to the KV port,
-// each reopened kReopenAfter after the server closes it; reads whatever
-// the server says (and never answers).
-class KvFlood {
- public:
-  explicit KvFlood(int port) : port_(port) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~KvFlood() { Stop(); }
-  void Stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-  }
-  int64_t opened() const { return opened_.load(); }
-  int64_t closed_by_server() const { return closed_.load(); }
-
- private:
-  void Run() {
-    std::vector<int> fds(kFloodSockets, -1);
-    std::vector<absl::Time> reopen_at(kFloodSockets, absl::InfinitePast());
-    char buf[4096];
-    while (!stop_) {
-      const absl::Time now = absl::Now();
-      std::vector<pollfd> p;
-      std::vector<int> which;
-      for (int i = 0; i < kFloodSockets; ++i) {
-        if (fds[i] < 0 && now >= reopen_at[i]) {
-          fds[i] = ConnectFromOtherAddress(port_);
-          if (fds[i] >= 0) ++opened_;
-          if (fds[i] < 0) reopen_at[i] = now + kReopenAfter;
-        }
-        if (fds[i] >= 0) {
-          p.push_back({fds[i], POLLIN, 0});
-          which.push_back(i);
-        }
-      }
-      ::poll(p.data(), p.size(), 10);
-      for (size_t k = 0; k < p.size(); ++k) {
-        if (p[k].revents == 0) continue;
-        const ssize_t n = ::recv(p[k].fd, buf, sizeof(buf), 0);
-        if (n > 0 || (n < 0 && errno == EAGAIN)) continue;
-        ::close(p[k].fd);
-        fds[which[k]] = -1;
-        reopen_at[which[k]] = absl::Now() + kReopenAfter;
-        ++closed_;
-      }
-    }
-    for (int fd : fds) {
-      if (fd >= 0) ::close(fd);
-    }
-  }
-
-  const int port_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int64_t> opened_{0};
-  std::atomic<int64_t> closed_{0};
-  std::thread thread_;
-};
 
 // Completions through the router from kClientStreams threads for `d`:
 // how many were sent and how many came back 200.
@@ -176,8 +90,10 @@ double Refused(const std::string& metrics, const std::string& reason) {
 // router, prints the figures and checks the bar: at least 99% served.
 void FloodWhileServing(Cluster& cluster, const std::string& label,
                        const std::string& decode_metrics_before) {
-  RaiseOpenFiles();
-  KvFlood flood(cluster.kv_port());
+  RaiseOpenFilesLimit(4096);
+  SocketFlood flood("127.0.0.2", cluster.kv_port(), kFloodSockets,
+                    kReopenAfter);
+  flood.Start();
   absl::SleepFor(absl::Milliseconds(300));  // the flood is up first
   const Served served = CompletionsFor(cluster.router(), kFloodFor);
   flood.Stop();
@@ -191,7 +107,7 @@ void FloodWhileServing(Cluster& cluster, const std::string& label,
   (void)decode_metrics_before;
   EXPECT_GT(served.total, 20);
   EXPECT_GE(served.ok, 0.99 * served.total) << served.first_failure;
-  EXPECT_GT(flood.opened(), kFloodSockets);  // it did reopen
+  EXPECT_GT(flood.opened(), static_cast<uint64_t>(kFloodSockets));  // reopened
 }
 
 class KvFloodTest : public SharedClusterTest {};

@@ -380,12 +380,28 @@ void Connection::OnHeader(ErrorCode ec) {
   }
   if (ec) return OnReadError(ec);
   FillRequestHead();
+  if (request_.get_header_value_count("Authorization") > 1) {
+    return AnswerError(400, /*keep_alive=*/false);
+  }
   if (parser_->is_done()) return Dispatch();
   if (absl::EqualsIgnoreCase(request_.get_header_value("Expect"),
                              "100-continue")) {
-    return ContinueThenReadBody();
+    return AnswerExpectContinue();
   }
   ReadBody();
+}
+
+void Connection::AnswerExpectContinue() {
+  int status = 0;
+  if (server_->Route(request_.method, request_.path, &status) == nullptr) {
+    return AnswerError(status, /*keep_alive=*/false);
+  }
+  if (!server_->expect_continue_handler) return ContinueThenReadBody();
+  Response res;
+  if (server_->expect_continue_handler(request_, res)) {
+    return ContinueThenReadBody();
+  }
+  AnswerOnStrand(res, /*keep_alive=*/false);
 }
 
 void Connection::ContinueThenReadBody() {
@@ -470,6 +486,10 @@ void Connection::AnswerError(int status, bool keep_alive) {
   if (status == 405) {
     res.set_header("Allow", server_->AllowedMethods(request_.path));
   }
+  AnswerOnStrand(res, keep_alive);
+}
+
+void Connection::AnswerOnStrand(Response& res, bool keep_alive) {
   FillError(res);
   const bool head = request_.method == "HEAD";
   write_buffer_ = Head(res, keep_alive, Framing::kLength, res.body.size());

@@ -63,7 +63,8 @@ class ServerState {
   std::map<std::string, Handler> get_routes;
   std::map<std::string, Handler> post_routes;
   Handler error_handler;
-  Handler not_found_handler;  // null: 404
+  Handler not_found_handler;                      // null: 404
+  ExpectContinueHandler expect_continue_handler;  // null: always 100
   Headers default_headers;
   HandlerPool pool;
 
@@ -252,6 +253,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void WaitFirstByte();
   void ReadHeader();
   void OnHeader(boost::system::error_code ec);
+  // "Expect: 100-continue": 100 and the body if the route exists and the
+  // server's expect-continue handler agrees; its answer otherwise.
+  void AnswerExpectContinue();
   void ContinueThenReadBody();
   void ReadBody();
   void OnBody(boost::system::error_code ec);
@@ -260,6 +264,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Dispatch();
   // Writes the layer's own answer `status`, then goes on or closes.
   void AnswerError(int status, bool keep_alive);
+  // Writes `res` (the error handler filling an empty error body), then
+  // goes on or closes.
+  void AnswerOnStrand(Response& res, bool keep_alive);
   void Continue(Next next);
   void LingeringClose();
   void Drain();

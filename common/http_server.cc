@@ -50,6 +50,14 @@ bool Request::has_header(absl::string_view name) const {
   return FindHeader(headers, name) != nullptr;
 }
 
+size_t Request::get_header_value_count(absl::string_view name) const {
+  size_t n = 0;
+  for (const auto& [field, value] : headers) {
+    if (absl::EqualsIgnoreCase(field, name)) ++n;
+  }
+  return n;
+}
+
 Response::~Response() {
   if (releaser_) releaser_(provider_success_);
 }
@@ -296,6 +304,10 @@ void Server::Post(const std::string& path, Handler handler) {
 
 void Server::set_error_handler(Handler handler) {
   impl_->state.error_handler = std::move(handler);
+}
+
+void Server::set_expect_continue_handler(ExpectContinueHandler handler) {
+  impl_->state.expect_continue_handler = std::move(handler);
 }
 
 void Server::set_not_found_handler(Handler handler) {

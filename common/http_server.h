@@ -23,7 +23,9 @@
 // caller's business (set_error_handler).
 //
 // Errors the layer answers itself, with the status set and the body left to
-// the error handler: 400 (malformed request), 404 (unknown path), 405 (known
+// the error handler: 400 (malformed request, or more than one Authorization
+// field: which one a handler would read is a guess a proxy may make
+// differently), 404 (unknown path), 405 (known
 // path, other method), 408 (request line and headers, or the body, not in
 // time), 413 (body over max_body_bytes; refused from Content-Length before it
 // is read), 431 (header over max_header_bytes), 503 (over max_connections),
@@ -111,6 +113,8 @@ struct Request {
   // The first field named `name` (any case), "" if none.
   std::string get_header_value(absl::string_view name) const;
   bool has_header(absl::string_view name) const;
+  // How many fields are named `name` (any case).
+  size_t get_header_value_count(absl::string_view name) const;
 };
 
 // Where a streamed (chunked) response body goes. Handed to a content
@@ -166,6 +170,13 @@ class Response {
 };
 
 using Handler = std::function<void(const Request&, Response&)>;
+// Decides, from a request's line and headers alone (its body is not read
+// yet), whether the client that sent "Expect: 100-continue" may send the
+// body: true to answer "100 Continue" and read it; false to answer `res`
+// instead (its status set; the error handler fills an empty body) and
+// close the connection without reading the body. Runs on an I/O thread:
+// must not block.
+using ExpectContinueHandler = std::function<bool(const Request&, Response&)>;
 
 // What the connection cap has done so far (Server::connection_stats()).
 struct ConnectionStats {
@@ -196,6 +207,10 @@ class Server {
   // Runs, on a handler thread, for a request whose path no route serves
   // with any method (instead of the 404).
   void set_not_found_handler(Handler handler);
+  // Consulted for a request with "Expect: 100-continue" whose route
+  // exists (an unknown path or method is answered at once, 404 or 405,
+  // without a 100); unset, every such request gets its 100 Continue.
+  void set_expect_continue_handler(ExpectContinueHandler handler);
   // Sent on every response unless the handler set the same field.
   void set_default_headers(Headers headers);
 

@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/check.h"
+#include "common/json_strict.h"
 #include "common/page_stamp.h"
+#include "common/status_macros.h"
 #include "common/tenants_file.h"
 #include "engine/core/engine_loop.h"
 #include "engine/core/trace_bus.h"
@@ -142,8 +144,8 @@ std::string OutcomeText(const absl::Status& status) {
 }
 
 absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& body) {
-  auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  ASSIGN_OR_RETURN(nlohmann::json j, ParseJsonStrict(body));
+  if (!j.is_object()) {
     return absl::InvalidArgumentError("body is not a JSON object");
   }
   return j;
@@ -262,6 +264,13 @@ void AddEngineNodeRoutes(http::Server* server, const std::string& role,
         loop->options(), max_prompt_tokens, loop->model().config.seq_len);
     res.set_content(settings.ToJson().dump(), "application/json");
   });
+  // "Expect: 100-continue" on an internal route: the secret first, then
+  // the 100 and the body (the handler checks it again, for everyone else).
+  server->set_expect_continue_handler(
+      [creds](const http::Request& req, http::Response& res) {
+        if (!absl::StartsWith(req.path, "/internal/")) return true;
+        return Authorized(req, creds->internal, "internal secret", res);
+      });
   server->Get("/health", [role](const http::Request&, http::Response& res) {
     nlohmann::json j;
     j["status"] = "ok";
@@ -353,9 +362,15 @@ std::unique_ptr<http::Server> MakeHttpServer(
   // Errors the HTTP layer answers itself get the OpenAI error shape too (it
   // calls this only for responses with no body yet, so our handlers' own
   // error bodies are left as they are). The HTTP status stays the layer's.
-  server->set_error_handler([](const http::Request&, http::Response& res) {
+  server->set_error_handler([](const http::Request& req, http::Response& res) {
     absl::Status status;
     switch (res.status) {
+      case 400:
+        status = absl::InvalidArgumentError(
+            req.get_header_value_count("Authorization") > 1
+                ? "more than one Authorization header"
+                : "malformed request");
+        break;
       case 413:
         status = absl::InvalidArgumentError(
             absl::StrCat("request body too large: the limit is ",

@@ -43,7 +43,8 @@ std::string OutcomeText(const absl::Status& status);
 absl::Status NodeCallError(const char* role, const std::string& url,
                            httplib::Error error);
 
-// Parses a JSON object body; kInvalidArgument if it is not one.
+// Parses a JSON object body strictly (common/json_strict.h: nothing after
+// the value, no duplicate key); kInvalidArgument if it is not one.
 absl::StatusOr<nlohmann::json> ParseJsonObject(const std::string& body);
 // Reads a field with a type check; kInvalidArgument naming it otherwise.
 absl::StatusOr<uint64_t> JsonUint(const nlohmann::json& j, const char* field);
@@ -109,7 +110,9 @@ absl::StatusOr<int> ServeMetrics(http::Server* main, const std::string& role,
 // NodeSettings, engine/node_settings.h; internal secret), /v1/trace (trace
 // token, capped readers), /health and /metrics (open: no request or tenant
 // identifiers beyond the configured tenant ids; /metrics through
-// ServeMetrics). `loop`, `metrics`, `trace`
+// ServeMetrics); and the server's expect-continue check: a request for an
+// /internal/ route with "Expect: 100-continue" gets its 100 only with the
+// internal secret, a 401 otherwise. `loop`, `metrics`, `trace`
 // and `creds` must outlive the server.
 class EngineLoop;
 class NodeMetrics;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
+#include "common/json_strict.h"
 #include "common/status_macros.h"
 #include "common/tenants_file.h"
 #include "engine/nodes/version.h"
@@ -278,18 +279,9 @@ absl::Status ParseCacheSalt(const json& doc, std::string* out) {
 
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          bool chat) {
-  json doc;
-  try {
-    doc = json::parse(body.begin(), body.end());
-  } catch (const json::exception& e) {
-    // A syntax error, or a number past double's range (1e400): either way
-    // the body is not JSON we can take. Drop nlohmann's
-    // "[json.exception.parse_error.101] " prefix.
-    absl::string_view what = e.what();
-    const size_t bracket = what.find("] ");
-    if (bracket != absl::string_view::npos) what.remove_prefix(bracket + 2);
-    return absl::InvalidArgumentError(absl::StrCat("invalid JSON: ", what));
-  }
+  // A syntax error, a number past double's range (1e400), bytes after the
+  // value or a duplicate key: the body is not JSON we can take.
+  ASSIGN_OR_RETURN(const json doc, ParseJsonStrict({body.data(), body.size()}));
   if (!doc.is_object()) {
     return absl::InvalidArgumentError(
         "The request body must be a JSON object.");

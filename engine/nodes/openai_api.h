@@ -15,13 +15,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/json_strict.h"
 
 namespace kvcanary::engine {
 
 // Payload type URLs under which statuses carry the OpenAI error "code" and
 // "param" fields to ErrorBody().
 inline constexpr absl::string_view kOpenAiCodeUrl = "kvcanary/openai-code";
-inline constexpr absl::string_view kOpenAiParamUrl = "kvcanary/openai-param";
+// (kOpenAiParamUrl is the URL common/json_strict.h puts a duplicate key's
+// path under.)
+inline constexpr absl::string_view kOpenAiParamUrl = kJsonParamUrl;
 
 // The response header carrying the router's request id (decimal), on every
 // completion response once the request has an id: the number in the body's
@@ -53,12 +56,14 @@ struct CompletionRequest {
 };
 
 // Parses a POST /v1/completions (`chat` false) or /v1/chat/completions body.
-// kInvalidArgument for malformed JSON ("invalid JSON: ..."), a body that is
-// not an object, a missing prompt/messages, a known field of the wrong type
-// or out of range, or an unsupported feature (n != 1, logprobs, echo,
-// best_of != 1, token-array or batched prompts). The status carries the
-// offending field as its "param" payload (see ErrorBody). Unknown fields are
-// ignored; a known field set to null counts as absent.
+// kInvalidArgument for malformed JSON ("invalid JSON: ...": anything
+// common/json_strict.h refuses, bytes after the value and duplicate keys
+// included, a duplicate's path as "param"), a body that is not an object, a
+// missing prompt/messages, a known field of the wrong type or out of range, or
+// an unsupported feature (n != 1, logprobs, echo, best_of != 1, token-array or
+// batched prompts). The status carries the offending field as its "param"
+// payload (see ErrorBody). Unknown fields are ignored; a known field set to
+// null counts as absent.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
                                                          bool chat);
 

@@ -263,11 +263,14 @@ absl::Status Router::Start() {
                 [this](const http::Request& req, http::Response& res) {
                   HandleCompletion(req, res, /*chat=*/true);
                 });
+  server_->set_expect_continue_handler(
+      [this](const http::Request& req, http::Response& res) {
+        return ExpectContinue(req, res);
+      });
   // Answers `body` to a tenant's key; 401 otherwise.
   auto authenticated = [this](std::function<std::string()> body) {
     return [this, body](const http::Request& req, http::Response& res) {
-      auto tenant =
-          tenants_->Authenticate(req.get_header_value("Authorization"));
+      auto tenant = CheckKey(req);
       if (!tenant.ok()) {
         res.status = HttpStatusFor(tenant.status().code());
         res.set_content(ErrorBody(tenant.status()), "application/json");
@@ -352,11 +355,26 @@ void Router::HandleCompletion(const http::Request& req, http::Response& res,
   Relay(*std::move(admitted), res, record, req.is_connection_closed);
 }
 
+absl::StatusOr<const Tenant*> Router::CheckKey(const http::Request& req) const {
+  return tenants_->Authenticate(req.get_header_value("Authorization"));
+}
+
+bool Router::ExpectContinue(const http::Request& req, http::Response& res) {
+  if (req.path == "/health" || req.path == "/metrics") return true;
+  auto tenant = CheckKey(req);
+  if (tenant.ok()) return true;
+  if (absl::StartsWith(req.path, "/v1/") &&
+      absl::EndsWith(req.path, "completions")) {
+    metrics_.CountRequest(tenant.status());
+  }
+  res.status = HttpStatusFor(tenant.status().code());
+  res.set_content(ErrorBody(tenant.status()), "application/json");
+  return false;
+}
+
 absl::StatusOr<const Tenant*> Router::RequestTenant(
     const http::Request& req, AccessRecord* record) const {
-  ASSIGN_OR_RETURN(
-      const Tenant* tenant,
-      tenants_->Authenticate(req.get_header_value("Authorization")));
+  ASSIGN_OR_RETURN(const Tenant* tenant, CheckKey(req));
   record->tenant = tenant->name;
   if (!tenant->gateway || options_.tenant_header.empty()) return tenant;
   // A gateway's key: the request is the named tenant's, for its limits, its

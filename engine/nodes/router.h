@@ -57,7 +57,9 @@ struct RouterOptions {
   // The router's own listener stays plain HTTP (put TLS for clients in
   // front of it).
   std::shared_ptr<const tls::Context> tls;
-  std::string model_name = "kvcanary";
+  // The one model /v1/models lists and a request's "model" may name
+  // (serve: --served-model-name).
+  std::string model_name = "kvcanary-synthetic";
   int http_threads = 96;
   int max_in_flight = 256;  // beyond: 429
   absl::Duration node_timeout = absl::Seconds(60);
@@ -100,6 +102,15 @@ class Router {
   // Authentication, parsing, tokenizing and admission (length limits and
   // in-flight counts), filling `record` as it learns; the request's error
   // otherwise.
+  // The tenant whose API key the request carries; kUnauthenticated for a
+  // missing or unknown key. The one key check: of the handlers, and of the
+  // expect-continue check, before the body is read (docs/api.md).
+  absl::StatusOr<const Tenant*> CheckKey(const http::Request& req) const;
+  // Answers "Expect: 100-continue": the key first (every route but the
+  // open /health and /metrics); false with the 401 in `res` if it is bad
+  // (counted as a completion request's 401 would be; not access-logged:
+  // this runs on an I/O thread).
+  bool ExpectContinue(const http::Request& req, http::Response& res);
   // The tenant the request is for: its key's, or, for a gateway's key with
   // --tenant-header, the one the header names.
   absl::StatusOr<const Tenant*> RequestTenant(const http::Request& req,

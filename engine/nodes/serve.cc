@@ -159,6 +159,34 @@ absl::StatusOr<KvEventPublisherOptions> KvEventsOptionsFor(
   return k;
 }
 
+namespace {
+
+// The router's options from serve's.
+RouterOptions RouterOptionsFor(const ServeOptions& o,
+                               const NodeCredentials& creds) {
+  RouterOptions r;
+  r.internal_secret = creds.internal;
+  r.admin_token = creds.trace;
+  r.tls = creds.tls;
+  r.metrics_port = o.metrics_port;
+  r.host = o.host;
+  r.http_port = o.port;
+  r.prefill_urls = o.prefill_urls;
+  r.decode_urls = o.decode_urls;
+  r.max_in_flight = o.max_in_flight;
+  r.node_pool_idle = o.node_pool_idle;
+  r.tenant_header = o.tenant_header;
+  r.model_name = o.served_model_name.empty()
+                     ? DefaultServedModelName(o.model_path)
+                     : o.served_model_name;
+  r.faults = o.faults;
+  r.access_log = o.access_log;
+  r.up_status_file = o.up_status_file;
+  return r;
+}
+
+}  // namespace
+
 absl::Status RunServe(const ServeOptions& o) {
   sigset_t stop = BlockStopSignals();
   ASSIGN_OR_RETURN(LoadedModel loaded, LoadModel(o));
@@ -211,22 +239,7 @@ absl::Status RunServe(const ServeOptions& o) {
       return absl::InvalidArgumentError("the router needs --tenants");
     ASSIGN_OR_RETURN(TenantRegistry tenants,
                      TenantRegistry::LoadFile(o.tenants_path));
-    RouterOptions r;
-    r.internal_secret = creds.internal;
-    r.admin_token = creds.trace;
-    r.tls = creds.tls;
-    r.metrics_port = o.metrics_port;
-    r.host = o.host;
-    r.http_port = o.port;
-    r.prefill_urls = o.prefill_urls;
-    r.decode_urls = o.decode_urls;
-    r.max_in_flight = o.max_in_flight;
-    r.node_pool_idle = o.node_pool_idle;
-    r.tenant_header = o.tenant_header;
-    r.faults = o.faults;
-    r.access_log = o.access_log;
-    r.up_status_file = o.up_status_file;
-    Router router(&tokenizer, &tenants, r);
+    Router router(&tokenizer, &tenants, RouterOptionsFor(o, creds));
     RETURN_IF_ERROR(router.Start());
     return ServeUntilSignal(
         router,
@@ -236,6 +249,14 @@ absl::Status RunServe(const ServeOptions& o) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown --role '", o.role, "' (want router, prefill or decode)"));
+}
+
+std::string DefaultServedModelName(const std::string& model_path) {
+  if (model_path.empty()) return "kvcanary-synthetic";
+  std::string name = model_path.substr(model_path.find_last_of('/') + 1);
+  const size_t dot = name.find_last_of('.');
+  if (dot != std::string::npos && dot > 0) name.resize(dot);
+  return name;
 }
 
 absl::StatusOr<UpProcess> StartUpProcess(const std::vector<std::string>& args) {
@@ -361,6 +382,9 @@ std::vector<std::string> RouterArgs(const ServeOptions& o,
   args.push_back("--fault=" + o.faults.ToString());
   args.push_back(absl::StrCat("--node_pool_idle=", o.node_pool_idle));
   args.push_back("--tenant_header=" + o.tenant_header);
+  if (!o.served_model_name.empty()) {
+    args.push_back("--served_model_name=" + o.served_model_name);
+  }
   args.push_back("--up_status_file=" + status_path);
   args.push_back("--trace_token_file=" + trace_token_file);
   if (!o.access_log.path.empty()) {

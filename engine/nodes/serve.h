@@ -29,6 +29,9 @@ struct ServeOptions {
   std::string tokenizer_path;  // empty: the GGUF's own (or the default's)
   int context = 0;             // 0: the model's (engine/model_loader.h)
   std::string tenants_path;    // router
+  // router: the model's name in /v1/models and requests' "model"; "":
+  // DefaultServedModelName(model_path).
+  std::string served_model_name;
   std::vector<std::string> prefill_urls;  // router
   std::vector<std::string> decode_urls;   // router
   std::vector<std::string> decode_kv;     // prefill: NAME=HOST:PORT
@@ -62,6 +65,12 @@ struct ServeOptions {
   int kv_events_buffer = 10000;       // batches kept for replay
   int test_kv_events_lose_every = 0;  // tests only: lose every Nth batch
 };
+
+// The name a model is served under without --served-model-name: the model
+// file's name without its directory and extension ("stories260K" for
+// ../shared/models/stories260K.bin), or "kvcanary-synthetic" for the
+// embedded model (`model_path` "").
+std::string DefaultServedModelName(const std::string& model_path);
 
 // The publisher options the kv_events flags ask for (the password and
 // block size are the node's). kInvalidArgument for a bad endpoint or

@@ -470,6 +470,64 @@ TEST_F(HttpServerTest, ExpectContinueGetsA100First) {
   EXPECT_EQ(r->body, "hello");
 }
 
+TEST_F(HttpServerTest, ExpectContinueAsksTheHandlerBeforeThe100) {
+  Serve({}, [](Server& server) {
+    server.set_expect_continue_handler([](const Request& req, Response& res) {
+      if (req.get_header_value("Authorization") == "good") return true;
+      res.status = 401;
+      return false;
+    });
+  });
+  const std::string head =
+      "POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+      "Content-Length: 5\r\n";
+  {
+    // Refused from the headers: no 100, the error handler's body, closed.
+    RawClient client(port_);
+    ASSERT_TRUE(client.Send(head + "Authorization: bad\r\n\r\n"));
+    auto r = client.Read();
+    EXPECT_EQ(client.buffer().find("100 Continue"), std::string::npos);
+    ExpectOpenAiError(r, 401);
+    EXPECT_EQ(r->headers["connection"], "close");
+  }
+  {
+    RawClient client(port_);
+    ASSERT_TRUE(client.Send(head + "Authorization: good\r\n\r\n"));
+    ASSERT_TRUE(
+        client.WaitFor("HTTP/1.1 100 Continue\r\n\r\n", absl::Seconds(5)));
+    client.buffer().clear();
+    ASSERT_TRUE(client.Send("hello"));
+    auto r = client.Read();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->body, "hello");
+  }
+  {
+    // An unknown path is answered at once, without a 100 either.
+    RawClient client(port_);
+    ASSERT_TRUE(client.Send(
+        "POST /nowhere HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+        "Authorization: good\r\nContent-Length: 5\r\n\r\n"));
+    auto r = client.Read();
+    EXPECT_EQ(client.buffer().find("100 Continue"), std::string::npos);
+    ExpectOpenAiError(r, 404);
+  }
+}
+
+TEST_F(HttpServerTest, TwoAuthorizationFieldsAreA400BeforeAnyHandler) {
+  Serve();
+  RawClient client(port_);
+  ASSERT_TRUE(client.Send(
+      Get("/hello", "Authorization: Bearer a\r\nauthorization: Bearer b\r\n")));
+  auto r = client.Read();
+  ExpectOpenAiError(r, 400);
+  EXPECT_EQ(r->headers["connection"], "close");
+  RawClient one(port_);
+  ASSERT_TRUE(one.Send(Get("/hello", "Authorization: Bearer a\r\n")));
+  auto ok = one.Read();
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->status, 200);
+}
+
 // As a fake target that "dies" after a request: the request is answered,
 // idle connections are closed, new ones refused.
 TEST_F(HttpServerTest, StopListeningFromAHandlerStillAnswersIt) {

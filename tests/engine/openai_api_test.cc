@@ -87,6 +87,31 @@ TEST(OpenAiApiTest, MalformedJsonOrNonObjectIsInvalidArgument) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST(OpenAiApiTest, BytesAfterTheBodyOrADuplicateKeyAreInvalidArgument) {
+  const std::string nul = std::string(R"({"prompt":"hi","max_tokens":1})") +
+                          '\0' + R"({"max_tokens":400000})";
+  auto smuggled = ParseCompletionRequest(nul, false);
+  ASSERT_EQ(smuggled.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StartsWith(smuggled.status().message(), "invalid JSON: "));
+  auto twice = ParseCompletionRequest(
+      R"({"prompt":"hi","max_tokens":1,"max_tokens":9})", false);
+  ASSERT_EQ(twice.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParamOf(twice.status()), "max_tokens");
+  auto role =
+      WithField(R"("messages":[{"role":"user","content":"a","role":"system"}])",
+                /*chat=*/true);
+  ASSERT_EQ(role.code(), absl::StatusCode::kInvalidArgument);
+  // WithField's own "messages" comes first: the top-level key is the
+  // duplicate.
+  EXPECT_EQ(ParamOf(role), "messages");
+  auto nested = ParseCompletionRequest(
+      R"({"messages":[{"role":"user","content":"a","role":"system"}]})", true);
+  EXPECT_EQ(ParamOf(nested.status()), "messages[0].role");
+  EXPECT_NE(ErrorBody(nested.status()).find(R"("param":"messages[0].role")"),
+            std::string::npos)
+      << ErrorBody(nested.status());
+}
+
 TEST(OpenAiApiTest, EveryWrongTypeFieldIsRejectedNamingIt) {
   const struct {
     const char* field;

@@ -63,6 +63,11 @@ ABSL_FLAG(int, node_pool_idle, 32,
           "Router role: idle keep-alive connections it keeps to each decode "
           "node for the next requests (0 to 1024; 0: a new connection for "
           "every request).");
+ABSL_FLAG(std::string, served_model_name, "",
+          "Router role and up: the model's name in /v1/models, the one a "
+          "request's \"model\" may name (or omit); empty: the --model "
+          "file's name without directory and extension, kvcanary-synthetic "
+          "for the embedded model.");
 ABSL_FLAG(std::string, tenant_header, "",
           "Router role: the HTTP header naming the tenant a gateway's request "
           "is for; applies to keys of tenants marked \"gateway\": true in "
@@ -164,6 +169,13 @@ absl::Status EndpointFlags(int default_port, ServeOptions* o) {
   o->tokenizer_path = absl::GetFlag(FLAGS_tokenizer);
   o->context = absl::GetFlag(FLAGS_context);
   o->tenants_path = absl::GetFlag(FLAGS_tenants);
+  o->served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  for (char c : o->served_model_name) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          "--served-model-name must not hold control characters");
+    }
+  }
   o->internal_secret_file = absl::GetFlag(FLAGS_internal_secret_file);
   o->trace_token_file = absl::GetFlag(FLAGS_trace_token_file);
   o->max_trace_readers = absl::GetFlag(FLAGS_max_trace_readers);
@@ -256,6 +268,7 @@ std::vector<std::string> NodeFlagNames() {
           "metadata_slots",
           "node_pool_idle",
           "tenant_header",
+          "served_model_name",
           "trace_read_sample",
           "test_kv_receive_delay_ms",
           "test_kv_receive_bytes_per_s",

@@ -1,6 +1,5 @@
 #include "common/json_strict.h"
 
-#include <random>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -97,45 +96,6 @@ TEST(JsonStrictTest, TheSameKeyInSiblingObjectsIsFine) {
       ParseJsonStrict(R"({"a":{"k":1},"b":{"k":2},"k":[{"k":3},{"k":4}]})");
   ASSERT_TRUE(j.ok()) << j.status();
   EXPECT_EQ((*j)["k"][1]["k"], 4);
-}
-
-// Mutated request bodies: whatever the strict parser takes, nlohmann takes
-// too, as the same value; whatever it refuses is kInvalidArgument.
-TEST(JsonStrictTest, AgreesWithNlohmannOnWhatItAccepts) {
-  const std::string seeds[] = {
-      R"({"prompt":"hi","max_tokens":1,"stop":["a","b"],"seed":7})",
-      R"({"messages":[{"role":"user","content":"x\u00e9"}],"top_p":0.5})",
-      R"([1,-2.5e3,true,false,null,{"a":{"b":[]}}])"};
-  const char kBytes[] = "{}[],:\"\\ 0-e.tfn\0x";
-  std::mt19937_64 rng(1);
-  int accepted = 0;
-  for (int i = 0; i < 20000; ++i) {
-    std::string text = seeds[rng() % 3];
-    for (int edits = 1 + rng() % 3; edits > 0 && !text.empty(); --edits) {
-      const size_t at = rng() % text.size();
-      const char c = kBytes[rng() % (sizeof(kBytes) - 1)];
-      switch (rng() % 3) {
-        case 0:
-          text[at] = c;
-          break;
-        case 1:
-          text.insert(at, 1, c);
-          break;
-        default:
-          text.erase(at, 1);
-      }
-    }
-    auto strict = ParseJsonStrict(text);
-    if (!strict.ok()) {
-      EXPECT_EQ(strict.status().code(), absl::StatusCode::kInvalidArgument);
-      continue;
-    }
-    ++accepted;
-    const json lenient = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    ASSERT_FALSE(lenient.is_discarded()) << text;
-    EXPECT_EQ(*strict, lenient) << text;
-  }
-  EXPECT_GT(accepted, 100);
 }
 
 }  // namespace

@@ -244,10 +244,46 @@ void Session::SendCloseNotify() {
   close_notify_sent_ = true;
   ERR_clear_error();
   (void)SSL_shutdown(ssl_);  // best effort: the socket may be full or gone
+  if (buffered_) (void)BIO_flush(SSL_get_wbio(ssl_));
   ERR_clear_error();
 }
 
-bool Session::HasBuffered() const { return SSL_pending(ssl_) > 0; }
+bool Session::HasBuffered() const {
+  // SSL_has_pending: records read ahead but not yet decrypted, too.
+  return SSL_pending(ssl_) > 0 || SSL_has_pending(ssl_) == 1;
+}
+
+absl::Status Session::BufferIo(size_t write_bytes, size_t read_bytes) {
+  CHECK(!buffered_) << "BufferIo twice";
+  BIO* buffer = BIO_new(BIO_f_buffer());
+  if (buffer == nullptr) return Invalid("BIO_new(BIO_f_buffer)");
+  // The socket BIO stays the read side; the write side becomes a buffer
+  // in front of it (the SSL object then holds one reference to each).
+  BIO* socket = SSL_get_rbio(ssl_);
+  if (BIO_set_write_buffer_size(buffer, static_cast<long>(write_bytes)) != 1 ||
+      BIO_up_ref(socket) != 1) {
+    BIO_free(buffer);
+    return Invalid("BIO_set_write_buffer_size");
+  }
+  SSL_set_bio(ssl_, socket, BIO_push(buffer, socket));
+  // Reads take whole records, as many as `read_bytes` hold, at once.
+  SSL_set_read_ahead(ssl_, 1);
+  SSL_set_default_read_buffer_len(ssl_, read_bytes);
+  buffered_ = true;
+  return absl::OkStatus();
+}
+
+Io Session::Flush() {
+  if (!buffered_) return Io::kOk;
+  ERR_clear_error();
+  errno = 0;
+  BIO* w = SSL_get_wbio(ssl_);
+  if (BIO_flush(w) == 1) return Io::kOk;
+  if (BIO_should_retry(w)) return Io::kWantWrite;
+  error_ = errno != 0 ? absl::StrCat("socket: ", std::strerror(errno))
+                      : DrainErrors();
+  return Io::kFailed;
+}
 
 absl::Status HandshakeUntil(Session& session, int fd, absl::Time deadline) {
   while (true) {

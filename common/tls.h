@@ -111,8 +111,18 @@ class Session {
   Io Write(const char* buf, size_t size, size_t* n);
   // Sends close_notify once, without waiting for the peer's.
   void SendCloseNotify();
-  // Decrypted bytes waiting in the session (the socket may be quiet).
+  // Bytes waiting in the session, decrypted or read ahead (the socket may
+  // be quiet).
   bool HasBuffered() const;
+  // For bulk streams (the KV port): records are written through a buffer
+  // of `write_bytes` and read ahead up to `read_bytes` at a time, so that a
+  // stream of 16 KiB records costs a system call per buffer, not two per
+  // record. Every Write must then be followed by Flush() until it returns
+  // kOk before the peer can be expected to see it. Before Handshake; once.
+  absl::Status BufferIo(size_t write_bytes, size_t read_bytes);
+  // Writes out what the buffer holds: kOk, kWantWrite (call again once the
+  // socket is writable) or kFailed. kOk at once without BufferIo.
+  Io Flush();
   // Why the last call returned kFailed (OpenSSL's reasons, and the
   // certificate verification result when that was the cause).
   const std::string& error() const { return error_; }
@@ -124,6 +134,7 @@ class Session {
   SSL* const ssl_;
   std::string error_;
   bool close_notify_sent_ = false;
+  bool buffered_ = false;  // BufferIo
 };
 
 // Runs the handshake on the non-blocking socket `fd`, polling until

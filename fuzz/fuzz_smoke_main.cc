@@ -25,6 +25,8 @@
 namespace kvcanary::engine::kv {
 namespace {
 
+void FixCrcs(std::string* s);
+
 std::vector<std::string> SeedFrames() {
   std::vector<Frame> frames;
   Metadata m;
@@ -59,6 +61,14 @@ std::vector<std::string> SeedFrames() {
   frames.push_back(Abort{m.request, 10, "decode: pages received 1 != 4"});
   frames.push_back(Ack{m.request, 0, ""});
   frames.push_back(Ack{m.request, 15, std::string(300, 'm')});
+  Hello hello;
+  for (size_t i = 0; i < hello.nonce.size(); ++i)
+    hello.nonce[i] = static_cast<uint8_t>(i * 13);
+  Auth auth;
+  for (size_t i = 0; i < auth.proof.size(); ++i)
+    auth.proof[i] = static_cast<uint8_t>(0xff - i);
+  frames.push_back(hello);
+  frames.push_back(auth);
   std::vector<std::string> out;
   std::string conversation;
   for (const Frame& f : frames) {
@@ -68,6 +78,32 @@ std::vector<std::string> SeedFrames() {
     out.push_back(std::move(bytes));
   }
   out.push_back(conversation);
+  // A version-4 session as the decode node reads it: the handshake, then
+  // two transfers one after another (Metadata, pages, Commit), each
+  // answered with an Ack in the other direction.
+  std::string session = out[frames.size() - 2] + out[frames.size() - 1];
+  for (uint64_t request : {0x11223344ffffffffULL, 0x11223345ULL}) {
+    Metadata next = m;
+    next.request = RequestId(request);
+    next.transfer_token[0] = static_cast<uint8_t>(request);
+    std::string bytes;
+    EncodeFrame(next, &bytes);
+    for (size_t i = 1; i <= 4; ++i) {
+      bytes += out[i];  // the Page seeds
+    }
+    EncodeFrame(Commit{next.request, 4, 20, 31}, &bytes);
+    session += bytes;
+    out.push_back(bytes);  // one transfer alone, as a kept session sends it
+  }
+  out.push_back(session);
+  // The same header under the versions before and after this one.
+  for (uint16_t version : {uint16_t{3}, uint16_t{5}}) {
+    std::string old = out.front();
+    old[4] = static_cast<char>(version & 0xff);
+    old[5] = static_cast<char>(version >> 8);
+    FixCrcs(&old);
+    out.push_back(old);
+  }
   return out;
 }
 

@@ -213,8 +213,8 @@ absl::Status DecodeNode::Start() {
       ServeMetrics(
           server_.get(), "decode", options_.host, options_.metrics_port,
           [this] {
-            metrics_.SetKvUnauthenticated(
-                kv_gate_->admission().unauthenticated());
+            metrics_.SetKvPort(kv_gate_->admission().unauthenticated(),
+                               kv_gate_->admission().idle_sessions());
             return metrics_.Serialize(&loop_);
           },
           &metrics_server_));
@@ -251,6 +251,9 @@ void DecodeNode::Stop() {
   if (metrics_server_ != nullptr) metrics_server_->Stop();
   if (listener_ != nullptr) listener_->Close();
   if (accept_thread_.joinable()) accept_thread_.join();
+  // Sessions waiting for their next transfer would wait out their idle
+  // deadline; a transfer in flight fails (the sender sees the close).
+  if (kv_gate_ != nullptr) kv_gate_->ShutdownAll();
   std::vector<std::pair<std::thread, std::shared_ptr<std::atomic<bool>>>>
       threads;
   {
@@ -582,26 +585,17 @@ void DecodeNode::AcceptLoop() {
 void DecodeNode::ServeTransfer(std::unique_ptr<kv::FrameConnection> conn,
                                std::unique_ptr<KvAdmission::Hold> hold,
                                absl::Time deadline) {
-  // Mutual TLS, the Hello and the Auth, then a transfer slot: a refused
-  // connection was answered and counted.
-  if (!kv_gate_->Authenticate(*conn, *hold, deadline).ok()) return;
-  RequestId id;
-  bool claimed = false;
-  const uint64_t before = conn->bytes_received();
-  absl::Status verdict = receiver_->ReceiveTransfer(*conn, &id, &claimed);
-  metrics_.CountTransfer(conn->bytes_received() - before, verdict);
-  if (verdict.ok()) {
-    (void)conn->Send(kv::Ack{id, 0, ""}, kFrameTimeout);
-    return;
-  }
-  // Tell the prefill node why (best effort), then make sure the request
-  // fails here too: nothing was written into its pages, so they can go. A
-  // connection that did not claim the reservation (stray, duplicate) must
-  // not touch the request.
-  (void)conn->Send(kv::Abort{id, static_cast<uint32_t>(verdict.code()),
-                             std::string(verdict.message())},
-                   kFrameTimeout);
-  if (claimed) loop_.Abort(id, verdict);
+  // The handshake, then the session's transfers one after another.
+  kv_gate_->Serve(*conn, *hold, deadline,
+                  [this](const absl::Status& verdict, RequestId id,
+                         bool claimed, uint64_t bytes) {
+                    metrics_.CountTransfer(bytes, verdict);
+                    // A failed transfer fails its request here too: nothing
+                    // was written into its pages, so they can go. A
+                    // connection that did not claim the reservation (stray,
+                    // duplicate) must not touch the request.
+                    if (!verdict.ok() && claimed) loop_.Abort(id, verdict);
+                  });
 }
 
 std::unique_ptr<KvClaim> DecodeNode::Claim(const kv::Metadata& meta) {

@@ -70,8 +70,9 @@ NodeMetrics::NodeMetrics(const std::string& role)
       prometheus::BuildCounter()
           .Name("kvcanary_node_connections_total")
           .Help(
-              "Connections to the decode nodes for requests: opened, or "
-              "reused from the keep-alive pool (router)")
+              "Connections to the decode nodes: opened, or reused from a "
+              "pool of idle ones (router: for requests; prefill: KV "
+              "sessions for transfers)")
           .Labels(labels)
           .Register(*registry_);
   connections_opened_ = &connections.Add({{"how", "opened"}});
@@ -167,14 +168,22 @@ void NodeMetrics::AddKvPortMetrics(const prometheus::Labels& labels) {
            .Labels(labels)
            .Register(*registry_)
            .Add({});
+  kv_idle_sessions_ =
+      &prometheus::BuildGauge()
+           .Name("kvcanary_node_kv_idle_sessions")
+           .Help("Authenticated KV sessions waiting for their next transfer")
+           .Labels(labels)
+           .Register(*registry_)
+           .Add({});
 }
 
 void NodeMetrics::CountKvRefused(const char* reason) {
   kv_refused_->Add({{"reason", reason}}).Increment();
 }
 
-void NodeMetrics::SetKvUnauthenticated(int held) {
-  kv_unauthenticated_->Set(held);
+void NodeMetrics::SetKvPort(int unauthenticated, int idle_sessions) {
+  kv_unauthenticated_->Set(unauthenticated);
+  kv_idle_sessions_->Set(idle_sessions);
 }
 
 void NodeMetrics::CountViolations(

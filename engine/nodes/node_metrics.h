@@ -35,16 +35,18 @@ class NodeMetrics {
   // "connection cap", "no matching reservation".
   void CountKvRefused(const char* reason);
   // kvcanary_node_kv_unauthenticated_connections: KV connections accepted
-  // that have not authenticated yet (decode).
-  void SetKvUnauthenticated(int held);
+  // that have not authenticated yet; kvcanary_node_kv_idle_sessions:
+  // authenticated sessions waiting for their next transfer (decode).
+  void SetKvPort(int unauthenticated, int idle_sessions);
   // Registers kvcanary_engine_kv_events_dropped_total: a node that
   // publishes KV cache events does, at start.
   void AddKvEventsMetrics();
   // Brings that counter up to `total` events dropped so far.
   void SetKvEventsDropped(uint64_t total);
   // Brings kvcanary_node_connections_total{how="opened"|"reused"} up to
-  // these totals: the router's connections to the decode nodes, opened for
-  // a request or reused from its keep-alive pool (NodePool).
+  // these totals: connections to the decode nodes, opened or reused from a
+  // pool of idle ones: the router's for requests (NodePool), the prefill
+  // node's KV sessions for transfers (KvSender).
   void SetNodeConnections(uint64_t opened, uint64_t reused);
   // Refreshes gauges from an engine loop, then serializes everything.
   std::string Serialize(const EngineLoop* loop);
@@ -79,6 +81,7 @@ class NodeMetrics {
   uint64_t tokens_seen_ = 0;
   prometheus::Family<prometheus::Counter>* kv_refused_;
   prometheus::Gauge* kv_unauthenticated_;
+  prometheus::Gauge* kv_idle_sessions_;
   absl::Mutex connections_mu_;
   prometheus::Counter* connections_opened_;
   prometheus::Counter* connections_reused_;
@@ -91,7 +94,7 @@ class NodeMetrics {
   std::string role_;
   // Registers the host tier's metrics (the constructor's tail).
   void AddTierMetrics(const prometheus::Labels& labels);
-  // Registers the KV port's refusal counter and unauthenticated gauge.
+  // Registers the KV port's refusal counter and its two gauges.
   void AddKvPortMetrics(const prometheus::Labels& labels);
 };
 

@@ -36,7 +36,9 @@ PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
       loop_(model,
             WithKvEvents(WithTrace(options.engine, &trace_), kv_events_.get()),
             options.max_waiting),
-      metrics_("prefill") {
+      metrics_("prefill"),
+      sender_(&options_.creds.internal, kFrameTimeout,
+              options_.creds.tls.get()) {
   if (options_.max_prompt_tokens <= 0) {
     options_.max_prompt_tokens = model->config.seq_len / 2;
   }
@@ -90,6 +92,7 @@ absl::Status PrefillNode::Start() {
             if (kv_events_ != nullptr) {
               metrics_.SetKvEventsDropped(kv_events_->dropped_events());
             }
+            metrics_.SetNodeConnections(sender_.opened(), sender_.reused());
             return metrics_.Serialize(&loop_);
           },
           &metrics_server_));
@@ -270,11 +273,9 @@ absl::Status PrefillNode::SendKv(const KvPeer& peer, const kv::Metadata& meta,
     const int pt = static_cast<int>(meta.page_tokens);
     tokens_to_ship = tokens_to_ship / pt * pt;
   }
-  const KvSender sender(&options_.creds.internal, kFrameTimeout,
-                        options_.creds.tls.get());
-  return sender.Send(peer, meta,
-                     ExportKvPages(loop_.pool(), block_table, tokens_to_ship),
-                     first_token, options_.damage, bytes_sent);
+  return sender_.Send(peer, meta,
+                      ExportKvPages(loop_.pool(), block_table, tokens_to_ship),
+                      first_token, options_.damage, bytes_sent);
 }
 
 }  // namespace kvcanary::engine

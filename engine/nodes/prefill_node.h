@@ -132,6 +132,9 @@ class PrefillNode {
   int http_port_ = 0;
   absl::Mutex peers_mu_;
   std::vector<KvPeer> peers_ ABSL_GUARDED_BY(peers_mu_);
+  // The transfers, over sessions kept between them (after options_: it
+  // holds the secret and the TLS context from there).
+  KvSender sender_;
 };
 
 }  // namespace kvcanary::engine

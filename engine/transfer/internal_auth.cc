@@ -18,7 +18,7 @@
 namespace kvcanary::engine {
 namespace {
 
-constexpr absl::string_view kKvProofLabel = "kvcanary kv-port v3";
+constexpr absl::string_view kKvProofLabel = "kvcanary kv-port v4";
 
 template <size_t N>
 std::array<uint8_t, N> RandomBytes() {

@@ -49,7 +49,7 @@ class SharedSecret {
   using Nonce = std::array<uint8_t, 16>;
   using Proof = std::array<uint8_t, 32>;
   static Nonce NewNonce();
-  // HMAC-SHA256(secret, "kvcanary kv-port v3" || nonce).
+  // HMAC-SHA256(secret, "kvcanary kv-port v4" || nonce).
   Proof KvProof(const Nonce& nonce) const;
   bool CheckKvProof(const Nonce& nonce, const Proof& proof) const;
 

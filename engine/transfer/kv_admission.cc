@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 
@@ -23,6 +24,12 @@ void Answer(kv::FrameConnection& conn, const absl::Status& refusal,
   (void)conn.Send(kv::Abort{RequestId(0), static_cast<uint32_t>(refusal.code()),
                             std::string(refusal.message())},
                   timeout);
+}
+
+// Every transfer slot is taken: what a connection that needed one is told.
+absl::Status TransfersFull(const KvAdmissionOptions& options) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      kKvAtCapacity, ": ", options.max_transfers, " transfers in progress"));
 }
 
 }  // namespace
@@ -65,6 +72,7 @@ KvAdmission::KvAdmission(const KvAdmissionOptions& options)
   CHECK_GE(options_.max_unauthenticated, 0);
   CHECK_GE(options_.max_unauthenticated_per_peer, 0);
   CHECK_GE(options_.reserved_unauthenticated, 0);
+  CHECK_GE(options_.max_idle_sessions, 0);
 }
 
 std::unique_ptr<KvAdmission::Hold> KvAdmission::Admit(const std::string& peer,
@@ -109,6 +117,30 @@ bool KvAdmission::Hold::Authenticated() {
   return true;
 }
 
+bool KvAdmission::Hold::Idle() {
+  CHECK(state_ == State::kTransfer);
+  admission_->Release(this);
+  absl::MutexLock lock(&admission_->mu_);
+  if (admission_->idle_ >= admission_->options_.max_idle_sessions) {
+    return false;  // state_ is kNone
+  }
+  ++admission_->idle_;
+  state_ = State::kIdle;
+  return true;
+}
+
+bool KvAdmission::Hold::Resume() {
+  CHECK(state_ == State::kIdle);
+  admission_->Release(this);
+  absl::MutexLock lock(&admission_->mu_);
+  if (admission_->transfers_ >= admission_->options_.max_transfers) {
+    return false;  // state_ is kNone
+  }
+  ++admission_->transfers_;
+  state_ = State::kTransfer;
+  return true;
+}
+
 KvAdmission::Hold::~Hold() { admission_->Release(this); }
 
 void KvAdmission::Release(Hold* hold) {
@@ -118,6 +150,9 @@ void KvAdmission::Release(Hold* hold) {
       return;
     case Hold::State::kTransfer:
       --transfers_;
+      break;
+    case Hold::State::kIdle:
+      --idle_;
       break;
     case Hold::State::kUnauthenticated:
       if (hold->reserved_) {
@@ -143,6 +178,11 @@ int KvAdmission::unauthenticated() const {
 int KvAdmission::transfers() const {
   absl::MutexLock lock(&mu_);
   return transfers_;
+}
+
+int KvAdmission::idle_sessions() const {
+  absl::MutexLock lock(&mu_);
+  return idle_;
 }
 
 std::unique_ptr<KvAdmission::Hold> KvGate::Admit(kv::FrameConnection& conn) {
@@ -181,13 +221,69 @@ absl::Status KvGate::Authenticate(kv::FrameConnection& conn,
   }
   if (!hold.Authenticated()) {
     host_->Refused("connection cap");
-    const absl::Status full = absl::ResourceExhaustedError(
-        absl::StrCat(kKvAtCapacity, ": ", admission_.options().max_transfers,
-                     " transfers in progress"));
+    const absl::Status full = TransfersFull(admission_.options());
     Answer(conn, full, kAnswerTimeout);
     return full;
   }
   return absl::OkStatus();
+}
+
+void KvGate::Serve(kv::FrameConnection& conn, KvAdmission::Hold& hold,
+                   absl::Time deadline, const TransferDone& done) {
+  {
+    absl::MutexLock lock(&serving_mu_);
+    if (shut_down_) return;
+    serving_.insert(&conn);
+  }
+  absl::Cleanup leave = [&] {
+    absl::MutexLock lock(&serving_mu_);
+    serving_.erase(&conn);
+  };
+  // Mutual TLS, the Hello and the Auth, then a transfer slot: a refused
+  // connection was answered and counted.
+  if (!Authenticate(conn, hold, deadline).ok()) return;
+  for (bool first = true;; first = false) {
+    if (!first && !AwaitNext(conn, hold)) return;
+    RequestId id;
+    bool claimed = false;
+    const uint64_t before = conn.bytes_received();
+    const absl::Status verdict =
+        receiver_->ReceiveTransfer(conn, &id, &claimed);
+    done(verdict, id, claimed, conn.bytes_received() - before);
+    if (!verdict.ok()) {
+      // Tell the sender why (best effort), and end the session: after a
+      // failed transfer nothing says where the stream stands.
+      (void)conn.Send(kv::Abort{id, static_cast<uint32_t>(verdict.code()),
+                                std::string(verdict.message())},
+                      receiver_->frame_timeout());
+      return;
+    }
+    if (!conn.Send(kv::Ack{id, 0, ""}, receiver_->frame_timeout()).ok()) {
+      return;
+    }
+  }
+}
+
+bool KvGate::AwaitNext(kv::FrameConnection& conn, KvAdmission::Hold& hold) {
+  // Waiting, the session holds no transfer slot; past the idle cap it is
+  // closed, which its sender sees before it picks the session again (or, in
+  // a race, as a close before any answer: it tries a new connection).
+  if (!hold.Idle()) return false;
+  // The first bytes of the next Metadata; a close, silence past
+  // session_idle or a shutdown ends the session without a word.
+  if (!conn.AwaitFrame(admission_.options().session_idle).ok()) return false;
+  if (!hold.Resume()) {
+    host_->Refused("connection cap");
+    Answer(conn, TransfersFull(admission_.options()), kAnswerTimeout);
+    return false;
+  }
+  return true;
+}
+
+void KvGate::ShutdownAll() {
+  absl::MutexLock lock(&serving_mu_);
+  shut_down_ = true;
+  for (kv::FrameConnection* conn : serving_) conn->Shutdown();
 }
 
 }  // namespace kvcanary::engine

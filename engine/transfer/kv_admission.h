@@ -5,10 +5,14 @@
 // total and must authenticate (TLS handshake, Hello, Auth) within one short
 // deadline from accept. The configured prefill nodes' addresses have a pool
 // of their own, so a flood from elsewhere cannot starve them. A connection
-// takes one of the transfer slots only once it has authenticated.
+// takes one of the transfer slots only once it has authenticated, and holds
+// it for one transfer at a time: between transfers, an authenticated
+// session waits for the next one in a capped place of its own (KV protocol
+// version 4: a session carries any number of transfers, one after another).
 #ifndef KVCANARY_ENGINE_TRANSFER_KV_ADMISSION_H_
 #define KVCANARY_ENGINE_TRANSFER_KV_ADMISSION_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +44,13 @@ struct KvAdmissionOptions {
   // From accept to a verified Auth: the TLS handshake, the Hello and the
   // Auth together.
   absl::Duration auth_deadline = absl::Milliseconds(200);
+  // Authenticated sessions waiting between transfers, at once; a session
+  // past the cap is closed after its Ack.
+  int max_idle_sessions = 64;
+  // How long a session may wait for its next transfer before it is closed.
+  // Longer than the senders keep an idle session (KvSender::kSessionMaxIdle),
+  // so a sender seldom picks one the decode node is closing.
+  absl::Duration session_idle = absl::Seconds(30);
 };
 
 // The IP addresses `hosts` (names or literal addresses) resolve to, as text;
@@ -64,12 +75,18 @@ class KvAdmission {
     // Moves this connection from the unauthenticated places to a transfer
     // slot; false (and holding nothing) if every slot is taken.
     bool Authenticated();
+    // After a transfer: from its slot to an idle session's place; false
+    // (and holding nothing) if every such place is taken.
+    bool Idle();
+    // An idle session's next transfer: back to a transfer slot; false (and
+    // holding nothing) if every slot is taken.
+    bool Resume();
 
    private:
     friend class KvAdmission;
     Hold(KvAdmission* admission, bool reserved, std::string peer)
         : admission_(admission), reserved_(reserved), peer_(std::move(peer)) {}
-    enum class State { kUnauthenticated, kTransfer, kNone };
+    enum class State { kUnauthenticated, kTransfer, kIdle, kNone };
     KvAdmission* admission_;
     bool reserved_;  // in the prefill nodes' pool
     std::string peer_;
@@ -84,6 +101,8 @@ class KvAdmission {
   // Unauthenticated connections held now, both pools.
   int unauthenticated() const;
   int transfers() const;
+  // Authenticated sessions waiting between transfers.
+  int idle_sessions() const;
   const KvAdmissionOptions& options() const { return options_; }
 
  private:
@@ -95,6 +114,7 @@ class KvAdmission {
   int general_ ABSL_GUARDED_BY(mu_) = 0;
   int reserved_held_ ABSL_GUARDED_BY(mu_) = 0;
   int transfers_ ABSL_GUARDED_BY(mu_) = 0;
+  int idle_ ABSL_GUARDED_BY(mu_) = 0;
   // General-pool places per peer address; an address leaves at zero.
   absl::flat_hash_map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);
 };
@@ -122,11 +142,37 @@ class KvGate {
                             absl::Time deadline);
   const KvAdmission& admission() const { return admission_; }
 
+  // What became of one transfer of a session: its verdict, the request
+  // (once claimed), whether this session claimed it, and the bytes it took.
+  using TransferDone = std::function<void(
+      const absl::Status& verdict, RequestId id, bool claimed, uint64_t bytes)>;
+  // A connection's whole life on its own thread: Authenticate, then its
+  // transfers one after another, each with a transfer slot, each reported
+  // to `done` and answered (Ack, or Abort and the end of the session);
+  // between them the session waits in an idle place, at most
+  // session_idle. Returns when the session ends: refused, a failed
+  // transfer, the sender closed it, idle too long or no idle place, a
+  // transfer refused for capacity (answered RESOURCE_EXHAUSTED, request
+  // id 0, counted as "connection cap"), or ShutdownAll.
+  void Serve(kv::FrameConnection& conn, KvAdmission::Hold& hold,
+             absl::Time deadline, const TransferDone& done);
+  // Shuts down every connection in Serve (the node is stopping): each
+  // Serve returns soon after.
+  void ShutdownAll();
+
  private:
+  // The next transfer of an idle session: its first bytes, then a transfer
+  // slot. False: the session ends (answered where there is something to say).
+  bool AwaitNext(kv::FrameConnection& conn, KvAdmission::Hold& hold);
+
   KvAdmission admission_;
   KvReceiverHost* host_;
   const KvReceiver* receiver_;
   const tls::Context* tls_;
+  absl::Mutex serving_mu_;
+  absl::flat_hash_set<kv::FrameConnection*> serving_
+      ABSL_GUARDED_BY(serving_mu_);
+  bool shut_down_ ABSL_GUARDED_BY(serving_mu_) = false;
 };
 
 }  // namespace kvcanary::engine

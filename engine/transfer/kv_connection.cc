@@ -55,6 +55,13 @@ constexpr size_t kMaxIov = 2 * kBatchFrames + 1;
 constexpr int kSocketBufferBytes = 2 << 20;
 // A send buffer that grew past this (a large page) is released after use.
 constexpr size_t kKeepSendBufferBytes = 1 << 20;
+// A TLS session's write buffer and read-ahead (tls::Session::BufferIo): the
+// sender's batch of pages goes out in a system call or two, as over plain
+// TCP, and the receiver reads as much as a plain read (kReadBytes) at
+// once. The accepting end writes only small frames, and holds this little
+// for a connection that has not authenticated yet.
+constexpr size_t kTlsSenderWriteBytes = 256 << 10;
+constexpr size_t kTlsSmallBufferBytes = 17 << 10;  // a whole record
 
 // strerror_r is the GNU or the XSI variant depending on feature macros.
 [[maybe_unused]] std::string StrErrorResult(int rc, const char* buf) {
@@ -289,6 +296,8 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
   std::unique_ptr<FrameConnection> conn = FromFd(fd);
   if (tls == nullptr) return conn;
   ASSIGN_OR_RETURN(conn->tls_, tls::Session::Client(*tls, fd, host));
+  RETURN_IF_ERROR(
+      conn->tls_->BufferIo(kTlsSenderWriteBytes, kTlsSmallBufferBytes));
   absl::MutexLock lock(&conn->tls_mu_);
   absl::Status handshake = tls::HandshakeUntil(*conn->tls_, fd, deadline);
   if (!handshake.ok()) {
@@ -328,6 +337,7 @@ absl::Status FrameConnection::AcceptTls(const tls::Context& ctx,
                                         absl::Duration timeout) {
   CHECK(tls_ == nullptr) << "AcceptTls twice";
   ASSIGN_OR_RETURN(tls_, tls::Session::Server(ctx, fd_));
+  RETURN_IF_ERROR(tls_->BufferIo(kTlsSmallBufferBytes, kReadBytes));
   absl::MutexLock lock(&tls_mu_);
   return tls::HandshakeUntil(*tls_, fd_, absl::Now() + timeout);
 }
@@ -355,6 +365,33 @@ absl::StatusOr<size_t> FrameConnection::TlsWrite(absl::string_view bytes,
       case tls::Io::kClosed:
         return absl::UnavailableError("kv send: the peer closed the session");
       case tls::Io::kFailed:
+        return absl::UnavailableError(absl::StrCat("kv send: TLS: ", error));
+    }
+  }
+}
+
+absl::Status FrameConnection::TlsFlush(absl::Time deadline) {
+  while (true) {
+    tls::Io io;
+    std::string error;
+    {
+      absl::MutexLock lock(&tls_mu_);
+      io = tls_->Flush();
+      if (io == tls::Io::kFailed) error = tls_->error();
+    }
+    switch (io) {
+      case tls::Io::kOk:
+        return absl::OkStatus();
+      case tls::Io::kWantWrite:
+        if (shut_down_.load()) {
+          return absl::CancelledError("kv send: connection shut down");
+        }
+        RETURN_IF_ERROR(WaitFor(fd_, POLLOUT, deadline, "kv send"));
+        continue;
+      default:
+        if (shut_down_.load()) {
+          return absl::CancelledError("kv send: connection shut down");
+        }
         return absl::UnavailableError(absl::StrCat("kv send: TLS: ", error));
     }
   }
@@ -495,6 +532,8 @@ absl::Status FrameConnection::WritePieces(
       deadline = absl::Now() + timeout;  // the next frame's own
     }
   }
+  // Over TLS the last records may still sit in the session's buffer.
+  if (status.ok() && tls_ != nullptr) status = TlsFlush(deadline);
   if (status.ok()) return status;
   // Only a timeout before the first byte leaves the stream usable (never
   // over TLS: a session must retry a write it started with the same bytes).
@@ -590,6 +629,43 @@ absl::StatusOr<Frame> FrameConnection::Receive(absl::Duration timeout) {
         "kv receive: stream ended mid-frame (", decoder_.buffered_bytes(),
         " bytes of an incomplete frame)")));
   }
+}
+
+absl::Status FrameConnection::AwaitFrame(absl::Duration timeout) {
+  if (!receive_failed_.ok()) return receive_failed_;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (decoder_.buffered_bytes() == 0) {
+    if (shut_down_.load()) {
+      return ReceiveFailed(
+          absl::CancelledError("kv receive: connection shut down"));
+    }
+    absl::StatusOr<size_t> n = ReadSome(deadline);
+    if (absl::IsDeadlineExceeded(n.status())) return n.status();  // retryable
+    if (shut_down_.load()) continue;  // reported at the top of the loop
+    if (!n.ok()) return ReceiveFailed(n.status());
+    if (*n == 0) {
+      return ReceiveFailed(
+          absl::UnavailableError("kv receive: peer closed the connection"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool FrameConnection::Reusable() {
+  if (shut_down_.load() || !send_failed_.ok() || !receive_failed_.ok() ||
+      decoder_.buffered_bytes() != 0) {
+    return false;
+  }
+  {
+    absl::MutexLock lock(&tls_mu_);
+    if (tls_ != nullptr && tls_->HasBuffered()) return false;
+  }
+  pollfd p{fd_, POLLIN, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, 0);
+  } while (ready < 0 && errno == EINTR);
+  return ready == 0;
 }
 
 void FrameConnection::Shutdown() {

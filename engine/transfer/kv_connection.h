@@ -111,6 +111,16 @@ class FrameConnection {
   // The next frame. kDeadlineExceeded is retryable (bytes read so far stay
   // buffered); any other error is final and returned by every later call.
   absl::StatusOr<Frame> Receive(absl::Duration timeout);
+  // Receiver thread: waits until bytes of a next frame are in (OK; Receive
+  // then reads it), for a session between transfers. kUnavailable if the
+  // peer closed the connection at the frame boundary, kDeadlineExceeded
+  // (retryable) on timeout, kCancelled after Shutdown; other errors final.
+  absl::Status AwaitFrame(absl::Duration timeout);
+  // Whether the connection can carry another conversation now: no error
+  // on either side, not shut down, nothing buffered or readable (a peer
+  // that closed, reset or said anything makes it unusable). Neither Send
+  // nor Receive may run meanwhile (the sender's idle pool asks it).
+  bool Reusable();
   // Unblocks Send and Receive (they return kCancelled) and ends the
   // connection for the peer. Idempotent.
   void Shutdown();
@@ -150,6 +160,8 @@ class FrameConnection {
   // until `deadline`.
   absl::StatusOr<size_t> TlsWrite(absl::string_view bytes, absl::Time deadline);
   absl::StatusOr<size_t> TlsRead(char* buf, size_t size, absl::Time deadline);
+  // Writes out what the session's buffer holds, by `deadline`.
+  absl::Status TlsFlush(absl::Time deadline);
 
   const int fd_;
   // Set before the first frame, then only used under tls_mu_: a session

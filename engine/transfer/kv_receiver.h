@@ -159,6 +159,8 @@ class KvReceiver {
   // After Authenticate: the rest of Receive.
   absl::Status ReceiveTransfer(kv::FrameConnection& conn, RequestId* id,
                                bool* claimed) const;
+  // Each frame's deadline after the handshake (the verdict's too).
+  absl::Duration frame_timeout() const { return options_.frame_timeout; }
 
  private:
   // What a transfer delivered so far.

@@ -38,7 +38,9 @@ inline constexpr uint32_t kFrameMagic = 0x4654564B;  // "KVTF"
 // 2: Page frames carry the version-2 page stamp (52 bytes, with flags), and
 // a Metadata frame naming kReservedRequestId is refused.
 // 3: the Hello/Auth handshake, and Metadata carries the transfer token.
-inline constexpr uint16_t kProtocolVersion = 3;
+// 4: a connection (a session) carries transfers one after another: after
+// an Ack the next Metadata may follow on the same connection.
+inline constexpr uint16_t kProtocolVersion = 4;
 inline constexpr size_t kFrameHeaderSize = 16;
 // Upper bound on one payload; a header claiming more is corrupt.
 inline constexpr uint32_t kMaxPayloadSize = 64u << 20;

@@ -118,7 +118,7 @@ TEST(KvTransferFormatTest, HeaderHasTheDocumentedLayout) {
   EXPECT_EQ(bytes.substr(0, 4), "KVTF");
   WireReader r(bytes);
   EXPECT_EQ(r.Fixed32(), kFrameMagic);
-  EXPECT_EQ(r.Fixed16(), 3u);  // version
+  EXPECT_EQ(r.Fixed16(), 4u);  // version
   EXPECT_EQ(r.Bytes(1)[0], static_cast<char>(FrameType::kCommit));
   EXPECT_EQ(r.Bytes(1)[0], 0);  // flags
   EXPECT_EQ(r.Fixed32(), kCommitPayloadSize);
@@ -421,7 +421,9 @@ TEST(KvTransferFormatTest, UnknownVersionTypeAndFlagsAreDataLoss) {
   // 1: the layout before the page stamp carried its flags.
   ExpectDataLoss(RawFrame(3, payload, /*version=*/1), "unknown version 1");
   ExpectDataLoss(RawFrame(3, payload, /*version=*/2), "unknown version 2");
-  ExpectDataLoss(RawFrame(3, payload, /*version=*/4), "unknown version 4");
+  // 3: one transfer per connection; a node of version 4 keeps sessions.
+  ExpectDataLoss(RawFrame(3, payload, /*version=*/3), "unknown version 3");
+  ExpectDataLoss(RawFrame(3, payload, /*version=*/5), "unknown version 5");
   ExpectDataLoss(RawFrame(3, payload, /*version=*/0), "unknown version 0");
   ExpectDataLoss(RawFrame(0, payload), "unknown frame type 0");
   ExpectDataLoss(RawFrame(8, payload), "unknown frame type 8");

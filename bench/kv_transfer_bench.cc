@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -54,6 +56,14 @@ const TenantId kTenant(1);
 using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// CPU time the calling thread has used, user and system.
+double ThreadCpuSeconds() {
+  rusage u{};
+  CHECK_EQ(getrusage(RUSAGE_THREAD, &u), 0);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec / 1e6;
 }
 
 // The 260K model's KV geometry: 4 KB of K/V per full page of one layer.
@@ -140,6 +150,14 @@ class BenchHost : public KvReceiverHost {
     absl::MutexLock lock(&mu_);
     delivered_kv_bytes_ += bytes;
   }
+  void AddReceiverCpu(double seconds) {
+    absl::MutexLock lock(&mu_);
+    receiver_cpu_ += seconds;
+  }
+  double receiver_cpu() {
+    absl::MutexLock lock(&mu_);
+    return receiver_cpu_;
+  }
   uint64_t delivered_kv_bytes() {
     absl::MutexLock lock(&mu_);
     return delivered_kv_bytes_;
@@ -158,6 +176,7 @@ class BenchHost : public KvReceiverHost {
   absl::Mutex mu_;
   std::map<RequestId, Entry> reservations_ ABSL_GUARDED_BY(mu_);
   uint64_t delivered_kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  double receiver_cpu_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::string> problems_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -213,6 +232,10 @@ void ServeTransfers(kv::FrameListener& listener, const KvReceiver& receiver,
     if (hold == nullptr) continue;  // counted as a problem by the host
     sessions.emplace_back(
         [&gate, host, deadline, c = std::move(*conn), h = std::move(hold)] {
+          const double cpu = ThreadCpuSeconds();
+          absl::Cleanup count = [&] {
+            host->AddReceiverCpu(ThreadCpuSeconds() - cpu);
+          };
           gate.Serve(
               *c, *h, deadline,
               [host](const absl::Status& verdict, RequestId, bool, uint64_t) {
@@ -231,8 +254,15 @@ struct Figure {
   uint64_t kv_bytes = 0;  // delivered
   double seconds = 0;
   std::vector<std::string> problems;
+  // CPU time (user and system) of the sending thread and of the decode
+  // side's session threads, waits that poll included.
+  double sender_cpu = 0;
+  double receiver_cpu = 0;
 
   double mb_per_s() const { return seconds > 0 ? kv_bytes / 1e6 / seconds : 0; }
+  // CPU seconds per GB of K/V delivered.
+  double sender_s_per_gb() const { return sender_cpu / (kv_bytes / 1e9); }
+  double receiver_s_per_gb() const { return receiver_cpu / (kv_bytes / 1e9); }
 };
 
 double Median(std::vector<double> v) {
@@ -284,6 +314,7 @@ Figure FramedFigure(Plan& plan, const tls::Context* tls, bool sessions) {
   if (!sessions) sender.set_max_idle_per_peer(0);
   const KvPeer peer{"decode", "127.0.0.1", (*listener)->port()};
   const auto start = Clock::now();
+  const double cpu = ThreadCpuSeconds();
   for (int t = 0; t < plan.transfers; ++t) {
     const RequestId id(t + 1);
     for (kv::Page& p : plan.pages) {
@@ -300,8 +331,10 @@ Figure FramedFigure(Plan& plan, const tls::Context* tls, bool sessions) {
     }
   }
   const double seconds = Seconds(start);
+  figure.sender_cpu = ThreadCpuSeconds() - cpu;
   (*listener)->Close();  // a failed run's receiver stops waiting
   decode.join();
+  figure.receiver_cpu = host.receiver_cpu();
   figure.problems = host.problems();
   if (host.delivered_kv_bytes() != plan.kv_bytes) {
     figure.problems.push_back(absl::StrCat("delivered ",
@@ -480,6 +513,9 @@ struct Results {
   // Over mutual TLS with sessions kept, one core's AES-128-GCM, and the
   // TLS figure against the lower of framed plain and AES.
   std::vector<double> tls, aes, ratio_tls;
+  // CPU seconds per GB on each side: framed plain, then mutual TLS.
+  std::vector<double> plain_send_cpu, plain_recv_cpu, tls_send_cpu,
+      tls_recv_cpu;
   double tls_fresh = 0;  // over mutual TLS, a handshake per transfer
   double crc_gbps = 0;
 };
@@ -529,6 +565,14 @@ void PrintTable(const Plan& plan, const Plan& small, const Results& r) {
       absl::StrFormat(">= %.2f", kTlsRatioThreshold));
   row("framed over mutual TLS, a handshake per transfer", mbps(r.tls_fresh),
       "");
+  const auto cpu = [](const std::vector<double>& send,
+                      const std::vector<double>& recv) {
+    return absl::StrFormat("%.2f / %.2f s", Median(send), Median(recv));
+  };
+  row("CPU per GB, sender / receiver side: framed plain",
+      cpu(r.plain_send_cpu, r.plain_recv_cpu), "");
+  row("CPU per GB, sender / receiver side: framed over mutual TLS",
+      cpu(r.tls_send_cpu, r.tls_recv_cpu), "");
   row(Crc32cUsesIsal() ? "CRC32C alone, same bytes (ISA-L)"
                        : "CRC32C alone, same bytes (CRC32 instruction)",
       absl::StrFormat("%.2f GB/s", r.crc_gbps), "");
@@ -566,6 +610,10 @@ bool TransferFigures(const TransferBenchOptions& options) {
     const Figure tls = FramedFigure(plan, ctx.get(), /*sessions=*/true);
     if (!ReportProblems("framed over mutual TLS", tls)) return false;
     const double aes = AesGcmMBps(plan);
+    r.plain_send_cpu.push_back(framed.sender_s_per_gb());
+    r.plain_recv_cpu.push_back(framed.receiver_s_per_gb());
+    r.tls_send_cpu.push_back(tls.sender_s_per_gb());
+    r.tls_recv_cpu.push_back(tls.receiver_s_per_gb());
     r.tls.push_back(tls.mb_per_s());
     r.aes.push_back(aes);
     r.ratio_tls.push_back(tls.mb_per_s() / std::min(framed.mb_per_s(), aes));

@@ -212,8 +212,11 @@ absl::Status KvSender::SendOnce(const KvPeer& peer, const kv::Metadata& meta,
       return s;
     }
     // Ended under us before any answer: the decode node closed the session
-    // (idle, or restarting). Anything else is the transfer's verdict.
-    if (answered || !absl::IsUnavailable(s)) return s;
+    // (idle, or restarting; a reset reads as a TLS failure, kDataLoss).
+    // A verdict, a refusal or a timeout is the transfer's answer.
+    if (answered || !(absl::IsUnavailable(s) || absl::IsDataLoss(s))) {
+      return s;
+    }
   }
   uint64_t handshake_bytes = 0;
   auto conn = Open(peer, &handshake_bytes, before_claim);

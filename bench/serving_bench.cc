@@ -12,7 +12,11 @@
 //      Metadata with the transfer token, Page frames of the 260K model's
 //      geometry with their CRC32C, Commit, Ack), in transfers of
 //      --pages_per_transfer frames and of 160 (one 512-token prompt), and
-//      over mutual TLS;
+//      over mutual TLS, with the session kept between transfers (KV
+//      protocol version 4) and with a handshake per transfer; one core's
+//      AES-128-GCM rate over the same bytes, and mutual TLS against the
+//      lower of it and framed plain, round by round; the CPU each side
+//      used per GB, plain and over mutual TLS;
 //    - raw: the same bytes over a plain loopback TCP socket in one bulk
 //      send, read as bytes (no CRC computed or checked, no decoding),
 //      after the framed figure in each round (the ratio is the median of

@@ -105,39 +105,27 @@ std::unique_ptr<KvAdmission::Hold> KvAdmission::Admit(const std::string& peer,
 }
 
 bool KvAdmission::Hold::Authenticated() {
-  CHECK(state_ == State::kUnauthenticated);
-  admission_->Release(this);
-  absl::MutexLock lock(&admission_->mu_);
-  if (admission_->transfers_ >= admission_->options_.max_transfers) {
-    state_ = State::kNone;
-    return false;
-  }
-  ++admission_->transfers_;
-  state_ = State::kTransfer;
-  return true;
+  return Move(State::kUnauthenticated, State::kTransfer);
 }
 
-bool KvAdmission::Hold::Idle() {
-  CHECK(state_ == State::kTransfer);
-  admission_->Release(this);
-  absl::MutexLock lock(&admission_->mu_);
-  if (admission_->idle_ >= admission_->options_.max_idle_sessions) {
-    return false;  // state_ is kNone
-  }
-  ++admission_->idle_;
-  state_ = State::kIdle;
-  return true;
-}
+bool KvAdmission::Hold::Idle() { return Move(State::kTransfer, State::kIdle); }
 
 bool KvAdmission::Hold::Resume() {
-  CHECK(state_ == State::kIdle);
-  admission_->Release(this);
+  return Move(State::kIdle, State::kTransfer);
+}
+
+bool KvAdmission::Hold::Move(State from, State to) {
+  CHECK(state_ == from);
+  admission_->Release(this);  // state_ is kNone
   absl::MutexLock lock(&admission_->mu_);
-  if (admission_->transfers_ >= admission_->options_.max_transfers) {
-    return false;  // state_ is kNone
-  }
-  ++admission_->transfers_;
-  state_ = State::kTransfer;
+  int& held =
+      to == State::kTransfer ? admission_->transfers_ : admission_->idle_;
+  const int cap = to == State::kTransfer
+                      ? admission_->options_.max_transfers
+                      : admission_->options_.max_idle_sessions;
+  if (held >= cap) return false;
+  ++held;
+  state_ = to;
   return true;
 }
 

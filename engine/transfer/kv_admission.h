@@ -87,6 +87,9 @@ class KvAdmission {
     Hold(KvAdmission* admission, bool reserved, std::string peer)
         : admission_(admission), reserved_(reserved), peer_(std::move(peer)) {}
     enum class State { kUnauthenticated, kTransfer, kIdle, kNone };
+    // From `from` (CHECKed) to `to` (a transfer slot or an idle place) if
+    // one is free; holding nothing otherwise.
+    bool Move(State from, State to);
     KvAdmission* admission_;
     bool reserved_;  // in the prefill nodes' pool
     std::string peer_;

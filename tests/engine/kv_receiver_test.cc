@@ -17,9 +17,13 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/engine/kv_fake_host.h"
 
 namespace kvcanary::engine {
 namespace {
+
+using kvtest::FakeHost;
+using kvtest::FakeReservation;
 
 const absl::Duration kTimeout = absl::Seconds(10);
 const RequestId kRequest(7);
@@ -37,103 +41,16 @@ KvGeometry Geometry() {
   return g;
 }
 
-// What the fake host knows of one reservation, and what became of it.
-struct FakeReservation {
-  KvReservation reservation;
-  TransferToken token{};
-  bool claimed = false;
-  std::optional<absl::Status> failed;     // Fail's verdict
-  std::optional<KvDelivery> handed_over;  // HandOver's delivery
-};
-
-// The decode node's side of a receiver, in memory. Thread-safe.
-class FakeHost : public KvReceiverHost {
- public:
-  // A reservation of kPromptTokens for (kTenant, kRequest); its token.
-  TransferToken Reserve() {
-    FakeReservation r;
-    r.reservation.request = kRequest;
-    r.reservation.tenant = kTenant;
-    r.reservation.prompt_tokens = kPromptTokens;
-    r.reservation.prompt_pages = Geometry().PagesFor(kPromptTokens);
-    r.reservation.reserved_pages = 4;
-    r.token = NewTransferToken();
-    absl::MutexLock lock(&mu_);
-    reservations_[kRequest] = r;
-    return r.token;
-  }
-  FakeReservation Get(RequestId id) {
-    absl::MutexLock lock(&mu_);
-    return reservations_.at(id);
-  }
-  std::vector<std::string> refused() {
-    absl::MutexLock lock(&mu_);
-    return refused_;
-  }
-  std::vector<WatermarkViolation> violations() {
-    absl::MutexLock lock(&mu_);
-    return violations_;
-  }
-  std::vector<TraceEvent> commits() {
-    absl::MutexLock lock(&mu_);
-    return commits_;
-  }
-
-  std::unique_ptr<KvClaim> Claim(const kv::Metadata& meta) override;
-  void Refused(const char* reason) override {
-    absl::MutexLock lock(&mu_);
-    refused_.push_back(reason);
-  }
-  void Violation(const WatermarkViolation& violation) override {
-    absl::MutexLock lock(&mu_);
-    violations_.push_back(violation);
-  }
-  void Committed(const TraceEvent& event) override {
-    absl::MutexLock lock(&mu_);
-    commits_.push_back(event);
-  }
-
- private:
-  class FakeClaim;
-
-  absl::Mutex mu_;
-  std::map<RequestId, FakeReservation> reservations_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> refused_ ABSL_GUARDED_BY(mu_);
-  std::vector<WatermarkViolation> violations_ ABSL_GUARDED_BY(mu_);
-  std::vector<TraceEvent> commits_ ABSL_GUARDED_BY(mu_);
-};
-
-class FakeHost::FakeClaim : public KvClaim {
- public:
-  FakeClaim(FakeHost* host, const KvReservation& reservation)
-      : host_(host), reservation_(reservation) {}
-  const KvReservation& reservation() const override { return reservation_; }
-  void WritePage(kv::Page) override { ADD_FAILURE() << "pages are staged"; }
-  void Fail(const absl::Status& verdict) override {
-    absl::MutexLock lock(&host_->mu_);
-    host_->reservations_.at(reservation_.request).failed = verdict;
-  }
-  absl::Status HandOver(KvDelivery delivery) override {
-    absl::MutexLock lock(&host_->mu_);
-    host_->reservations_.at(reservation_.request).handed_over =
-        std::move(delivery);
-    return absl::OkStatus();
-  }
-
- private:
-  FakeHost* host_;
-  KvReservation reservation_;
-};
-
-std::unique_ptr<KvClaim> FakeHost::Claim(const kv::Metadata& meta) {
-  absl::MutexLock lock(&mu_);
-  auto it = reservations_.find(meta.request);
-  if (it == reservations_.end() || it->second.claimed ||
-      !SameToken(it->second.token, meta.transfer_token)) {
-    return nullptr;
-  }
-  it->second.claimed = true;
-  return std::make_unique<FakeClaim>(this, it->second.reservation);
+// The reservation the tests transfer into: kPromptTokens for (kTenant,
+// kRequest).
+KvReservation TheReservation() {
+  KvReservation r;
+  r.request = kRequest;
+  r.tenant = kTenant;
+  r.prompt_tokens = kPromptTokens;
+  r.prompt_pages = Geometry().PagesFor(kPromptTokens);
+  r.reserved_pages = 4;
+  return r;
 }
 
 kv::Metadata Meta(const TransferToken& token) {
@@ -261,7 +178,7 @@ class KvReceiverTest : public ::testing::Test {
 };
 
 TEST_F(KvReceiverTest, GoodTransferIsHandedOver) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   const Receipt r = Transfer(Frames(token));
   ASSERT_TRUE(r.verdict.ok()) << r.verdict;
   EXPECT_TRUE(r.claimed);
@@ -280,7 +197,7 @@ TEST_F(KvReceiverTest, GoodTransferIsHandedOver) {
 }
 
 TEST_F(KvReceiverTest, WrongTokenAbortsOnlyThatConnectionNotTheReservation) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   TransferToken wrong = token;
   wrong[0] ^= 0x01;
   const Receipt refused = Transfer(Frames(wrong));
@@ -301,7 +218,7 @@ TEST_F(KvReceiverTest, WrongTokenAbortsOnlyThatConnectionNotTheReservation) {
 }
 
 TEST_F(KvReceiverTest, RefusalSaysTheSameForAnUnknownRequest) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   TransferToken wrong = token;
   wrong[15] ^= 0x80;
   const Receipt wrong_token = Transfer({Meta(wrong)});
@@ -313,7 +230,7 @@ TEST_F(KvReceiverTest, RefusalSaysTheSameForAnUnknownRequest) {
 }
 
 TEST_F(KvReceiverTest, SecondClaimOfATakenReservationIsRefused) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   ASSERT_TRUE(Transfer(Frames(token)).verdict.ok());
   const Receipt again = Transfer(Frames(token));
   EXPECT_EQ(again.verdict.code(), absl::StatusCode::kPermissionDenied);
@@ -321,7 +238,7 @@ TEST_F(KvReceiverTest, SecondClaimOfATakenReservationIsRefused) {
 }
 
 TEST_F(KvReceiverTest, WrongSecretFailsTheHandshake) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   const Receipt r =
       Transfer(SharedSecret::FromString(std::string(40, 'x')), Frames(token));
   EXPECT_EQ(r.verdict.code(), absl::StatusCode::kUnauthenticated);
@@ -331,7 +248,7 @@ TEST_F(KvReceiverTest, WrongSecretFailsTheHandshake) {
 }
 
 TEST_F(KvReceiverTest, PageStampedByAnotherTenantIsRefused) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   std::vector<kv::Frame> pages = AllPages();
   pages[1] = PromptPage(0, 1, TenantId(4), kRequest);
   const Receipt r = Transfer(Frames(token, pages));
@@ -348,7 +265,7 @@ TEST_F(KvReceiverTest, PageStampedByAnotherTenantIsRefused) {
 }
 
 TEST_F(KvReceiverTest, PageStampedByAnotherRequestIsRefused) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   std::vector<kv::Frame> pages = AllPages();
   pages[2] = PromptPage(1, 0, kTenant, RequestId(6));
   const Receipt r = Transfer(Frames(token, pages));
@@ -360,7 +277,7 @@ TEST_F(KvReceiverTest, PageStampedByAnotherRequestIsRefused) {
 }
 
 TEST_F(KvReceiverTest, TenantsSharedPrefixIsAccepted) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   std::vector<kv::Frame> pages = AllPages();
   kv::Page shared = PromptPage(0, 0, kTenant, RequestId(6));
   shared.stamp.set_shared(true);
@@ -371,7 +288,7 @@ TEST_F(KvReceiverTest, TenantsSharedPrefixIsAccepted) {
 }
 
 TEST_F(KvReceiverTest, CommitWithFewerPagesThanReservedFails) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   std::vector<kv::Frame> pages = AllPages();
   pages.pop_back();  // page 1 of layer 1 never sent; the Commit says 3
   const Receipt r = Transfer(Frames(token, pages));
@@ -387,7 +304,7 @@ TEST_F(KvReceiverTest, CommitWithFewerPagesThanReservedFails) {
 }
 
 TEST_F(KvReceiverTest, SendersAbortFailsTheClaim) {
-  const TransferToken token = host_.Reserve();
+  const TransferToken token = host_.Reserve(TheReservation());
   kv::Abort abort;
   abort.request = kRequest;
   abort.code = static_cast<uint32_t>(absl::StatusCode::kCancelled);

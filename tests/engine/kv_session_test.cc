@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +19,7 @@
 #include "engine/transfer/kv_sender.h"
 #include "gtest/gtest.h"
 #include "tests/common/tls_fixtures.h"
+#include "tests/engine/kv_fake_host.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -36,79 +36,17 @@ KvGeometry Geometry() {
   return g;
 }
 
-// Reservations of one full page, claimed by token; deliveries counted.
-class SessionHost : public KvReceiverHost {
- public:
-  TransferToken Reserve(RequestId id) {
-    KvReservation r;
-    r.request = id;
-    r.tenant = kTenant;
-    r.prompt_pages = 1;
-    r.prompt_tokens = Geometry().page_tokens;
-    r.reserved_pages = 1;
-    const TransferToken token = NewTransferToken();
-    absl::MutexLock lock(&mu_);
-    reservations_[id] = {r, token, false};
-    return token;
-  }
-  std::unique_ptr<KvClaim> Claim(const kv::Metadata& meta) override;
-  void Refused(const char* reason) override {
-    absl::MutexLock lock(&mu_);
-    refused_.emplace_back(reason);
-  }
-  void Violation(const WatermarkViolation&) override {}
-  void Committed(const TraceEvent&) override {}
-  void Delivered() {
-    absl::MutexLock lock(&mu_);
-    ++delivered_;
-  }
-  int delivered() {
-    absl::MutexLock lock(&mu_);
-    return delivered_;
-  }
-  std::vector<std::string> refused() {
-    absl::MutexLock lock(&mu_);
-    return refused_;
-  }
+using kvtest::FakeHost;
 
- private:
-  struct Entry {
-    KvReservation reservation;
-    TransferToken token;
-    bool claimed;
-  };
-  absl::Mutex mu_;
-  std::map<RequestId, Entry> reservations_ ABSL_GUARDED_BY(mu_);
-  int delivered_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::string> refused_ ABSL_GUARDED_BY(mu_);
-};
-
-class SessionClaim : public KvClaim {
- public:
-  SessionClaim(SessionHost* host, const KvReservation& r)
-      : host_(host), reservation_(r) {}
-  const KvReservation& reservation() const override { return reservation_; }
-  void WritePage(kv::Page) override {}
-  void Fail(const absl::Status&) override {}
-  absl::Status HandOver(KvDelivery) override {
-    host_->Delivered();
-    return absl::OkStatus();
-  }
-
- private:
-  SessionHost* host_;
-  KvReservation reservation_;
-};
-
-std::unique_ptr<KvClaim> SessionHost::Claim(const kv::Metadata& meta) {
-  absl::MutexLock lock(&mu_);
-  auto it = reservations_.find(meta.request);
-  if (it == reservations_.end() || it->second.claimed ||
-      !SameToken(it->second.token, meta.transfer_token)) {
-    return nullptr;
-  }
-  it->second.claimed = true;
-  return std::make_unique<SessionClaim>(this, it->second.reservation);
+// A reservation of one full page for `id`; its token.
+TransferToken Reserve(FakeHost& host, RequestId id) {
+  KvReservation r;
+  r.request = id;
+  r.tenant = kTenant;
+  r.prompt_pages = 1;
+  r.prompt_tokens = Geometry().page_tokens;
+  r.reserved_pages = 1;
+  return host.Reserve(r);
 }
 
 // One request's transfer: Metadata and one full page in each layer.
@@ -149,7 +87,7 @@ Transfer MakeTransfer(RequestId id, const TransferToken& token) {
 // through KvGate on a thread of its own, until Stop().
 class Port {
  public:
-  Port(const KvAdmissionOptions& options, SessionHost* host,
+  Port(const KvAdmissionOptions& options, FakeHost* host,
        const tls::Context* tls)
       : receiver_(host, ReceiverOptions()),
         gate_(options, host, &receiver_, tls),
@@ -222,9 +160,9 @@ const SharedSecret& Secret() {
   return *secret;
 }
 
-absl::Status SendOne(const KvSender& sender, SessionHost& host,
-                     const Port& port, RequestId id) {
-  const Transfer t = MakeTransfer(id, host.Reserve(id));
+absl::Status SendOne(const KvSender& sender, FakeHost& host, const Port& port,
+                     RequestId id) {
+  const Transfer t = MakeTransfer(id, Reserve(host, id));
   uint64_t sent = 0;
   return sender.Send(port.peer(), t.meta, t.pages, /*first_token=*/1,
                      TransferDamage::kNone, &sent);
@@ -257,7 +195,7 @@ class KvSessionTest : public ::testing::TestWithParam<bool> {
 };
 
 TEST_P(KvSessionTest, ASessionCarriesTransfersOneAfterAnotherOnOneHandshake) {
-  SessionHost host;
+  FakeHost host;
   Port port(KvAdmissionOptions{}, &host, tls());
   const KvSender sender(&Secret(), absl::Seconds(5), tls());
   for (int i = 1; i <= 5; ++i) {
@@ -274,7 +212,7 @@ TEST_P(KvSessionTest, ASessionCarriesTransfersOneAfterAnotherOnOneHandshake) {
 }
 
 TEST_P(KvSessionTest, WithoutKeptSessionsEveryTransferHandshakes) {
-  SessionHost host;
+  FakeHost host;
   Port port(KvAdmissionOptions{}, &host, tls());
   KvSender sender(&Secret(), absl::Seconds(5), tls());
   sender.set_max_idle_per_peer(0);
@@ -287,7 +225,7 @@ TEST_P(KvSessionTest, WithoutKeptSessionsEveryTransferHandshakes) {
 }
 
 TEST_P(KvSessionTest, AnIdleSessionPastItsDeadlineIsClosedAndReplaced) {
-  SessionHost host;
+  FakeHost host;
   KvAdmissionOptions options;
   options.session_idle = absl::Milliseconds(100);
   Port port(options, &host, tls());
@@ -302,7 +240,7 @@ TEST_P(KvSessionTest, AnIdleSessionPastItsDeadlineIsClosedAndReplaced) {
 }
 
 TEST_P(KvSessionTest, PastTheIdleCapASessionIsClosedAfterItsAck) {
-  SessionHost host;
+  FakeHost host;
   KvAdmissionOptions options;
   options.max_idle_sessions = 0;
   Port port(options, &host, tls());
@@ -315,7 +253,7 @@ TEST_P(KvSessionTest, PastTheIdleCapASessionIsClosedAfterItsAck) {
 }
 
 TEST_P(KvSessionTest, ShutdownEndsAnIdleSessionAtOnce) {
-  SessionHost host;
+  FakeHost host;
   Port port(KvAdmissionOptions{}, &host, tls());  // 30 s idle deadline
   const KvSender sender(&Secret(), absl::Seconds(5), tls());
   ASSERT_TRUE(SendOne(sender, host, port, RequestId(1)).ok());
@@ -326,7 +264,7 @@ TEST_P(KvSessionTest, ShutdownEndsAnIdleSessionAtOnce) {
 }
 
 TEST_P(KvSessionTest, AResumedSessionWithEverySlotTakenIsRefusedForCapacity) {
-  SessionHost host;
+  FakeHost host;
   KvAdmissionOptions options;
   options.max_transfers = 1;
   Port port(options, &host, tls());
@@ -366,7 +304,7 @@ INSTANTIATE_TEST_SUITE_P(PlainAndMutualTls, KvSessionTest, ::testing::Bool(),
 // without a word (it went away between transfers): the sender opens a new
 // connection and the transfer goes through there, once.
 TEST(KvSessionRaceTest, ASessionClosedBeforeAnyAnswerIsReplacedOnce) {
-  SessionHost host;
+  FakeHost host;
   KvReceiverOptions ro;
   ro.secret = &Secret();
   ro.geometry = Geometry();
@@ -397,7 +335,7 @@ TEST(KvSessionRaceTest, ASessionClosedBeforeAnyAnswerIsReplacedOnce) {
   const KvSender sender(&Secret(), absl::Seconds(5));
   const KvPeer peer{"decode-0", "127.0.0.1", (*listener)->port()};
   for (int i = 1; i <= 2; ++i) {
-    const Transfer t = MakeTransfer(RequestId(i), host.Reserve(RequestId(i)));
+    const Transfer t = MakeTransfer(RequestId(i), Reserve(host, RequestId(i)));
     uint64_t sent = 0;
     EXPECT_TRUE(
         sender.Send(peer, t.meta, t.pages, 1, TransferDamage::kNone, &sent)

@@ -129,6 +129,7 @@ Taken Take(const json& j, Completion* c) {
         c->text += text->get<std::string>();
         taken = Taken::kChoice;
       }
+      TakeChoiceLogprobs(choice, &c->logprobs);
     }
   }
   if (has_usage) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "auditor/target/answer_logprobs.h"
 #include "auditor/target/multi_client.h"
 #include "nlohmann/json.hpp"
 
@@ -48,6 +49,9 @@ struct Completion {
   bool http_ok_error = false;  // HTTP 200, but the body or stream was an error
   bool usable = false;         // a 200 with a well-formed completion
   std::string text;
+  // The choices' log-probabilities, where the probe asked for them and the
+  // target sent some (stream chunks put together).
+  AnswerLogprobs logprobs;
   int prompt_tokens = -1;  // usage.prompt_tokens; -1: not reported
   // Prompt tokens served from the target's cache, however it reports them
   // (cached_from); -1: not reported.

@@ -172,6 +172,8 @@ void EngineLoop::Report(const std::vector<RequestId>& ids) {
       if (seq->role == SequenceRole::kPrefillOnly) {
         e.kind = RequestEvent::Kind::kPrefilled;
         e.first_token = seq->output.empty() ? -1 : seq->output[0];
+        e.logprobs = seq->output_logprobs;
+        e.prompt_logprobs = seq->prompt_logprobs;
         e.cached_tokens = seq->cached_tokens;
         t.reported_tokens = seq->output.size();
       } else {
@@ -185,6 +187,13 @@ void EngineLoop::Report(const std::vector<RequestId>& ids) {
       e.kind = RequestEvent::Kind::kTokens;
       e.tokens.assign(seq->output.begin() + t.reported_tokens,
                       seq->output.end());
+      if (seq->output_logprobs.size() == seq->output.size()) {
+        e.logprobs.assign(seq->output_logprobs.begin() + t.reported_tokens,
+                          seq->output_logprobs.end());
+      }
+      if (t.reported_tokens == 0 && seq->role == SequenceRole::kLocal) {
+        e.prompt_logprobs = seq->prompt_logprobs;
+      }
       t.reported_tokens = seq->output.size();
       tokens_generated_.fetch_add(e.tokens.size(), std::memory_order_relaxed);
       t.channel->Push(std::move(e));

@@ -30,6 +30,13 @@ struct RequestEvent {
   int cached_tokens = 0;    // kPrefilled, kFinished: prompt tokens whose K/V
                             // came from the prefix cache here
   std::vector<int> tokens;  // kTokens: the new ones
+  // With sampling.logprobs >= 0: kTokens, each new token's (parallel to
+  // `tokens`; token -1 where another node computed it); kPrefilled, the
+  // first token's (one entry).
+  std::vector<TokenLogprobs> logprobs;
+  // With sampling.prompt_logprobs: prompt tokens 1.. (kPrefilled, or the
+  // first kTokens of a local request).
+  std::vector<TokenLogprobs> prompt_logprobs;
   FinishReason reason = FinishReason::kNone;   // kFinished
   absl::Status status;                         // kFinished: why, if aborted
   int num_prompt_tokens = 0;                   // kFinished

@@ -377,7 +377,47 @@ StepOutput ModelRunner::Run(const Batch& batch) {
   kernels::Matmul(matrices_.classifier, last_.data(), out.logits.data(),
                   entries, threads_);
   out.refused.assign(refused_.begin(), refused_.end());
+  PromptLogprobs(batch, &out);
   return out;
+}
+
+void ModelRunner::PromptLogprobs(const Batch& batch, StepOutput* out) {
+  const int dim = cfg_.dim, vocab = cfg_.vocab_size;
+  // Rows at a time, so a long prompt never holds its whole logits matrix.
+  constexpr int kChunkRows = 64;
+  std::vector<float> normed, logits;
+  out->prompt_logprobs.resize(batch.entries.size());
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const BatchEntry& entry = batch.entries[e];
+    const Sequence& seq = *entry.seq;
+    if (!seq.sampling.prompt_logprobs || refused_[e] ||
+        seq.state.phase() != RequestPhase::kPrefilling) {
+      continue;
+    }
+    CHECK_EQ(entry.first_pos, 0) << "prompt log-probabilities need every row";
+    const int top = std::max(0, seq.sampling.logprobs);
+    std::vector<TokenLogprobs>& lp = out->prompt_logprobs[e];
+    // Row p's logits (through the final norm and the classifier, as the
+    // last row's) predict the token at p + 1.
+    for (int r0 = 0; r0 + 1 < entry.num_tokens; r0 += kChunkRows) {
+      const int n = std::min(kChunkRows, entry.num_tokens - 1 - r0);
+      normed.resize(static_cast<size_t>(n) * dim);
+      logits.resize(static_cast<size_t>(n) * vocab);
+      for (int r = 0; r < n; ++r) {
+        kernels::RmsNorm(
+            normed.data() + static_cast<size_t>(r) * dim,
+            x_.data() + static_cast<size_t>(entry_row_[e] + r0 + r) * dim,
+            model_->weights.rms_final.data(), dim);
+      }
+      kernels::Matmul(matrices_.classifier, normed.data(), logits.data(), n,
+                      threads_);
+      for (int r = 0; r < n; ++r) {
+        lp.push_back(
+            ComputeLogprobs(logits.data() + static_cast<size_t>(r) * vocab,
+                            vocab, seq.prompt[r0 + r + 1], top));
+      }
+    }
+  }
 }
 
 }  // namespace kvcanary::engine

@@ -76,6 +76,9 @@ class ModelRunner {
   // residual, feed-forward norm, W1/W3, SwiGLU, W2 and residual.
   void OutputAndFeedForwardRows(int l, int r0, int r1,
                                 kernels::ThreadPool* pool);
+  // For each prefill entry whose sequence asks for prompt log-probabilities,
+  // those of its prompt's tokens after the first into out->prompt_logprobs.
+  void PromptLogprobs(const Batch& batch, StepOutput* out);
   // Final norm of the last row of entries [e0, e1) into last_.
   void FinalNorm(const Batch& batch, int e0, int e1);
   // Whether the step can be split by sequences: contiguous runs of entries

@@ -57,6 +57,8 @@ void Scheduler::StartDecodeAfterTransfer(Sequence* seq, int first_token,
     seq->state.Finish(FinishReason::kStop);
   } else {
     seq->output.push_back(first_token);
+    // Its log-probabilities came with it, to the node, not to the engine.
+    if (seq->sampling.logprobs >= 0) seq->output_logprobs.emplace_back();
     if (static_cast<int>(seq->output.size()) >= seq->sampling.max_tokens ||
         seq->num_tokens() > options_.seq_len) {
       seq->state.Finish(FinishReason::kLength);
@@ -110,7 +112,9 @@ Batch Scheduler::Schedule() {
     // abort-cache-insert puts pages there.
     std::vector<PageRef> hits;
     std::vector<PrefixCache::Key> keys;
-    if (cache_ != nullptr) {
+    // Prompt log-probabilities need every position's logits: nothing is
+    // read from the cache (vLLM does the same).
+    if (cache_ != nullptr && !seq->sampling.prompt_logprobs) {
       keys = cache_->Keys(seq->tenant, seq->cache_salt, seq->prompt,
                           (prompt - 1) / pool_->page_tokens());
       hits = cache_->Acquire(keys);
@@ -196,11 +200,21 @@ void Scheduler::PublishAborted(Sequence* seq) {
 }
 
 void Scheduler::Advance(Sequence* seq, float* logits, int vocab_size) {
+  // Before sampling, which may scale the logits in place.
+  std::vector<float> raw;
+  if (seq->sampling.logprobs >= 0) raw.assign(logits, logits + vocab_size);
   const int token = seq->sampler.Sample(logits, vocab_size);
+  auto append = [&] {
+    seq->output.push_back(token);
+    if (!raw.empty()) {
+      seq->output_logprobs.push_back(ComputeLogprobs(
+          raw.data(), vocab_size, token, seq->sampling.logprobs));
+    }
+  };
   if (seq->role == SequenceRole::kPrefillOnly) {
     // The first token goes to the decode node with the K/V, whatever it is;
     // the decode node applies the stop rules.
-    seq->output.push_back(token);
+    append();
     seq->state.StartTransfer();
     return;
   }
@@ -208,7 +222,7 @@ void Scheduler::Advance(Sequence* seq, float* logits, int vocab_size) {
     seq->state.Finish(FinishReason::kStop);
     return;
   }
-  seq->output.push_back(token);
+  append();
   if (static_cast<int>(seq->output.size()) >= seq->sampling.max_tokens ||
       seq->num_tokens() > options_.seq_len) {
     seq->state.Finish(FinishReason::kLength);
@@ -229,6 +243,9 @@ std::vector<Sequence*> Scheduler::Postprocess(const Batch& batch,
       seq->state.StartDecode();
     }
     if (prefilled && !output.refused[i]) Publish(seq);
+    if (prefilled && !output.refused[i] && seq->sampling.prompt_logprobs) {
+      seq->prompt_logprobs = std::move(output.prompt_logprobs[i]);
+    }
     if (output.refused[i]) {
       // Name the worst: another tenant's data before anything else.
       const WatermarkViolation* worst = &seq->violations.front();

@@ -55,6 +55,9 @@ struct Batch {
 struct StepOutput {
   std::vector<float> logits;  // (entries, vocab), f32
   std::vector<bool> refused;  // (entries): enforce mode refused a read
+  // (entries): for a prefill entry whose sequence asks for prompt
+  // log-probabilities, those of prompt[1..]; empty otherwise.
+  std::vector<std::vector<TokenLogprobs>> prompt_logprobs;
 };
 
 class Scheduler {

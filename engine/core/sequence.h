@@ -10,6 +10,7 @@
 #include "common/ids.h"
 #include "common/page_stamp.h"
 #include "engine/core/request_state.h"
+#include "engine/model/logprobs.h"
 #include "engine/model/sampler.h"
 #include "kernels/paged_attention.h"
 
@@ -39,6 +40,12 @@ struct Sequence {
   SequenceRole role = SequenceRole::kLocal;
   std::vector<int> prompt;  // BOS first
   std::vector<int> output;  // generated tokens, end token excluded
+  // With sampling.logprobs >= 0: output[i]'s log-probabilities, where this
+  // engine computed them (a decode node's first token came with the K/V;
+  // its entry here has token -1).
+  std::vector<TokenLogprobs> output_logprobs;
+  // With sampling.prompt_logprobs: prompt[i + 1]'s, once prefilled.
+  std::vector<TokenLogprobs> prompt_logprobs;
   SamplingParams sampling;
   Sampler sampler;
   RequestState state;

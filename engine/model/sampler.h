@@ -16,6 +16,13 @@ struct SamplingParams {
   uint64_t seed = 0;    // 0 is mapped to a fixed non-zero seed
   int max_tokens = 16;  // generated tokens at most
   bool ignore_eos = false;  // keep going past end tokens (benchmarks)
+  // Log-probabilities (engine/model/logprobs.h) of each generated token
+  // with this many top alternatives (0..kMaxTopLogprobs); -1: none.
+  int logprobs = -1;
+  // Also of each prompt token after the first (`echo` with `logprobs`),
+  // with `logprobs` alternatives: the whole prompt is computed (no prefix
+  // cache hits), its logits at every position.
+  bool prompt_logprobs = false;
 };
 
 // Not thread-safe; one per request.

@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "common/check.h"
 #include "common/status_macros.h"
+#include "engine/nodes/logprobs_wire.h"
 #include "engine/nodes/node_common.h"
 #include "httplib.h"  // the client to the prefill node
 
@@ -18,26 +19,41 @@ constexpr absl::Duration kFrameTimeout = absl::Seconds(10);
 std::string NdjsonLine(const nlohmann::json& j) { return j.dump() + "\n"; }
 
 // The prefill node's 200 answer: "ok", or what it recorded as its
-// admission's abort_reason while going on anyway; and its cached tokens.
-void ReadPrefillAnswer(const std::string& body, nlohmann::json* outcome,
-                       int* cached_tokens) {
-  *outcome = "ok";
+// admission's abort_reason while going on anyway; its cached tokens, and
+// the log-probabilities it computed (passed on as they came: the router
+// checks them).
+void ReadPrefillAnswer(const std::string& body, PrefillAnswer* answer) {
+  answer->outcome = "ok";
   auto j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return;
   if (j.contains("cached_tokens") && j["cached_tokens"].is_number_unsigned()) {
-    *cached_tokens = j["cached_tokens"].get<int>();
+    answer->cached_tokens = j["cached_tokens"].get<int>();
   }
   if (j.contains("abort_reason") && j["abort_reason"].is_string()) {
-    *outcome = "abort_reason: " + j["abort_reason"].get<std::string>();
+    answer->outcome = "abort_reason: " + j["abort_reason"].get<std::string>();
+  }
+  if (j.contains("first_logprobs") && j["first_logprobs"].is_array() &&
+      j["first_logprobs"].size() == 1) {
+    answer->first_logprobs = j["first_logprobs"][0];
+  }
+  if (j.contains("prompt_logprobs")) {
+    answer->prompt_logprobs = j["prompt_logprobs"];
   }
 }
 
-// The NDJSON line for a tokens or finished event.
+// The NDJSON line for a tokens or finished event. The request's first
+// token's log-probabilities came from the prefill node (`first`), the
+// others are this node's.
 nlohmann::json EventLine(const RequestEvent& event, int prompt_tokens,
-                         int cached_tokens) {
+                         int cached_tokens, const nlohmann::json& first) {
   nlohmann::json line;
   if (event.kind == RequestEvent::Kind::kTokens) {
     line["tokens"] = event.tokens;
+    if (!event.logprobs.empty()) {
+      nlohmann::json logprobs = LogprobsToJson(event.logprobs);
+      if (event.logprobs[0].token < 0) logprobs[0] = first;
+      line["logprobs"] = std::move(logprobs);
+    }
     return line;
   }
   line["finish_reason"] = FinishReasonName(event.reason);
@@ -272,15 +288,13 @@ std::shared_ptr<DecodeNode::PendingTransfer> DecodeNode::FindPending(
 }
 
 void DecodeNode::HandleGenerate(const http::Request& req, http::Response& res) {
-  // What the prefill node answered for the request (null until it has),
-  // and the prompt tokens it served from its prefix cache: passed on to
-  // the router with this node's own outcome.
-  nlohmann::json prefill_outcome = nullptr;
-  int cached_tokens = 0;
+  // What the prefill node answered for the request (its outcome null until
+  // it has): passed on to the router with this node's own outcome.
+  PrefillAnswer prefill;
   auto fail = [&](const absl::Status& status) {
     metrics_.CountRequest(status);
     RespondInternalError(res, status,
-                         {{"prefill_outcome", prefill_outcome},
+                         {{"prefill_outcome", prefill.outcome},
                           {"decode_outcome", OutcomeText(status)}});
   };
   if (!Authorized(req, options_.creds.internal, "internal secret", res)) return;
@@ -301,11 +315,10 @@ void DecodeNode::HandleGenerate(const http::Request& req, http::Response& res) {
 
   // Ask a prefill node to compute the prompt's K/V and ship it here.
   absl::Status transfer =
-      RequestPrefill(request, **pending, req.is_connection_closed,
-                     &prefill_outcome, &cached_tokens);
+      RequestPrefill(request, **pending, req.is_connection_closed, &prefill);
   // No answer at all, and not because the router gave up: the prefill node
   // went away (a transfer it cut short is no corruption).
-  const bool prefill_gone = !transfer.ok() && prefill_outcome.is_null() &&
+  const bool prefill_gone = !transfer.ok() && prefill.outcome.is_null() &&
                             !absl::IsCancelled(transfer);
   transfer = SettleTransfer(request.id, **pending, transfer, prefill_gone);
   transfer = InstallFromSlot(request.id, **pending, transfer);
@@ -326,8 +339,7 @@ void DecodeNode::HandleGenerate(const http::Request& req, http::Response& res) {
     return fail(transfer);
   }
   StreamDecoding(res, channel, request.id,
-                 static_cast<int>(request.prompt.size()), cached_tokens,
-                 prefill_outcome);
+                 static_cast<int>(request.prompt.size()), prefill);
 }
 
 absl::StatusOr<std::shared_ptr<DecodeNode::PendingTransfer>>
@@ -447,16 +459,22 @@ absl::Status DecodeNode::InstallStale(RequestId id,
 void DecodeNode::StreamDecoding(http::Response& res,
                                 std::shared_ptr<RequestChannel> channel,
                                 RequestId id, int prompt_tokens,
-                                int cached_tokens,
-                                const nlohmann::json& prefill_outcome) {
+                                const PrefillAnswer& prefill) {
   // Decoding: stream NDJSON lines until finished: first what the prefill
   // node reported, then the tokens, then the final line.
-  const std::string prefill_line = NdjsonLine(
-      {{"prefill_outcome", prefill_outcome}, {"cached_tokens", cached_tokens}});
+  nlohmann::json first_line = {{"prefill_outcome", prefill.outcome},
+                               {"cached_tokens", prefill.cached_tokens}};
+  if (!prefill.prompt_logprobs.is_null()) {
+    first_line["prompt_logprobs"] = prefill.prompt_logprobs;
+  }
+  const std::string prefill_line = NdjsonLine(first_line);
+  const int cached_tokens = prefill.cached_tokens;
+  const nlohmann::json first_logprobs = prefill.first_logprobs;
   auto counted = std::make_shared<bool>(false);  // the final line's outcome
   res.set_chunked_content_provider(
       "application/x-ndjson",
       [this, channel, id, prompt_tokens, cached_tokens, prefill_line, counted,
+       first_logprobs,
        prefill_sent = false](size_t, http::DataSink& sink) mutable {
         auto gone = [&] {
           loop_.Abort(id, absl::CancelledError("router went away"));
@@ -474,8 +492,8 @@ void DecodeNode::StreamDecoding(http::Response& res,
             event->kind != RequestEvent::Kind::kFinished) {
           return true;
         }
-        const std::string text =
-            NdjsonLine(EventLine(*event, prompt_tokens, cached_tokens));
+        const std::string text = NdjsonLine(
+            EventLine(*event, prompt_tokens, cached_tokens, first_logprobs));
         if (event->kind == RequestEvent::Kind::kFinished) {
           metrics_.CountRequest(event->status);
           *counted = true;
@@ -494,8 +512,7 @@ void DecodeNode::StreamDecoding(http::Response& res,
 
 absl::Status DecodeNode::RequestPrefill(
     const NodeRequest& request, const PendingTransfer& pending,
-    const std::function<bool()>& router_gone, nlohmann::json* prefill_outcome,
-    int* cached_tokens) {
+    const std::function<bool()>& router_gone, PrefillAnswer* answer) {
   nlohmann::json pj;
   pj["request_id"] = request.id.value();
   pj["tenant_id"] = request.tenant.value();
@@ -504,6 +521,10 @@ absl::Status DecodeNode::RequestPrefill(
   pj["temperature"] = request.sampling.temperature;
   pj["top_p"] = request.sampling.top_p;
   pj["seed"] = request.sampling.seed;
+  if (request.sampling.logprobs >= 0) {
+    pj["logprobs"] = request.sampling.logprobs;
+  }
+  if (request.sampling.prompt_logprobs) pj["prompt_logprobs"] = true;
   pj["reserved_pages"] = pending.reservation.reserved_pages;
   pj["kv_peer"] = options_.name;
   pj["transfer_token"] = TransferTokenHex(pending.token);
@@ -534,10 +555,10 @@ absl::Status DecodeNode::RequestPrefill(
   if (!pres) return NodeCallError("prefill", url, pres.error());
   if (pres->status != 200) {
     absl::Status s = StatusFromInternalResponse(pres->status, pres->body);
-    *prefill_outcome = OutcomeText(s);
+    answer->outcome = OutcomeText(s);
     return s;
   }
-  ReadPrefillAnswer(pres->body, prefill_outcome, cached_tokens);
+  ReadPrefillAnswer(pres->body, answer);
   return absl::OkStatus();
 }
 

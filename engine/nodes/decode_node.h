@@ -79,6 +79,17 @@ struct DecodeNodeOptions {
   EngineOptions engine;
 };
 
+// What a prefill node answered for a request, passed on to the router.
+struct PrefillAnswer {
+  nlohmann::json outcome = nullptr;  // null until it answered
+  int cached_tokens = 0;             // prompt tokens from its prefix cache
+  // The first token's log-probabilities (one position, as
+  // engine/nodes/logprobs_wire.h writes it) and the prompt's (an array);
+  // null when not asked for or not sent.
+  nlohmann::json first_logprobs = nullptr;
+  nlohmann::json prompt_logprobs = nullptr;
+};
+
 class DecodeNode {
  public:
   DecodeNode(const Model* model, const DecodeNodeOptions& options);
@@ -160,17 +171,15 @@ class DecodeNode {
   // Streams the request's NDJSON lines as it decodes.
   void StreamDecoding(http::Response& res,
                       std::shared_ptr<RequestChannel> channel, RequestId id,
-                      int prompt_tokens, int cached_tokens,
-                      const nlohmann::json& prefill_outcome);
-  // Asks a prefill node to fill the reservation; its answer's outcome and
-  // cached tokens into *prefill_outcome / *cached_tokens. kCancelled as
+                      int prompt_tokens, const PrefillAnswer& prefill);
+  // Asks a prefill node to fill the reservation; what it answered into
+  // *answer (its outcome, when it answered with an error). kCancelled as
   // soon as `router_gone` says the router hung up (the client gave up): the
   // request is then aborted while its K/V may still be arriving.
   absl::Status RequestPrefill(const NodeRequest& request,
                               const PendingTransfer& pending,
                               const std::function<bool()>& router_gone,
-                              nlohmann::json* prefill_outcome,
-                              int* cached_tokens);
+                              PrefillAnswer* answer);
   std::shared_ptr<PendingTransfer> FindPending(RequestId id);
 
   const Model* model_;

@@ -184,7 +184,13 @@ absl::Status DecodeStream::ReadResponse(NodeConnection& connection,
       *received = true;
       continue;
     }
-    // The node ended the stream: an answer without a length ends here.
+    // The node ended the stream: an answer without a length ends here. An
+    // end before any byte of an answer is no answer (Beast's put_eof would
+    // call it a complete, default 200 response).
+    if (!parser.got_some()) {
+      return absl::UnavailableError(
+          "the node closed the connection before answering");
+    }
     boost::beast::error_code ec;
     parser.put_eof(ec);
     if (!ec && parser.is_done()) {

@@ -14,6 +14,7 @@
 #include "common/tenants_file.h"
 #include "engine/core/engine_loop.h"
 #include "engine/core/trace_bus.h"
+#include "engine/model/logprobs.h"
 #include "engine/nodes/http_listener_metrics.h"
 #include "engine/nodes/node_metrics.h"
 #include "engine/nodes/node_settings.h"
@@ -300,6 +301,14 @@ absl::StatusOr<int> ServeMetrics(http::Server* main, const std::string& role,
   return BindAndServe(separate->get(), host, port);
 }
 
+std::optional<std::string> OptionalString(const nlohmann::json& j,
+                                          const char* field) {
+  if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
+    return std::nullopt;
+  }
+  return j[field].get<std::string>();
+}
+
 absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {
   NodeRequest r;
   auto request_id = JsonUint(body, "request_id");
@@ -340,6 +349,21 @@ absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {
     auto seed = JsonUint(body, "seed");
     if (!seed.ok()) return seed.status();
     r.sampling.seed = *seed;
+  }
+  if (body.contains("logprobs")) {
+    auto top = JsonUint(body, "logprobs");
+    if (!top.ok() || *top > static_cast<uint64_t>(kMaxTopLogprobs)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "field 'logprobs' must be an integer in [0, ", kMaxTopLogprobs, "]"));
+    }
+    r.sampling.logprobs = static_cast<int>(*top);
+  }
+  if (body.contains("prompt_logprobs")) {
+    if (!body["prompt_logprobs"].is_boolean()) {
+      return absl::InvalidArgumentError(
+          "field 'prompt_logprobs' must be a boolean");
+    }
+    r.sampling.prompt_logprobs = body["prompt_logprobs"].get<bool>();
   }
   if (body.contains("max_tokens")) {
     auto max_tokens = JsonUint(body, "max_tokens");

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -52,6 +53,9 @@ absl::StatusOr<double> JsonNumber(const nlohmann::json& j, const char* field,
                                   double default_value);
 absl::StatusOr<std::string> JsonString(const nlohmann::json& j,
                                        const char* field);
+// A string field of a node's JSON; nullopt if absent or not a string.
+std::optional<std::string> OptionalString(const nlohmann::json& j,
+                                          const char* field);
 absl::StatusOr<std::vector<int>> JsonTokenArray(const nlohmann::json& j,
                                                 const char* field);
 
@@ -136,7 +140,8 @@ struct NodeRequest {
 };
 // request_id (non-zero, not kReservedRequestId) and tenant_id (non-zero),
 // prompt, temperature, top_p, seed (optional), max_tokens (optional),
-// cache_salt (optional; IsValidCacheSalt);
+// cache_salt (optional; IsValidCacheSalt), logprobs (optional, [0,
+// kMaxTopLogprobs]), prompt_logprobs (optional boolean);
 // kInvalidArgument (HTTP 400) naming the field.
 absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body);
 

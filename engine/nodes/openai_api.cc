@@ -13,6 +13,7 @@
 #include "common/json_strict.h"
 #include "common/status_macros.h"
 #include "common/tenants_file.h"
+#include "engine/model/logprobs.h"
 #include "engine/nodes/version.h"
 #include "nlohmann/json.hpp"
 
@@ -199,36 +200,66 @@ absl::Status ParseStop(const json& body, std::vector<std::string>* stops) {
 
 // Features we do not implement are accepted only at their no-op values.
 absl::Status CheckNoOps(const json& body) {
-  int64_t n = 1;
-  RETURN_IF_ERROR(GetInt(body, "n", INT64_MIN, INT64_MAX, &n));
-  if (n != 1) return FieldError("n", "Only n = 1 is supported.");
   int64_t best_of = 1;
   RETURN_IF_ERROR(GetInt(body, "best_of", INT64_MIN, INT64_MAX, &best_of));
   if (best_of != 1)
     return FieldError("best_of", "Only best_of = 1 is supported.");
-  bool echo = false;
-  RETURN_IF_ERROR(GetBool(body, "echo", &echo));
-  if (echo) return FieldError("echo", "'echo' is not supported.");
-  // Completions take an integer, chat a boolean; only null/false is a no-op.
-  const json* logprobs = Field(body, "logprobs");
-  if (logprobs != nullptr &&
-      !(logprobs->is_boolean() && !logprobs->get<bool>())) {
-    return FieldError("logprobs", "'logprobs' is not supported.");
-  }
   return absl::OkStatus();
 }
 
-ordered_json Usage(const CompletionResult& r) {
-  return {{"prompt_tokens", r.prompt_tokens},
-          {"completion_tokens", r.completion_tokens},
-          {"total_tokens",
-           static_cast<int64_t>(r.prompt_tokens) + r.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
+// Completions: `logprobs` (an integer) and `echo`. Chat: `logprobs` (a
+// boolean) and `top_logprobs`; `echo` is not chat's.
+absl::Status ParseLogprobs(const json& body, bool chat,
+                           CompletionRequest* req) {
+  if (!chat) {
+    // `false` is taken as absent: some clients send it for "none".
+    const json* flag = Field(body, "logprobs");
+    if (flag != nullptr && flag->is_boolean() && !flag->get<bool>()) {
+      return GetBool(body, "echo", &req->echo);
+    }
+    int64_t k = -1;
+    RETURN_IF_ERROR(GetInt(body, "logprobs", 0, kMaxTopLogprobs, &k));
+    req->logprobs = static_cast<int>(k);
+    return GetBool(body, "echo", &req->echo);
+  }
+  bool echo = false;
+  RETURN_IF_ERROR(GetBool(body, "echo", &echo));
+  if (echo) return FieldError("echo", "'echo' is not supported in chat.");
+  bool wanted = false;
+  RETURN_IF_ERROR(GetBool(body, "logprobs", &wanted));
+  int64_t k = -1;
+  RETURN_IF_ERROR(GetInt(body, "top_logprobs", 0, kMaxTopLogprobs, &k));
+  if (k >= 0 && !wanted) {
+    return FieldError("top_logprobs",
+                      "'top_logprobs' requires 'logprobs' to be true.");
+  }
+  if (wanted) req->logprobs = static_cast<int>(std::max<int64_t>(k, 0));
+  return absl::OkStatus();
+}
+
+// The prompt counted once, every choice's completion.
+ordered_json Usage(const std::vector<CompletionResult>& choices) {
+  const CompletionResult& first = choices.front();
+  int64_t completion = 0;
+  for (const CompletionResult& c : choices) completion += c.completion_tokens;
+  return {{"prompt_tokens", first.prompt_tokens},
+          {"completion_tokens", completion},
+          {"total_tokens", first.prompt_tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", first.cached_tokens}}}};
 }
 
 ordered_json FinishReason(const CompletionResult& r) {
   return r.finish_reason.empty() ? ordered_json(nullptr)
                                  : ordered_json(r.finish_reason);
+}
+
+// choices[i].logprobs: null unless asked for.
+ordered_json LogprobsJson(const CompletionResult& r,
+                          const std::vector<LogprobEntry>& entries,
+                          size_t text_offset, bool chat) {
+  if (!r.has_logprobs) return nullptr;
+  return chat ? ChatLogprobsJson(entries)
+              : CompletionLogprobsJson(entries, text_offset);
 }
 
 ordered_json Envelope(const CompletionResult& r, absl::string_view object) {
@@ -340,6 +371,10 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
       req.include_usage = include->get<bool>();
     }
   }
+  RETURN_IF_ERROR(ParseLogprobs(doc, chat, &req));
+  int64_t n = 1;
+  RETURN_IF_ERROR(GetInt(doc, "n", 1, kMaxChoices, &n));
+  req.n = static_cast<int>(n);
   RETURN_IF_ERROR(CheckNoOps(doc));
   return req;
 }
@@ -430,27 +465,44 @@ absl::Status PromptBytesExceedLimit(size_t prompt_bytes, int64_t min_tokens,
   return status;
 }
 
-std::string CompletionResponseJson(const CompletionResult& r, bool chat) {
-  ordered_json body = Envelope(r, chat ? "chat.completion" : "text_completion");
-  ordered_json choice = {{"index", 0}};
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-  } else {
-    choice["text"] = r.text;
+std::string CompletionResponseJson(const std::vector<CompletionResult>& choices,
+                                   bool chat) {
+  CHECK(!choices.empty());
+  ordered_json body =
+      Envelope(choices.front(), chat ? "chat.completion" : "text_completion");
+  body["choices"] = ordered_json::array();
+  for (const CompletionResult& r : choices) {
+    ordered_json choice = {{"index", r.index}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    } else {
+      choice["text"] = r.text;
+    }
+    choice["logprobs"] = LogprobsJson(r, r.logprobs, 0, chat);
+    choice["finish_reason"] = FinishReason(r);
+    body["choices"].push_back(std::move(choice));
   }
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = FinishReason(r);
-  body["choices"] = ordered_json::array({std::move(choice)});
-  body["usage"] = Usage(r);
+  body["usage"] = Usage(choices);
   return Dump(body);
 }
 
+std::string StreamUsageSse(const std::vector<CompletionResult>& choices,
+                           bool chat) {
+  CHECK(!choices.empty());
+  ordered_json body = Envelope(
+      choices.front(), chat ? "chat.completion.chunk" : "text_completion");
+  body["choices"] = ordered_json::array();
+  body["usage"] = Usage(choices);
+  return absl::StrCat("data: ", Dump(body), "\n\n");
+}
+
 std::string StreamChunkSse(const CompletionResult& partial,
-                           absl::string_view delta, bool chat,
-                           bool final_chunk) {
+                           absl::string_view delta, bool chat, bool final_chunk,
+                           const std::vector<LogprobEntry>& logprobs,
+                           bool usage) {
   ordered_json body =
       Envelope(partial, chat ? "chat.completion.chunk" : "text_completion");
-  ordered_json choice = {{"index", 0}};
+  ordered_json choice = {{"index", partial.index}};
   if (chat) {
     ordered_json d = ordered_json::object();
     if (partial.text.empty()) d["role"] = "assistant";
@@ -459,11 +511,12 @@ std::string StreamChunkSse(const CompletionResult& partial,
   } else {
     choice["text"] = std::string(delta);
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] =
+      LogprobsJson(partial, logprobs, partial.text.size(), chat);
   choice["finish_reason"] =
       final_chunk ? FinishReason(partial) : ordered_json(nullptr);
   body["choices"] = ordered_json::array({std::move(choice)});
-  if (final_chunk) body["usage"] = Usage(partial);
+  if (final_chunk && usage) body["usage"] = Usage({partial});
   return absl::StrCat("data: ", Dump(body), "\n\n");
 }
 

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/json_strict.h"
+#include "engine/nodes/openai_logprobs.h"
 
 namespace kvcanary::engine {
 
@@ -33,6 +34,9 @@ inline constexpr char kRequestIdHeader[] = "X-Kvcanary-Request-Id";
 
 inline constexpr int kMaxMaxTokens = 1 << 20;
 inline constexpr int kMaxStopStrings = 4;
+// The most choices (`n`) one request may ask for: each is a sequence of its
+// own, counted against the in-flight limits as a request.
+inline constexpr int kMaxChoices = 8;
 
 struct CompletionRequest {
   bool chat = false;  // POST /v1/chat/completions rather than /v1/completions
@@ -53,6 +57,15 @@ struct CompletionRequest {
   // keys as the nodes' --cache-salt says; "" if absent. A non-empty string
   // of at most kMaxCacheSaltBytes bytes without control characters.
   std::string cache_salt;
+  // Log-probabilities of each generated token with this many top
+  // alternatives ([0, kMaxTopLogprobs]); -1: none. Completions: the
+  // integer `logprobs`; chat: `logprobs: true` with `top_logprobs` (0 if
+  // absent).
+  int logprobs = -1;
+  // Completions' `echo`: the prompt's text before the completion's, and
+  // with `logprobs`, its tokens' log-probabilities.
+  bool echo = false;
+  int n = 1;  // choices, [1, kMaxChoices]
 };
 
 // Parses a POST /v1/completions (`chat` false) or /v1/chat/completions body.
@@ -60,8 +73,9 @@ struct CompletionRequest {
 // common/json_strict.h refuses, bytes after the value and duplicate keys
 // included, a duplicate's path as "param"), a body that is not an object, a
 // missing prompt/messages, a known field of the wrong type or out of range, or
-// an unsupported feature (n != 1, logprobs, echo, best_of != 1, token-array or
-// batched prompts). The status carries the offending field as its "param"
+// an unsupported feature (n != 1, best_of != 1, chat's echo, token-array or
+// batched prompts), `logprobs` over kMaxTopLogprobs or chat's top_logprobs
+// without logprobs: true. The status carries the offending field as its "param"
 // payload (see ErrorBody). Unknown fields are ignored; a known field set to
 // null counts as absent.
 absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
@@ -107,6 +121,7 @@ absl::Status PromptBytesExceedLimit(size_t prompt_bytes, int64_t min_tokens,
                                     int prompt_limit);
 
 struct CompletionResult {
+  int index = 0;   // the choice's
   std::string id;  // "cmpl-..." or "chatcmpl-...", chosen by the router
   std::string model;
   int64_t created = 0;  // unix seconds
@@ -119,24 +134,45 @@ struct CompletionResult {
   // Prompt tokens whose K/V came from the prefix cache of the node that
   // prefilled the prompt (0 when none).
   int cached_tokens = 0;
+  // The request asked for log-probabilities: choices[0].logprobs is an
+  // object (built from `logprobs`), not null.
+  bool has_logprobs = false;
+  // Every position returned (the echoed prompt's, then the generated
+  // tokens'), for CompletionResponseJson(). A stream chunk's own are
+  // passed to StreamChunkSse().
+  std::vector<LogprobEntry> logprobs;
 };
 
-// The non-streaming response: "text_completion" with choices[0].text, or
-// "chat.completion" with choices[0].message {role: assistant, content};
-// both with usage {prompt_tokens, completion_tokens, total_tokens,
-// prompt_tokens_details: {cached_tokens}}.
-std::string CompletionResponseJson(const CompletionResult& result, bool chat);
+// The non-streaming response, one choice per result (REQUIRES: not
+// empty; the envelope is the first's): "text_completion" with
+// choices[i].text, or "chat.completion" with choices[i].message {role:
+// assistant, content}; both with usage {prompt_tokens, completion_tokens,
+// total_tokens, prompt_tokens_details: {cached_tokens}}: the prompt and its
+// cached tokens counted once (the first choice's), the completion tokens of
+// every choice.
+std::string CompletionResponseJson(const std::vector<CompletionResult>& choices,
+                                   bool chat);
 
-// One server-sent event, "data: {json}\n\n", carrying `delta`. Completions:
+// One server-sent event, "data: {json}\n\n", carrying `delta` for choice
+// partial.index. Completions:
 // a "text_completion" object with choices[0].text = delta. Chat: a
 // "chat.completion.chunk" with choices[0].delta = {content: delta}, plus
 // role "assistant" when partial.text is empty (the first chunk). A
-// `final_chunk` carries choices[0].finish_reason and usage (from `partial`);
-// other chunks have finish_reason null and no usage. Chat final chunks with
-// an empty delta have delta {} (plus role if first).
+// `final_chunk` carries choices[0].finish_reason, and usage (from `partial`)
+// if `usage`; other chunks have finish_reason null and no usage. Chat final
+// chunks with an empty delta have delta {} (plus role if first). With
+// partial.has_logprobs, choices[0].logprobs holds `logprobs`, the chunk's own
+// positions (completions: their text_offset counts from the start of
+// partial.text).
 std::string StreamChunkSse(const CompletionResult& partial,
-                           absl::string_view delta, bool chat,
-                           bool final_chunk);
+                           absl::string_view delta, bool chat, bool final_chunk,
+                           const std::vector<LogprobEntry>& logprobs = {},
+                           bool usage = true);
+// With n > 1 the choices' final chunks carry no usage; this last event
+// does, with "choices": [] (OpenAI's shape), for all of `choices` as
+// CompletionResponseJson counts them.
+std::string StreamUsageSse(const std::vector<CompletionResult>& choices,
+                           bool chat);
 // The terminating event: "data: [DONE]\n\n".
 std::string StreamDoneSse();
 

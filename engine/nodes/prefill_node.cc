@@ -5,6 +5,7 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "engine/core/kv_export.h"
+#include "engine/nodes/logprobs_wire.h"
 #include "engine/nodes/node_common.h"
 #include "engine/transfer/kv_sender.h"
 
@@ -255,6 +256,12 @@ void PrefillNode::HandlePrefill(const http::Request& req, http::Response& res) {
       model_->config.n_layers;
   j["bytes_sent"] = bytes;
   j["cached_tokens"] = prefilled.cached_tokens;
+  if (request.sampling.logprobs >= 0) {
+    j["first_logprobs"] = LogprobsToJson(prefilled.logprobs);
+  }
+  if (request.sampling.prompt_logprobs) {
+    j["prompt_logprobs"] = LogprobsToJson(prefilled.prompt_logprobs);
+  }
   // What this node wrote into the admission record, for the router's access
   // log; the decode node does not act on it (with admission-abort-lost,
   // that is the bug: the rejection is recorded and the request goes on).

@@ -12,142 +12,39 @@
 #include "engine/nodes/decode_stream.h"
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/openai_api.h"
+#include "engine/nodes/token_relay.h"
 #include "engine/nodes/version.h"
 #include "httplib.h"  // the client to the nodes
 
 namespace kvcanary::engine {
-namespace {
-
-// A string field of a node's JSON, or null.
-std::optional<std::string> OptionalString(const nlohmann::json& j,
-                                          const char* field) {
-  if (!j.is_object() || !j.contains(field) || !j[field].is_string()) {
-    return std::nullopt;
-  }
-  return j[field].get<std::string>();
-}
-
-// Pulls one request's text out of the decode node's NDJSON stream:
-//   {"prefill_outcome", "cached_tokens"}  once the prompt's K/V are in
-//   {"tokens": [...]}                     as they are generated
-//   {"finish_reason", ..., "decode_outcome", "error"?}  at the end
-// and notes in the access record what the nodes reported. Not thread-safe:
-// one caller at a time (the handler, then the streaming provider).
-class TokenRelay {
- public:
-  TokenRelay(std::shared_ptr<DecodeStream> stream, const Tokenizer* tokenizer,
-             std::vector<std::string> stop, int prev_token,
-             std::shared_ptr<AccessRecord> record)
-      : stream_(std::move(stream)),
-        tokenizer_(tokenizer),
-        stop_(std::move(stop)),
-        prev_token_(prev_token),
-        record_(std::move(record)) {}
-
-  // The next piece of text for the client in *delta; false at the end
-  // (*r filled; error() says whether it failed).
-  bool Next(CompletionResult* r, std::string* delta) {
-    delta->clear();
-    while (!finished_) {
-      auto line = stream_->Next();
-      if (!line.has_value()) {
-        error_ = stream_->transport();
-        finished_ = true;
-        break;
-      }
-      if (line->contains("tokens")) {
-        if (!record_->ttft_ms.has_value()) {
-          record_->ttft_ms =
-              absl::ToDoubleMilliseconds(absl::Now() - record_->start);
-        }
-        AppendTokens((*line)["tokens"], r, delta);
-        if (!delta->empty()) return true;
-        continue;
-      }
-      if (!line->contains("finish_reason")) {
-        ReadPrefill(*line, r);
-        continue;
-      }
-      finished_ = true;
-      *delta += stop_.Flush();
-      r->finish_reason =
-          line->value("finish_reason", "") == "length" ? "length" : "stop";
-      record_->decode_outcome = OptionalString(*line, "decode_outcome");
-      if (line->contains("error")) {
-        error_ = StatusFromInternalResponse(
-            500, nlohmann::json{{"error", (*line)["error"]}}.dump());
-      }
-    }
-    return !delta->empty();
-  }
-  const absl::Status& error() const { return error_; }
-  void Cancel() { stream_->Cancel(); }
-
- private:
-  void AppendTokens(const nlohmann::json& tokens, CompletionResult* r,
-                    std::string* delta) {
-    std::string text;
-    for (const auto& t : tokens) {
-      const int token = t.get<int>();
-      text += tokenizer_->DecodeForPrint(prev_token_, token);
-      prev_token_ = token;
-      ++r->completion_tokens;
-    }
-    record_->completion_tokens = r->completion_tokens;
-    StopMatcher::Emit emit = stop_.Feed(text);
-    *delta += emit.text;
-    if (emit.stopped) {
-      // The router ends the request itself: the decode node's final line
-      // (and its outcome) will not come.
-      r->finish_reason = "stop";
-      finished_ = true;
-      stream_->Cancel();
-    }
-  }
-  void ReadPrefill(const nlohmann::json& line, CompletionResult* r) {
-    if (line.contains("cached_tokens") &&
-        line["cached_tokens"].is_number_unsigned()) {
-      r->cached_tokens = line["cached_tokens"].get<int>();
-      record_->cached_tokens = r->cached_tokens;
-    }
-    record_->prefill_outcome = OptionalString(line, "prefill_outcome");
-  }
-
-  std::shared_ptr<DecodeStream> stream_;
-  const Tokenizer* tokenizer_;
-  StopMatcher stop_;
-  int prev_token_;
-  std::shared_ptr<AccessRecord> record_;
-  absl::Status error_;
-  bool finished_ = false;
-};
-
-}  // namespace
-
 // An admitted request: what the relay needs, and its place in the in-flight
 // counts, released when the last holder (the handler, or the streaming
 // provider) lets go.
 struct Router::Admitted {
+  // `count` places in each (one per choice).
   class InFlight {
    public:
-    InFlight(std::atomic<int>* total, std::atomic<int>* tenant)
-        : total_(total), tenant_(tenant) {}
+    InFlight(std::atomic<int>* total, std::atomic<int>* tenant, int count)
+        : total_(total), tenant_(tenant), count_(count) {}
     InFlight(const InFlight&) = delete;
     InFlight& operator=(const InFlight&) = delete;
     ~InFlight() {
-      total_->fetch_sub(1);
-      tenant_->fetch_sub(1);
+      total_->fetch_sub(count_);
+      tenant_->fetch_sub(count_);
     }
 
    private:
     std::atomic<int>* total_;
     std::atomic<int>* tenant_;
+    const int count_;
   };
 
   CompletionRequest request;
   TenantId tenant;
   std::vector<int> prompt;
-  uint64_t request_id = 0;
+  uint64_t request_id = 0;  // the answer's; choice 0's
+  // Each choice is a sequence of its own, under its own id.
+  std::vector<uint64_t> choice_ids;
   std::unique_ptr<InFlight> in_flight;
 };
 
@@ -428,40 +325,51 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
         std::min(settings_.max_prompt_tokens, settings_.context_tokens),
         settings_.context_tokens);
   }
-  if (in_flight_.fetch_add(1) >= options_.max_in_flight) {
-    in_flight_.fetch_sub(1);
+  // Each choice takes a place, so `n` cannot take another tenant's share.
+  const int n = parsed->n;
+  if (in_flight_.fetch_add(n) + n > options_.max_in_flight) {
+    in_flight_.fetch_sub(n);
     return absl::ResourceExhaustedError(
         "too many requests in flight; retry later");
   }
   std::atomic<int>& tenant_count = tenant_in_flight_[(*tenant)->id.value()];
   const int tenant_limit = (*tenant)->max_concurrent_requests;
-  if (tenant_count.fetch_add(1) >= tenant_limit && tenant_limit > 0) {
-    tenant_count.fetch_sub(1);
-    in_flight_.fetch_sub(1);
+  if (tenant_count.fetch_add(n) + n > tenant_limit && tenant_limit > 0) {
+    tenant_count.fetch_sub(n);
+    in_flight_.fetch_sub(n);
     return absl::ResourceExhaustedError(
         absl::StrCat("tenant ", (*tenant)->name, " has ", tenant_limit,
                      " requests in flight; retry later"));
   }
   a->in_flight =
-      std::make_unique<Admitted::InFlight>(&in_flight_, &tenant_count);
+      std::make_unique<Admitted::InFlight>(&in_flight_, &tenant_count, n);
   a->request = *std::move(parsed);
   a->tenant = (*tenant)->id;
-  a->request_id = request_ids_.Next().value();
+  for (int i = 0; i < n; ++i) {
+    a->choice_ids.push_back(request_ids_.Next().value());
+  }
+  a->request_id = a->choice_ids[0];
   record->request_id = a->request_id;
   return a;
 }
 
-std::string Router::DecodeRequestBody(const Admitted& a) const {
+std::string Router::DecodeRequestBody(const Admitted& a, int choice) const {
   const CompletionRequest& request = a.request;
   nlohmann::json body;
-  body["request_id"] = a.request_id;
+  body["request_id"] = a.choice_ids[choice];
   body["tenant_id"] = a.tenant.value();
   if (!request.cache_salt.empty()) body["cache_salt"] = request.cache_salt;
   body["prompt"] = a.prompt;
   body["max_tokens"] = request.max_tokens;
   body["temperature"] = request.temperature;
   body["top_p"] = request.top_p;
-  if (request.seed.has_value()) body["seed"] = *request.seed;
+  // Choice i samples with seed + i (seed 0 when none was given): the
+  // choices differ, and each is reproducible.
+  if (request.seed.has_value() || choice > 0) {
+    body["seed"] = request.seed.value_or(0) + static_cast<uint64_t>(choice);
+  }
+  if (request.logprobs >= 0) body["logprobs"] = request.logprobs;
+  if (request.echo && request.logprobs >= 0) body["prompt_logprobs"] = true;
   return body.dump();
 }
 
@@ -475,24 +383,25 @@ CompletionResult Router::NewResult(const Admitted& a) const {
   return result;
 }
 
-std::shared_ptr<DecodeStream> Router::OpenDecode(
-    const Admitted& a, http::Response& res, AccessRecord* record,
-    const std::function<bool()>& client_gone) {
+absl::StatusOr<std::shared_ptr<DecodeStream>> Router::StartDecode(
+    const Admitted& a, int choice) {
   // Nodes that are down are skipped; none of a role up: 503 naming it.
-  auto route = health_->Pick(next_node_.fetch_add(1));
-  if (!route.ok()) {
-    Fail(route.status(), res, record);
-    return nullptr;
-  }
+  ASSIGN_OR_RETURN(const NodeHealth::Route route,
+                   health_->Pick(next_node_.fetch_add(1)));
   // The decode node asks a prefill node of its own configuration.
-  auto stream = std::make_shared<DecodeStream>(
-      route->decode_url, options_.internal_secret.AuthorizationHeader(),
-      DecodeRequestBody(a), options_.node_timeout, pool_.get());
+  return std::make_shared<DecodeStream>(
+      route.decode_url, options_.internal_secret.AuthorizationHeader(),
+      DecodeRequestBody(a, choice), options_.node_timeout, pool_.get());
+}
+
+bool Router::AwaitDecode(DecodeStream& stream, http::Response& res,
+                         AccessRecord* record,
+                         const std::function<bool()>& client_gone) {
   absl::Status started;
   {
     const HangupWatch::Scope watch =
-        hangups_.Watch(client_gone, [stream] { stream->Cancel(); });
-    started = stream->WaitHeaders();
+        hangups_.Watch(client_gone, [&stream] { stream.Cancel(); });
+    started = stream.WaitHeaders();
     if (watch.fired()) {
       started =
           absl::CancelledError("the client hung up before its first token");
@@ -505,17 +414,58 @@ std::shared_ptr<DecodeStream> Router::OpenDecode(
     record->status = 499;
     record->reason = "client_disconnected";
     Log(record);
-    return nullptr;
+    return false;
   }
   if (!started.ok()) {
     // What each node reported, if the decode node answered.
-    const nlohmann::json error = stream->error_json();
+    const nlohmann::json error = stream.error_json();
     record->prefill_outcome = OptionalString(error, "prefill_outcome");
     record->decode_outcome = OptionalString(error, "decode_outcome");
     Fail(started, res, record);
-    return nullptr;
+    return false;
   }
-  return stream;
+  return true;
+}
+
+std::vector<std::shared_ptr<TokenRelay>> Router::OpenChoices(
+    const Admitted& a, http::Response& res,
+    const std::shared_ptr<AccessRecord>& record,
+    const std::function<bool()>& client_gone) {
+  const CompletionRequest& request = a.request;
+  std::vector<std::shared_ptr<DecodeStream>> streams;
+  auto give_up = [&] {
+    for (const auto& s : streams) s->Cancel();
+    return std::vector<std::shared_ptr<TokenRelay>>();
+  };
+  // Choice 0 first, alone: once its first token is out, its prompt's pages
+  // are in the prefill node's prefix cache, where the others find them.
+  for (int i = 0; i < request.n; ++i) {
+    auto stream = StartDecode(a, i);
+    if (!stream.ok()) {
+      Fail(stream.status(), res, record.get());
+      return give_up();
+    }
+    streams.push_back(*stream);
+    if (i == 0 && !AwaitDecode(**stream, res, record.get(), client_gone)) {
+      return give_up();
+    }
+  }
+  for (int i = 1; i < request.n; ++i) {
+    if (!AwaitDecode(*streams[i], res, record.get(), client_gone)) {
+      return give_up();
+    }
+  }
+  std::vector<std::shared_ptr<TokenRelay>> relays;
+  for (int i = 0; i < request.n; ++i) {
+    // The access record notes what choice 0's nodes reported; the others
+    // note theirs apart (their completion tokens are added at the end).
+    relays.push_back(std::make_shared<TokenRelay>(
+        streams[i], tokenizer_,
+        RelayOptions{request.stop, a.prompt, request.prompt, request.echo,
+                     request.logprobs},
+        i == 0 ? record : std::make_shared<AccessRecord>(*record)));
+  }
+  return relays;
 }
 
 void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
@@ -523,67 +473,134 @@ void Router::Relay(std::shared_ptr<Admitted> a, http::Response& res,
                    const std::function<bool()>& client_gone) {
   const CompletionRequest& request = a->request;
   const bool chat = request.chat;
-  std::shared_ptr<DecodeStream> stream =
-      OpenDecode(*a, res, record.get(), client_gone);
-  if (stream == nullptr) return;  // answered (or abandoned) already
+  std::vector<std::shared_ptr<TokenRelay>> relays =
+      OpenChoices(*a, res, record, client_gone);
+  if (relays.empty()) return;  // answered (or abandoned) already
 
-  CompletionResult result = NewResult(*a);
-  auto relay = std::make_shared<TokenRelay>(stream, tokenizer_, request.stop,
-                                            a->prompt.back(), record);
+  std::vector<CompletionResult> results;
+  for (int i = 0; i < request.n; ++i) {
+    results.push_back(NewResult(*a));
+    results.back().index = i;
+    results.back().has_logprobs = request.logprobs >= 0;
+  }
   if (!request.stream) {
-    std::string delta;
-    while (relay->Next(&result, &delta)) result.text += delta;
-    if (!relay->error().ok()) return Fail(relay->error(), res, record.get());
+    int completion_tokens = 0;
+    for (int i = 0; i < request.n; ++i) {
+      CompletionResult& result = results[i];
+      std::string delta;
+      while (relays[i]->Next(&result, &delta, &result.logprobs)) {
+        result.text += delta;
+      }
+      if (!relays[i]->error().ok()) {
+        for (const auto& r : relays) r->Cancel();
+        return Fail(relays[i]->error(), res, record.get());
+      }
+      completion_tokens += result.completion_tokens;
+    }
     metrics_.CountRequest(absl::OkStatus());
-    res.set_content(CompletionResponseJson(result, chat), "application/json");
+    res.set_content(CompletionResponseJson(results, chat), "application/json");
     record->status = 200;
-    record->finish_reason = result.finish_reason;
+    record->completion_tokens = completion_tokens;
+    record->finish_reason = results[0].finish_reason;
     return Log(record.get());
   }
-  // The record is logged once: when the stream ends, or when the client
-  // goes away first (the releaser runs in either case, last).
-  auto logged = std::make_shared<bool>(false);
+  RelayStream(std::move(a), std::move(relays), std::move(results), res,
+              std::move(record));
+}
+
+// The streaming answer's state, kept by its provider: the choices' relays,
+// each one's text so far, and which are still running.
+struct Router::StreamState {
+  std::shared_ptr<Admitted> admitted;
+  std::vector<std::shared_ptr<TokenRelay>> relays;
+  std::vector<CompletionResult> results;
+  std::vector<bool> finished;
+  int running = 0;
+  size_t next = 0;      // the choice read next (round robin)
+  bool logged = false;  // the record is logged once
+  void CancelAll() {
+    for (const auto& r : relays) r->Cancel();
+  }
+};
+
+void Router::RelayStream(std::shared_ptr<Admitted> a,
+                         std::vector<std::shared_ptr<TokenRelay>> relays,
+                         std::vector<CompletionResult> results,
+                         http::Response& res,
+                         std::shared_ptr<AccessRecord> record) {
+  auto state = std::make_shared<StreamState>();
+  state->admitted = std::move(a);
+  state->running = static_cast<int>(relays.size());
+  state->finished.assign(relays.size(), false);
+  state->relays = std::move(relays);
+  state->results = std::move(results);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, a, relay, result, chat, record, logged](
-          size_t, http::DataSink& sink) mutable {
-        std::string delta;
-        if (relay->Next(&result, &delta)) {
-          const std::string chunk =
-              StreamChunkSse(result, delta, chat, /*final_chunk=*/false);
-          result.text += delta;
-          if (!sink.write(chunk.data(), chunk.size())) {
-            relay->Cancel();
-            return false;
-          }
-          return true;
-        }
-        std::string tail;
-        record->status = 200;  // sent with the first chunk
-        if (relay->error().ok()) {
-          tail = StreamChunkSse(result, "", chat, /*final_chunk=*/true) +
-                 StreamDoneSse();
-          record->finish_reason = result.finish_reason;
-        } else {
-          tail =
-              "data: " + ErrorBody(relay->error()) + "\n\n" + StreamDoneSse();
-          record->reason = ErrorReason(relay->error());
-        }
-        metrics_.CountRequest(relay->error());
-        sink.write(tail.data(), tail.size());
-        sink.done();
-        *logged = true;
-        Log(record.get());
-        return true;
+      [this, state, record](size_t, http::DataSink& sink) {
+        return StreamNext(*state, *record, sink);
       },
-      [this, relay, record, logged](bool) {
-        relay->Cancel();
-        if (*logged) return;
+      [this, state, record](bool) {
+        state->CancelAll();
+        if (state->logged) return;
         metrics_.CountRequest(absl::CancelledError("client disconnected"));
         record->status = 200;
         record->reason = "client_disconnected";
         Log(record.get());
       });
+}
+
+bool Router::StreamNext(StreamState& st, AccessRecord& record,
+                        http::DataSink& sink) {
+  const bool chat = st.admitted->request.chat;
+  const size_t n = st.relays.size();
+  while (st.finished[st.next]) st.next = (st.next + 1) % n;
+  const size_t i = st.next;
+  st.next = (i + 1) % n;
+  CompletionResult& result = st.results[i];
+  std::string delta;
+  std::vector<LogprobEntry> logprobs;
+  if (st.relays[i]->Next(&result, &delta, &logprobs)) {
+    const std::string chunk =
+        StreamChunkSse(result, delta, chat, /*final_chunk=*/false, logprobs);
+    result.text += delta;
+    if (!sink.write(chunk.data(), chunk.size())) {
+      st.CancelAll();
+      return false;
+    }
+    return true;
+  }
+  std::string tail;
+  record.status = 200;  // sent with the first chunk
+  const absl::Status& error = st.relays[i]->error();
+  if (!error.ok()) {
+    st.CancelAll();
+    tail = "data: " + ErrorBody(error) + "\n\n" + StreamDoneSse();
+    record.reason = ErrorReason(error);
+    st.running = 0;
+  } else {
+    st.finished[i] = true;
+    --st.running;
+    // With one choice its final chunk carries the usage; with more, a last
+    // event of its own does.
+    tail = StreamChunkSse(result, "", chat, /*final_chunk=*/true, {},
+                          /*usage=*/n == 1);
+    if (st.running == 0) {
+      if (n > 1) tail += StreamUsageSse(st.results, chat);
+      tail += StreamDoneSse();
+      record.finish_reason = st.results[0].finish_reason;
+      record.completion_tokens = 0;
+      for (const CompletionResult& r : st.results) {
+        record.completion_tokens += r.completion_tokens;
+      }
+    }
+  }
+  sink.write(tail.data(), tail.size());
+  if (st.running > 0) return true;
+  metrics_.CountRequest(error);
+  sink.done();
+  st.logged = true;
+  Log(&record);
+  return true;
 }
 
 }  // namespace kvcanary::engine

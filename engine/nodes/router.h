@@ -36,6 +36,7 @@
 #include "engine/nodes/openai_api.h"
 #include "engine/nodes/request_ids.h"
 #include "engine/nodes/tenants.h"
+#include "engine/nodes/token_relay.h"
 #include "engine/transfer/internal_auth.h"
 
 namespace kvcanary::engine {
@@ -118,24 +119,46 @@ class Router {
   absl::StatusOr<std::shared_ptr<Admitted>> Admit(const http::Request& req,
                                                   bool chat,
                                                   AccessRecord* record);
-  // What the decode node is asked for an admitted request.
-  std::string DecodeRequestBody(const Admitted& admitted) const;
+  // What the decode node is asked for choice `choice` of an admitted
+  // request.
+  std::string DecodeRequestBody(const Admitted& admitted, int choice) const;
   // The answer's fields known before the first token.
   CompletionResult NewResult(const Admitted& admitted) const;
-  // Relays the decode node's answer to the client, JSON or SSE.
-  // Starts the decode node's stream for `a` and waits for its headers,
-  // giving the request up if `client_gone` says the client hung up
-  // meanwhile; null when the request was answered here (failed) or
-  // abandoned, logged either way.
-  std::shared_ptr<DecodeStream> OpenDecode(
-      const Admitted& a, http::Response& res, AccessRecord* record,
+  // Starts choice `choice`'s stream on a decode node that is up
+  // (kUnavailable naming the role when none is).
+  absl::StatusOr<std::shared_ptr<DecodeStream>> StartDecode(
+      const Admitted& admitted, int choice);
+  // Waits for a started stream's headers, giving the request up if
+  // `client_gone` says the client hung up meanwhile; false when the request
+  // was answered here (failed) or abandoned, logged either way.
+  bool AwaitDecode(DecodeStream& stream, http::Response& res,
+                   AccessRecord* record,
+                   const std::function<bool()>& client_gone);
+  // Every choice's stream, started and answered (choice 0 first, so the
+  // others find its prompt in the prefix cache), each behind its relay;
+  // empty when the request was answered here or abandoned (the streams
+  // started are cancelled).
+  std::vector<std::shared_ptr<TokenRelay>> OpenChoices(
+      const Admitted& admitted, http::Response& res,
+      const std::shared_ptr<AccessRecord>& record,
       const std::function<bool()>& client_gone);
+  // Relays the decode nodes' answers to the client, JSON or SSE.
   // `client_gone`: whether the client hung up (polled until the decode
-  // node answers; the request is then given up, the decode node told by
+  // nodes answer; the request is then given up, the decode node told by
   // the connection it was waiting on).
   void Relay(std::shared_ptr<Admitted> admitted, http::Response& res,
              std::shared_ptr<AccessRecord> record,
              const std::function<bool()>& client_gone);
+  struct StreamState;
+  // The SSE answer: the choices' chunks as they come (round robin), each
+  // choice's final chunk, the usage and [DONE].
+  void RelayStream(std::shared_ptr<Admitted> admitted,
+                   std::vector<std::shared_ptr<TokenRelay>> relays,
+                   std::vector<CompletionResult> results, http::Response& res,
+                   std::shared_ptr<AccessRecord> record);
+  // One call of the stream's provider: the next chunk, or the end.
+  bool StreamNext(StreamState& state, AccessRecord& record,
+                  http::DataSink& sink);
   // Answers `status` as an OpenAI error and logs the request.
   void Fail(const absl::Status& status, http::Response& res,
             AccessRecord* record);

@@ -4,9 +4,15 @@
 // chunked, after a delay the test sets.
 #include "engine/nodes/decode_stream.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -89,7 +95,8 @@ void GiveUpWhileWaiting(FakeDecodeNode& node, NodePool& pool, int n) {
       absl::SleepFor(absl::Milliseconds(1));
     }
     stream.Cancel();
-    EXPECT_TRUE(absl::IsCancelled(stream.WaitHeaders()));
+    const absl::Status headers = stream.WaitHeaders();
+    EXPECT_TRUE(absl::IsCancelled(headers)) << headers;
   }
   node.set_delay_ms(0);
 }
@@ -228,6 +235,37 @@ TEST(NodePoolTest, AnUnreachableNodeFailsTheStreamNamingIt) {
   const absl::Status status = stream.WaitHeaders();
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
   EXPECT_NE(status.message().find(url), std::string::npos) << status;
+}
+
+// A node that reads the request and closes without a byte of answer gave
+// no answer: the stream fails (it is not an empty 200, which Beast's parser
+// would make of the bare end of the stream).
+TEST(NodePoolTest, AConnectionClosedBeforeAnyAnswerIsNoAnswer) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+            0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len),
+            0);
+  std::thread closer([listener] {
+    const int c = ::accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    char buf[4096];
+    (void)!::recv(c, buf, sizeof(buf), 0);  // the request
+    ::close(c);
+  });
+  NodePool pool(NodePoolOptions{});
+  DecodeStream stream(absl::StrCat("http://127.0.0.1:", ntohs(addr.sin_port)),
+                      "Bearer x", Body(1), absl::Seconds(5), &pool);
+  const absl::Status status = stream.WaitHeaders();
+  EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+  closer.join();
+  ::close(listener);
 }
 
 }  // namespace

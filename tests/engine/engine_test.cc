@@ -11,6 +11,7 @@ namespace {
 
 using testing::ReadFile;
 using testing::SharedDir;
+using testing::TokenPrompts;
 
 EngineOptions Options(int max_batch_seqs = 16, int threads = 1) {
   EngineOptions o;
@@ -166,19 +167,6 @@ std::vector<std::vector<int>> RunTokenBatch(
   std::vector<std::vector<int>> out;
   for (RequestId id : ids) out.push_back(engine.Get(id)->output);
   return out;
-}
-
-// Prompts of 1 to 20 tokens: steps mixing prefills of several lengths
-// with decodes, split by sequences or, when a prefill dominates, by rows.
-std::vector<std::vector<int>> TokenPrompts(int count, int vocab) {
-  std::vector<std::vector<int>> prompts;
-  for (int i = 0; i < count; ++i) {
-    std::vector<int> p = {1};
-    for (int t = 1; t < 1 + (i * 7) % 20; ++t)
-      p.push_back(3 + (t * 31 + i * 17) % (vocab - 3));
-    prompts.push_back(p);
-  }
-  return prompts;
 }
 
 TEST(EngineBatchInvarianceTest, HoldsForThirtyTwoSequencesOnTwoThreads) {

@@ -173,17 +173,90 @@ TEST(OpenAiApiTest, RangesAreEnforced) {
   }
 }
 
-TEST(OpenAiApiTest, UnsupportedFeaturesOnlyAtNoOpValues) {
-  for (const char* field : {R"("n":1)", R"("best_of":1)", R"("echo":false)",
-                            R"("logprobs":null)", R"("logprobs":false)"}) {
+TEST(OpenAiApiTest, ChoicesLogprobsAndEchoWithinTheirBounds) {
+  for (const char* field :
+       {R"("n":1)", R"("n":8)", R"("best_of":1)", R"("echo":false)",
+        R"("echo":true)", R"("logprobs":null)", R"("logprobs":false)",
+        R"("logprobs":0)", R"("logprobs":20)"}) {
     EXPECT_TRUE(WithField(field).ok()) << field;
   }
   for (const char* field :
-       {R"("n":2)", R"("n":0)", R"("best_of":3)", R"("echo":true)",
-        R"("logprobs":true)", R"("logprobs":0)", R"("logprobs":5)"}) {
+       {R"("n":9)", R"("n":0)", R"("best_of":3)", R"("logprobs":true)",
+        R"("logprobs":21)", R"("logprobs":-1)"}) {
     EXPECT_EQ(WithField(field).code(), absl::StatusCode::kInvalidArgument)
         << field;
   }
+  // Chat: logprobs is a boolean, top_logprobs needs it, and no echo.
+  for (const char* field :
+       {R"("logprobs":true)", R"("logprobs":false)",
+        R"("logprobs":true,"top_logprobs":20)", R"("n":2)"}) {
+    EXPECT_TRUE(WithField(field, true).ok()) << field;
+  }
+  for (const char* field :
+       {R"("logprobs":3)", R"("top_logprobs":2)",
+        R"("logprobs":true,"top_logprobs":21)", R"("echo":true)"}) {
+    EXPECT_EQ(WithField(field, true).code(), absl::StatusCode::kInvalidArgument)
+        << field;
+  }
+  auto req = ParseCompletionRequest(
+      R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,
+          "top_logprobs":3,"n":2})",
+      true);
+  ASSERT_TRUE(req.ok());
+  EXPECT_EQ(req->logprobs, 3);
+  EXPECT_EQ(req->n, 2);
+}
+
+TEST(OpenAiApiTest, LogprobsRenderInOpenAisTwoShapes) {
+  const std::vector<LogprobEntry> entries = {
+      {" up", -0.5f, {{" up", -0.5f}, {" in", -1.25f}}},
+      {"on", -0.25f, {{"in", -0.125f}, {"an", -2.0f}}},
+      {"x", std::nullopt, {}}};
+  const json completions =
+      json::parse(CompletionLogprobsJson(entries, 7).dump());
+  EXPECT_EQ(completions["tokens"], json({" up", "on", "x"}));
+  EXPECT_EQ(completions["token_logprobs"], json({-0.5, -0.25, nullptr}));
+  EXPECT_EQ(completions["text_offset"], json({7, 10, 12}));
+  // The token itself joins its alternatives when it is not among them.
+  EXPECT_EQ(completions["top_logprobs"][1],
+            json({{"in", -0.125}, {"an", -2.0}, {"on", -0.25}}));
+  EXPECT_TRUE(completions["top_logprobs"][2].is_null());
+  const json chat = json::parse(ChatLogprobsJson(entries).dump());
+  EXPECT_TRUE(chat["refusal"].is_null());
+  EXPECT_EQ(chat["content"][0]["bytes"], json({32, 117, 112}));
+  EXPECT_EQ(chat["content"][1]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(chat["content"][1]["top_logprobs"][0]["token"], "in");
+  EXPECT_TRUE(chat["content"][2]["logprob"].is_null());
+}
+
+TEST(OpenAiApiTest, ChoicesShareOneEnvelopeAndUsage) {
+  CompletionResult a;
+  a.id = "cmpl-1";
+  a.text = "x";
+  a.prompt_tokens = 5;
+  a.completion_tokens = 3;
+  a.cached_tokens = 0;
+  CompletionResult b = a;
+  b.index = 1;
+  b.completion_tokens = 4;
+  b.cached_tokens = 4;
+  const json body = json::parse(CompletionResponseJson({a, b}, false));
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][1]["index"], 1);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 5);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 7);
+  EXPECT_EQ(body["usage"]["total_tokens"], 12);
+  EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const std::string sse = StreamUsageSse({a, b}, true);
+  const json usage = json::parse(sse.substr(6));
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"], body["usage"]);
+  EXPECT_EQ(usage["object"], "chat.completion.chunk");
+  // A choice's final chunk without the usage (it comes last, on its own).
+  const json last = json::parse(
+      StreamChunkSse(b, "", true, true, {}, /*usage=*/false).substr(6));
+  EXPECT_FALSE(last.contains("usage"));
+  EXPECT_EQ(last["choices"][0]["index"], 1);
 }
 
 TEST(OpenAiApiTest, UnknownFieldsAreIgnored) {
@@ -245,7 +318,6 @@ TEST(OpenAiApiTest, ChatAcceptsMaxCompletionTokens) {
       WithField(R"("max_tokens":3,"max_completion_tokens":4)", true).ok());
   EXPECT_TRUE(
       WithField(R"("max_tokens":4,"max_completion_tokens":4)", true).ok());
-  EXPECT_FALSE(WithField(R"("logprobs":true)", true).ok());
 }
 
 TEST(OpenAiApiTest, HttpStatusForMapsEveryCode) {
@@ -379,7 +451,7 @@ void ExpectUsage(const json& usage, int prompt, int completion) {
 }
 
 TEST(OpenAiApiTest, CompletionResponseHasTextCompletionShape) {
-  const json body = json::parse(CompletionResponseJson(Result(), false));
+  const json body = json::parse(CompletionResponseJson({Result()}, false));
   EXPECT_EQ(body["id"], "cmpl-1");
   EXPECT_EQ(body["object"], "text_completion");
   EXPECT_EQ(body["created"], 1700000000);
@@ -396,7 +468,7 @@ TEST(OpenAiApiTest, CompletionResponseHasTextCompletionShape) {
 TEST(OpenAiApiTest, ChatResponseHasChatCompletionShape) {
   CompletionResult r = Result();
   r.finish_reason = "stop";
-  const json body = json::parse(CompletionResponseJson(r, true));
+  const json body = json::parse(CompletionResponseJson({r}, true));
   EXPECT_EQ(body["object"], "chat.completion");
   const json& choice = body["choices"][0];
   EXPECT_EQ(choice["message"]["role"], "assistant");
@@ -410,7 +482,7 @@ TEST(OpenAiApiTest, ResponseWithInvalidUtf8StaysValidJson) {
   CompletionResult r = Result();
   r.text = "a\xe2\x82";  // a truncated code point
   r.finish_reason = "";
-  const json body = json::parse(CompletionResponseJson(r, false));
+  const json body = json::parse(CompletionResponseJson({r}, false));
   EXPECT_EQ(body["choices"][0]["text"], "a\xef\xbf\xbd");
   EXPECT_TRUE(body["choices"][0]["finish_reason"].is_null());
 }

@@ -30,7 +30,7 @@ json SsePayload(const std::string& event) {
 
 TEST(OpenAiUsageTest, AnswerReportsCachedTokensInPromptTokensDetails) {
   for (bool chat : {false, true}) {
-    const json body = json::parse(CompletionResponseJson(Result(32), chat));
+    const json body = json::parse(CompletionResponseJson({Result(32)}, chat));
     EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 32);
     EXPECT_EQ(body["usage"]["prompt_tokens"], 40);
     EXPECT_EQ(body["usage"]["total_tokens"], 42);
@@ -38,7 +38,7 @@ TEST(OpenAiUsageTest, AnswerReportsCachedTokensInPromptTokensDetails) {
 }
 
 TEST(OpenAiUsageTest, NoCacheHitIsReportedAsZeroNotLeftOut) {
-  const json body = json::parse(CompletionResponseJson(Result(0), false));
+  const json body = json::parse(CompletionResponseJson({Result(0)}, false));
   ASSERT_TRUE(body["usage"].contains("prompt_tokens_details"));
   EXPECT_EQ(body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "engine/model/model.h"
 #include "engine/model/tokenizer.h"
@@ -54,6 +55,20 @@ inline const RealModel* Stories260K() {
   ASSERT_NE(var, nullptr) << "stories260K is under "                 \
                           << ::kvcanary::shared_files::Dir()         \
                           << "/models but does not load"
+
+// Token prompts of 1 to 20 tokens (BOS first, the rest spread over the
+// vocabulary): batches mixing prefills of several lengths with decodes, for
+// the batch-invariance tests.
+inline std::vector<std::vector<int>> TokenPrompts(int count, int vocab) {
+  std::vector<std::vector<int>> prompts;
+  for (int i = 0; i < count; ++i) {
+    std::vector<int> p = {1};
+    for (int t = 1; t < 1 + (i * 7) % 20; ++t)
+      p.push_back(3 + (t * 31 + i * 17) % (vocab - 3));
+    prompts.push_back(p);
+  }
+  return prompts;
+}
 
 }  // namespace kvcanary::engine::testing
 

@@ -9,7 +9,7 @@
 namespace kvcanary::auditor {
 namespace {
 
-class LogprobGoldenDetector : public LogprobDetector {
+class LogprobGoldenDetector : public LogprobDetectorOf<LogprobGoldenDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -20,13 +20,7 @@ class LogprobGoldenDetector : public LogprobDetector {
     s.unit = "golden log-probabilities compared";
     s.order = 22;
     s.probes = {{ProbeKind::kGolden, 1.0}};
-    // Many targets return none: required where --require names it.
-    s.required_by_default = false;
     return s;
-  }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec* const spec = new DetectorSpec(Spec());
-    return *spec;
   }
 
  protected:

@@ -94,6 +94,16 @@ class LogprobDetector : public Detector {
   DistanceRates rates_;
 };
 
+// spec() from the class's static Spec(), as DetectorOf.
+template <typename Derived>
+class LogprobDetectorOf : public LogprobDetector {
+ public:
+  const DetectorSpec& spec() const override {
+    static const DetectorSpec* const spec = new DetectorSpec(Derived::Spec());
+    return *spec;
+  }
+};
+
 }  // namespace kvcanary::auditor
 
 #endif  // KVCANARY_AUDITOR_DETECTORS_LOGPROB_JUDGE_H_

@@ -11,7 +11,8 @@
 namespace kvcanary::auditor {
 namespace {
 
-class PromptLogprobsDetector : public LogprobDetector {
+class PromptLogprobsDetector
+    : public LogprobDetectorOf<PromptLogprobsDetector> {
  public:
   static DetectorSpec Spec() {
     DetectorSpec s;
@@ -22,12 +23,11 @@ class PromptLogprobsDetector : public LogprobDetector {
     s.unit = "scored prompts compared";
     s.order = 24;
     s.probes = {{ProbeKind::kScore, 1.0}};
-    s.required_by_default = false;
+    // Each scored prompt is judged whole (exact mode: bitwise; its count
+    // in either mode), so a few per tenant vouch for it; distance mode
+    // needs its 10 a side besides.
+    s.default_floor = 5;
     return s;
-  }
-  const DetectorSpec& spec() const override {
-    static const DetectorSpec* const spec = new DetectorSpec(Spec());
-    return *spec;
   }
 
  protected:

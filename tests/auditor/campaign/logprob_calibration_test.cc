@@ -55,14 +55,14 @@ Calibration WithGolden() {
   return c;
 }
 
-Calibration Run(const SimTarget& target) {
+Calibration Measured(const SimTarget& target) {
   Calibration c = WithGolden();
   CalibrateLogprobs({"acme", "k"}, target, &c);
   return c;
 }
 
 TEST(LogprobCalibrationTest, RepeatableAnswersAloneAreJudgedExactly) {
-  const Calibration c = Run(SimTarget{});
+  const Calibration c = Measured(SimTarget{});
   EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kExact);
   EXPECT_EQ(c.golden_logprobs.alone.size(), 3u);
   EXPECT_EQ(c.golden_logprobs.alone.at(0).size(),
@@ -78,7 +78,7 @@ TEST(LogprobCalibrationTest, RepeatableAnswersAloneAreJudgedExactly) {
 TEST(LogprobCalibrationTest, AnswersThatVaryAloneAreJudgedByDistance) {
   SimTarget t;
   t.varies = true;
-  const Calibration c = Run(t);
+  const Calibration c = Measured(t);
   EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kDistance);
   EXPECT_EQ(c.scored.mode, LogprobMode::kDistance);
   EXPECT_TRUE(c.NeedsGoldenBaseline());
@@ -87,19 +87,19 @@ TEST(LogprobCalibrationTest, AnswersThatVaryAloneAreJudgedByDistance) {
 TEST(LogprobCalibrationTest, NoneRefusedOrEchoIgnoredDisablesSayingWhy) {
   SimTarget none;
   none.logprobs = false;
-  Calibration c = Run(none);
+  Calibration c = Measured(none);
   EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kOff);
   EXPECT_TRUE(absl::StrContains(c.golden_logprobs.disabled,
                                 "returns no log-probabilities"))
       << c.golden_logprobs.disabled;
   SimTarget refusing;
   refusing.refuse_status = 400;
-  c = Run(refusing);
+  c = Measured(refusing);
   EXPECT_TRUE(absl::StrContains(c.scored.disabled, "HTTP 400"))
       << c.scored.disabled;
   SimTarget no_echo;
   no_echo.echo = false;
-  c = Run(no_echo);
+  c = Measured(no_echo);
   EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kExact);
   EXPECT_EQ(c.scored.mode, LogprobMode::kOff);
   EXPECT_TRUE(absl::StrContains(c.scored.disabled, "ignores echo"))

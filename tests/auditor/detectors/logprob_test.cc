@@ -112,14 +112,14 @@ TEST(LogprobGoldenTest, DistanceModeJudgesRatesAgainstTheBaseline) {
   Harness h(WithLogprobs(LogprobMode::kDistance));
   auto d = h.Make("logprob_golden");
   FindingList found;
-  for (int i = 0; i < 24; ++i) {
+  for (int i = 0; i < 40; ++i) {
     Probe p;
     p.kind = ProbeKind::kGolden;
     p.golden_variant = i % 3;
-    p.baseline = i < 12;
-    // Same-tenant load: tiny noise; cross-tenant: two in three far off.
+    p.baseline = i < 20;
+    // Same-tenant load: tiny noise; cross-tenant: four in five far off.
     const double off =
-        p.baseline ? -0.25 - i * 1e-7 : (i % 3 ? -1.5 : -0.25 - 1e-7);
+        p.baseline ? -0.25 - i * 1e-7 : (i % 5 ? -1.5 : -0.25 - 1e-7);
     d->Judge(p, WithPositions(Positions(off)), {}, found);
   }
   EXPECT_TRUE(found.findings.empty()) << "none before the end";

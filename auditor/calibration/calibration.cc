@@ -31,6 +31,7 @@ json LogprobCalibration::ToEvidence() const {
                                    {"sha256", Sha256Hex(list.dump())}};
   }
   return {{"mode", LogprobModeName(mode)},
+          {"by_distance", by_distance},
           {"disabled", disabled},
           {"variants", variants}};
 }

@@ -42,9 +42,13 @@ const char* LogprobModeName(LogprobMode m);  // off, exact, distance
 // What calibration recorded of one kind of log-probabilities (golden
 // answers', scored prompts').
 struct LogprobCalibration {
+  // kExact when every variant's two answers alone were bitwise the same;
+  // kDistance when some were not (those in by_distance; the others are
+  // still judged bitwise, as golden judges its variants one by one).
   LogprobMode mode = LogprobMode::kOff;
   // variant -> the positions answered alone (the first of two).
   std::map<int, std::vector<AnswerLogprob>> alone;
+  std::set<int> by_distance;
   // Why mode is kOff: the target refused the parameter or returned none.
   std::string disabled;
   nlohmann::json ToEvidence() const;

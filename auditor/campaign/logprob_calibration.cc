@@ -33,7 +33,6 @@ LogprobCalibration Measure(const AuditTenant& tenant, const SendAloneWith& send,
                            int max_tokens, bool scored, int* requests) {
   LogprobCalibration out;
   const std::string what = extra.dump();
-  bool exact = true;
   for (const auto& [v, text] : c.golden) {
     const std::string prompt =
         absl::StrCat(c.golden_prefix, " ", canaries::GoldenPrompt(v));
@@ -53,9 +52,12 @@ LogprobCalibration Measure(const AuditTenant& tenant, const SendAloneWith& send,
       return out;
     }
     out.alone[v] = a.logprobs.positions;
-    exact = exact && b.usable && b.logprobs.positions == a.logprobs.positions;
+    if (!b.usable || b.logprobs.positions != a.logprobs.positions) {
+      out.by_distance.insert(v);
+    }
   }
-  out.mode = exact ? LogprobMode::kExact : LogprobMode::kDistance;
+  out.mode =
+      out.by_distance.empty() ? LogprobMode::kExact : LogprobMode::kDistance;
   return out;
 }
 

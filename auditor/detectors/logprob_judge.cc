@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
@@ -100,7 +101,7 @@ std::optional<Finding> LogprobDetector::JudgeOne(
     f.severity = Severity::kHigh;
     return f;
   }
-  if (cal.mode != LogprobMode::kExact || d.same) return std::nullopt;
+  if (cal.by_distance.count(variant) > 0 || d.same) return std::nullopt;
   f.kind = n.mismatch;
   f.severity = Severity::kMedium;
   return f;
@@ -140,7 +141,7 @@ void LogprobDetector::Judge(const Probe& p, const Completion& c,
   compared_.Add(p.tenant);
   std::optional<Finding> f =
       JudgeOne(p.golden_variant, tenant_name(p.tenant), c.logprobs.positions);
-  if (cal.mode == LogprobMode::kDistance &&
+  if (cal.by_distance.count(p.golden_variant) > 0 &&
       (!f.has_value() || f->kind != names().fewer)) {
     rates_.Add(p.baseline,
                LogprobDistance(CompareLogprobs(cal.alone.at(p.golden_variant),
@@ -164,8 +165,14 @@ absl::Status LogprobDetector::Finish(CampaignIo&, FindingSink& out) {
 }
 
 std::vector<ControlCase> LogprobDetector::Controls() const {
-  if (!prepared() || calibrated().alone.empty()) return {};
-  const auto& [variant, alone] = *calibrated().alone.begin();
+  const LogprobCalibration& cal = calibrated();
+  if (!prepared() || cal.alone.empty()) return {};
+  // A variant judged bitwise where there is one.
+  auto it = cal.alone.begin();
+  while (std::next(it) != cal.alone.end() && cal.by_distance.count(it->first)) {
+    ++it;
+  }
+  const auto& [variant, alone] = *it;
   const std::string tenant = view().tenants[0];
   const int v = variant;
   // The first figure one step off (the smallest change a contaminated
@@ -194,9 +201,10 @@ std::vector<ControlCase> LogprobDetector::Controls() const {
   auto none = [](const std::vector<Finding>& got) { return got.empty(); };
   std::vector<ControlCase> cases = {
       {"the positions given alone", judge(alone), none}};
-  if (calibrated().mode == LogprobMode::kExact) {
+  if (cal.by_distance.count(v) == 0) {
     cases.push_back({"a figure one step off", judge(nudged), found});
-  } else {
+  }
+  if (!cal.by_distance.empty()) {
     cases.push_back({"distances rising under cross-tenant load",
                      rates(std::numeric_limits<double>::infinity()), found});
     cases.push_back({"distances as under same-tenant load", rates(0), none});
@@ -216,16 +224,20 @@ DetectorCoverage LogprobDetector::Coverage(int) const {
     return d;
   }
   d.coverage = compared_.Named(view().tenants);
-  if (cal.mode == LogprobMode::kExact) {
-    d.notes.push_back(
-        "exact: two answers alone were bitwise the same, so every answer "
-        "under load must be");
-  } else {
-    d.notes.push_back(
-        "distance: answers alone differ, so each answer's distance from the "
+  const size_t exact = cal.alone.size() - cal.by_distance.size();
+  if (exact > 0) {
+    d.notes.push_back(absl::StrCat(
+        "exact: ", exact, " of ", cal.alone.size(),
+        " variants' two answers alone were bitwise the same, so every answer "
+        "under load must be"));
+  }
+  if (!cal.by_distance.empty()) {
+    d.notes.push_back(absl::StrCat(
+        "distance: ", cal.by_distance.size(), " of ", cal.alone.size(),
+        " variants' answers alone differ, so each answer's distance from the "
         "one alone is judged against same-tenant load's (a finding when the "
         "share above its 90th percentile rises by 5 points and 3 standard "
-        "errors: under 0.14% of healthy campaigns)");
+        "errors: under 0.14% of healthy campaigns)"));
     if (!rates_.Judge().has_value()) {
       d.AddFailure(absl::StrCat("distance mode needs ", kMinRateProbes,
                                 " answers a side, got ", rates_.base_n(),
@@ -240,6 +252,7 @@ DetectorCoverage LogprobDetector::Coverage(int) const {
   }
   d.stats = {{"mode", LogprobModeName(cal.mode)},
              {"variants", cal.alone.size()},
+             {"distance_variants", cal.by_distance.size()},
              {"without_logprobs", without_logprobs_},
              {"baseline_probes", rates_.base_n()},
              {"cross_tenant_probes", rates_.cross_n()}};

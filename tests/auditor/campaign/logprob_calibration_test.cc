@@ -5,6 +5,7 @@
 // ignores echo leaves the detector disabled, saying why.
 #include "auditor/campaign/logprob_calibration.h"
 
+#include <set>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -18,6 +19,7 @@ struct SimTarget {
   bool echo = true;
   bool varies = false;    // a figure differs between two answers alone
   int refuse_status = 0;  // answer requests asking for logprobs with this
+  int vary_call = -1;     // this call's figures alone are moved
   mutable int answered = 0;
 
   Completion operator()(const AuditTenant&, const std::string& prompt,
@@ -31,7 +33,8 @@ struct SimTarget {
     c.status = 200;
     c.usable = true;
     c.text = " the end";
-    const double figure = varies ? -0.5 - 1e-6 * answered : -0.5;
+    double figure = varies ? -0.5 - 1e-6 * answered : -0.5;
+    if (answered == vary_call) figure -= 1e-6;
     ++answered;
     if (!logprobs) return c;
     c.logprobs.present = true;
@@ -82,6 +85,17 @@ TEST(LogprobCalibrationTest, AnswersThatVaryAloneAreJudgedByDistance) {
   EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kDistance);
   EXPECT_EQ(c.scored.mode, LogprobMode::kDistance);
   EXPECT_TRUE(c.NeedsGoldenBaseline());
+}
+
+// As golden judges its variants one by one: a variant whose answers alone
+// differ is judged by distance, the others still bitwise.
+TEST(LogprobCalibrationTest, OnlyTheVariantThatVariesAloneIsJudgedByDistance) {
+  SimTarget t;
+  t.vary_call = 3;  // variant 1's second answer
+  const Calibration c = Measured(t);
+  EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kDistance);
+  EXPECT_EQ(c.golden_logprobs.by_distance, std::set<int>({1}));
+  EXPECT_EQ(c.scored.mode, LogprobMode::kExact);
 }
 
 TEST(LogprobCalibrationTest, NoneRefusedOrEchoIgnoredDisablesSayingWhy) {

@@ -29,7 +29,10 @@ Calibration WithLogprobs(LogprobMode mode) {
   Calibration c = testing::GoodCalibration();
   for (LogprobCalibration* l : {&c.golden_logprobs, &c.scored}) {
     l->mode = mode;
-    for (int v = 0; v < 3; ++v) l->alone[v] = Positions(-0.25);
+    for (int v = 0; v < 3; ++v) {
+      l->alone[v] = Positions(-0.25);
+      if (mode == LogprobMode::kDistance) l->by_distance.insert(v);
+    }
   }
   return c;
 }
@@ -127,6 +130,27 @@ TEST(LogprobGoldenTest, DistanceModeJudgesRatesAgainstTheBaseline) {
   ASSERT_TRUE(d->Finish(io, found).ok());
   ASSERT_EQ(found.findings.size(), 1u);
   EXPECT_EQ(found.findings[0].kind, "logprob_distance_rate");
+}
+
+// A variant that varies alone is judged by rates; the others stay
+// bitwise: a changed figure on one of those is a finding at once.
+TEST(LogprobGoldenTest, VariantsExactAloneStayBitwiseBesideOnesByDistance) {
+  Calibration c = WithLogprobs(LogprobMode::kExact);
+  c.golden_logprobs.mode = LogprobMode::kDistance;
+  c.golden_logprobs.by_distance = {0};
+  Harness h(c);
+  auto d = h.Make("logprob_golden");
+  FindingList found;
+  Probe p;
+  p.kind = ProbeKind::kGolden;
+  p.golden_variant = 0;
+  d->Judge(p, WithPositions(Positions(-0.3)), {}, found);
+  EXPECT_TRUE(found.findings.empty());
+  p.golden_variant = 1;
+  d->Judge(p, WithPositions(Positions(-0.3)), {}, found);
+  ASSERT_EQ(found.findings.size(), 1u);
+  EXPECT_EQ(found.findings[0].kind, "logprob_mismatch");
+  EXPECT_EQ(RunControl(*d), true);
 }
 
 TEST(LogprobGoldenTest, DisabledWithTheReasonWhereTheTargetGivesNone) {

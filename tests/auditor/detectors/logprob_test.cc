@@ -155,6 +155,7 @@ TEST(LogprobGoldenTest, VariantsExactAloneStayBitwiseBesideOnesByDistance) {
 
 TEST(LogprobGoldenTest, DisabledWithTheReasonWhereTheTargetGivesNone) {
   Calibration c = testing::GoodCalibration();
+  c.golden_logprobs = LogprobCalibration{};
   c.golden_logprobs.disabled =
       "the target returns no log-probabilities ({\"logprobs\":5} answered "
       "with logprobs null or absent)";

@@ -29,8 +29,8 @@ namespace kvcanary::auditor::campaign_internal {
 struct TenantState {
   // Which plant, golden variant or scored variant next.
   int plant_cursor = 0, golden_cursor = 0, score_cursor = 0;
-  int hangup_cursor = 0;                    // which stage next
-  int refused = 0;                          // 401/403 during the run
+  int hangup_cursor = 0;  // which stage next
+  int refused = 0;        // 401/403 during the run
 };
 
 // One campaign's run (RunCampaign). Its steps are split by job:

@@ -6,6 +6,36 @@ namespace kvcanary::auditor {
 
 using json = nlohmann::json;
 
+const char* LogprobModeName(LogprobMode m) {
+  switch (m) {
+    case LogprobMode::kOff:
+      return "off";
+    case LogprobMode::kExact:
+      return "exact";
+    case LogprobMode::kDistance:
+      return "distance";
+  }
+  return "unknown";
+}
+
+// Counts and digests only: positions hold the target's text.
+json LogprobCalibration::ToEvidence() const {
+  json variants = json::object();
+  for (const auto& [v, positions] : alone) {
+    json list = json::array();
+    for (const AnswerLogprob& p : positions) {
+      list.push_back(
+          {p.token, p.logprob.has_value() ? json(*p.logprob) : json(nullptr)});
+    }
+    variants[std::to_string(v)] = {{"positions", positions.size()},
+                                   {"sha256", Sha256Hex(list.dump())}};
+  }
+  return {{"mode", LogprobModeName(mode)},
+          {"by_distance", by_distance},
+          {"disabled", disabled},
+          {"variants", variants}};
+}
+
 json Calibration::ToEvidence() const {
   json plants_json = json::object();
   for (size_t t = 0; t < plants.size(); ++t) {
@@ -38,6 +68,8 @@ json Calibration::ToEvidence() const {
               {"golden_variants", golden.size()},
               {"golden_by_rate", golden_by_rate},
               {"golden_failure", golden_failure},
+              {"golden_logprobs", golden_logprobs.ToEvidence()},
+              {"scored_prompts", scored.ToEvidence()},
               {"nonces", nonce_ids},
               {"echo_disabled", echo_disabled},
               {"echo_failure", echo_failure},

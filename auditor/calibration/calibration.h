@@ -16,6 +16,7 @@
 
 #include "auditor/calibration/latency_fit.h"
 #include "auditor/result/finding.h"
+#include "auditor/target/answer_logprobs.h"
 #include "auditor/target/limits.h"
 #include "canaries/marker.h"
 #include "nlohmann/json.hpp"
@@ -26,6 +27,32 @@ inline constexpr int kGoldenVariants = 3;
 inline constexpr int kPlantMaxTokens = 4;
 inline constexpr int kGoldenMaxTokens = 32;
 inline constexpr int kEchoMaxTokens = 24;
+// Alternatives per position asked of golden answers (within every server's
+// bound: OpenAI caps completions at 5) and of scored prompts.
+inline constexpr int kGoldenTopLogprobs = 5;
+inline constexpr int kScoreTopLogprobs = 1;
+
+// How an answer's log-probabilities are judged, as calibration found them
+// alone: two answers alone bitwise the same (our engine, batch-invariant)
+// -> every answer under load must be too; else each answer's distance from
+// the one alone, against the distances seen under same-tenant load.
+enum class LogprobMode { kOff, kExact, kDistance };
+const char* LogprobModeName(LogprobMode m);  // off, exact, distance
+
+// What calibration recorded of one kind of log-probabilities (golden
+// answers', scored prompts').
+struct LogprobCalibration {
+  // kExact when every variant's two answers alone were bitwise the same;
+  // kDistance when some were not (those in by_distance; the others are
+  // still judged bitwise, as golden judges its variants one by one).
+  LogprobMode mode = LogprobMode::kOff;
+  // variant -> the positions answered alone (the first of two).
+  std::map<int, std::vector<AnswerLogprob>> alone;
+  std::set<int> by_distance;
+  // Why mode is kOff: the target refused the parameter or returned none.
+  std::string disabled;
+  nlohmann::json ToEvidence() const;
+};
 
 // One plant: its exact text, the prompt tokens the auditor predicts for it
 // (its two halves' counts alone, plus the calibrated join), and what the
@@ -67,6 +94,17 @@ struct Calibration {
   std::map<int, std::string> golden;  // variant -> answer alone
   std::set<int> golden_by_rate;       // variants that differ even alone
   std::string golden_failure;
+  // Golden answers asked with logprobs (logprob_golden) and the golden
+  // prompts scored with echo + logprobs (prompt_logprobs).
+  LogprobCalibration golden_logprobs;
+  LogprobCalibration scored;
+  // Golden's same-tenant baseline is needed: golden by rate, or a
+  // log-probability judged by distance.
+  bool NeedsGoldenBaseline() const {
+    return !golden_by_rate.empty() ||
+           golden_logprobs.mode == LogprobMode::kDistance ||
+           scored.mode == LogprobMode::kDistance;
+  }
 
   std::vector<std::optional<canaries::Marker>> nonces;  // per tenant
   std::string echo_disabled;  // no tenant's nonce echoes alone

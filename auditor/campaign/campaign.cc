@@ -13,6 +13,7 @@
 #include "auditor/campaign/calibrate.h"
 #include "auditor/campaign/campaign_internal.h"
 #include "auditor/campaign/command_result.h"
+#include "auditor/campaign/logprob_calibration.h"
 #include "auditor/campaign/probe_mix.h"
 #include "auditor/detectors/detector.h"
 #include "auditor/detectors/registry.h"
@@ -140,6 +141,15 @@ std::string Campaign::ProbePrompt(Probe* p, int* max_tokens) {
       *max_tokens = kGoldenMaxTokens;
       break;
     }
+    case ProbeKind::kScore: {
+      auto it = cal_.scored.alone.begin();
+      std::advance(it, n.score_cursor++ % cal_.scored.alone.size());
+      p->golden_variant = it->first;
+      prompt = absl::StrCat(cal_.golden_prefix, " ",
+                            canaries::GoldenPrompt(it->first));
+      *max_tokens = kScoreMaxTokens;
+      break;
+    }
     case ProbeKind::kEcho:
       prompt = canaries::EchoPrompt(*cal_.nonces[p->tenant]);
       p->marker_ids.push_back(cal_.nonces[p->tenant]->id);
@@ -182,9 +192,17 @@ std::string Campaign::ProbePrompt(Probe* p, int* max_tokens) {
 ProbeRequest Campaign::MakeProbe(Probe* p) {
   int max_tokens = 0;
   const std::string prompt = ProbePrompt(p, &max_tokens);
+  // Golden answers carry their log-probabilities where the target gives
+  // them; scored prompts are echoed with theirs.
+  json extra = nullptr;
+  if (p->kind == ProbeKind::kGolden &&
+      cal_.golden_logprobs.mode != LogprobMode::kOff) {
+    extra = GoldenLogprobsFields();
+  }
+  if (p->kind == ProbeKind::kScore) extra = ScoreFields();
   ProbeRequest r =
       session_.Request(static_cast<uint64_t>(p->id), o_.tenants[p->tenant],
-                       prompt, max_tokens, p->stream);
+                       prompt, max_tokens, p->stream, extra);
   if (p->kind == ProbeKind::kHangup) AimHangup(p, &r);
   return r;
 }
@@ -273,10 +291,13 @@ ProbeMix Campaign::Mix(bool rate_mode) const {
   }
   const int tenants = static_cast<int>(o_.tenants.size());
   // Hang-ups one probe in 12 once the floors are met (14 in rate mode).
-  ProbeMix mix(tenants, floors, {3, 3, rate_mode ? 4 : 2, 1, 1, 1, 1});
+  ProbeMix mix(tenants, floors, {3, 3, rate_mode ? 4 : 2, 1, 1, 1, 1, 1});
   for (int t = 0; t < tenants; ++t) {
     if (cal_.plants[t].empty()) mix.Disable(t, ProbeKind::kPlant);
     if (cal_.golden.empty()) mix.Disable(t, ProbeKind::kGolden);
+    if (cal_.scored.mode == LogprobMode::kOff) {
+      mix.Disable(t, ProbeKind::kScore);
+    }
     if (!cal_.nonces[t]) mix.Disable(t, ProbeKind::kEcho);
     if (cal_.unit_tokens == 0 || cal_.at_limit_units == 0) {
       mix.Disable(t, ProbeKind::kAtLimit);
@@ -291,7 +312,7 @@ ProbeMix Campaign::Mix(bool rate_mode) const {
 
 absl::Status Campaign::MainLoop() {
   const int tenants = static_cast<int>(o_.tenants.size());
-  const bool rate_mode = !cal_.golden_by_rate.empty();
+  const bool rate_mode = cal_.NeedsGoldenBaseline();
   ProbeMix mix = Mix(rate_mode);
   std::map<uint64_t, Probe> in_flight;
   const auto start = Clock::now();
@@ -320,13 +341,19 @@ absl::Status Campaign::MainLoop() {
         Probe p;
         // Tenants take turns, so pages one frees are reused by the next.
         p.tenant = static_cast<int>(sent % tenants);
-        // The same-tenant baseline for golden rates: the first quarter,
-        // every probe from tenant 0, every other one golden.
+        // The same-tenant baseline for golden rates and distances: the
+        // first quarter, every probe from tenant 0, every other one golden
+        // (every fourth scored instead, where scores are judged by
+        // distance).
         p.baseline = in_baseline();
         if (p.baseline) p.tenant = 0;
-        p.kind = p.baseline && sent % 2 == 0 && !cal_.golden.empty()
-                     ? ProbeKind::kGolden
-                     : mix.Next(p.tenant);
+        if (p.baseline && sent % 2 == 0 && !cal_.golden.empty()) {
+          p.kind = sent % 4 == 2 && cal_.scored.mode == LogprobMode::kDistance
+                       ? ProbeKind::kScore
+                       : ProbeKind::kGolden;
+        } else {
+          p.kind = mix.Next(p.tenant);
+        }
         p.id = next_probe_++;
         ++sent;
         ProbeRequest r = MakeProbe(&p);
@@ -469,6 +496,13 @@ absl::Status Campaign::Calibrated() {
                               int max_tokens, bool stream) {
     return session_.SendAlone(t, prompt, max_tokens, stream);
   });
+  CalibrateLogprobs(
+      o_.tenants[0],
+      [this](const AuditTenant& t, const std::string& prompt, int max_tokens,
+             bool stream, const json& extra) {
+        return session_.SendAlone(t, prompt, max_tokens, stream, extra);
+      },
+      &cal_);
   // Its findings are kept even if the target died during it.
   RETURN_IF_ERROR(AddFindings(cal_.findings, /*flush=*/true));
   RETURN_IF_ERROR(session_.down());

@@ -27,9 +27,10 @@ namespace kvcanary::auditor::campaign_internal {
 
 // What the campaign itself counts per tenant, beside its detectors.
 struct TenantState {
-  int plant_cursor = 0, golden_cursor = 0;  // which plant or variant next
-  int hangup_cursor = 0;                    // which stage next
-  int refused = 0;                          // 401/403 during the run
+  // Which plant, golden variant or scored variant next.
+  int plant_cursor = 0, golden_cursor = 0, score_cursor = 0;
+  int hangup_cursor = 0;  // which stage next
+  int refused = 0;        // 401/403 during the run
 };
 
 // One campaign's run (RunCampaign). Its steps are split by job:

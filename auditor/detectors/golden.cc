@@ -1,12 +1,12 @@
 #include "auditor/detectors/golden.h"
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 #include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "auditor/detectors/rates.h"
 #include "auditor/detectors/registry.h"
 #include "common/sha256.h"
 
@@ -31,15 +31,10 @@ std::optional<Finding> CompareGolden(int variant, absl::string_view expected,
 
 std::optional<Finding> JudgeGoldenRates(int baseline_diverged, int baseline_n,
                                         int cross_diverged, int cross_n) {
-  if (baseline_n < 10 || cross_n < 10) return std::nullopt;
-  const double p1 = static_cast<double>(baseline_diverged) / baseline_n;
-  const double p2 = static_cast<double>(cross_diverged) / cross_n;
-  const double pooled =
-      static_cast<double>(baseline_diverged + cross_diverged) /
-      (baseline_n + cross_n);
-  const double se =
-      std::sqrt(pooled * (1 - pooled) * (1.0 / baseline_n + 1.0 / cross_n));
-  if (p2 - p1 < 0.05 || p2 - p1 <= 3 * se) return std::nullopt;
+  const RateRise rise =
+      JudgeRateRise(baseline_diverged, baseline_n, cross_diverged, cross_n);
+  if (!rise.rises) return std::nullopt;
+  const double se = rise.standard_error;
   Finding f;
   f.detector = "golden";
   f.kind = "golden_divergence_rate";

@@ -18,6 +18,8 @@ const char* ProbeKindName(ProbeKind k) {
       return "past_limit";
     case ProbeKind::kHangup:
       return "hangup";
+    case ProbeKind::kScore:
+      return "score";
   }
   return "unknown";
 }

@@ -21,8 +21,11 @@ enum class ProbeKind {
   // one stage of the request (HangupStage): an exercise of the target's
   // abort paths, never an answer.
   kHangup,
+  // A golden prompt scored: echo with logprobs, one token generated, so
+  // the answer holds the prompt's own token log-probabilities.
+  kScore,
 };
-inline constexpr int kProbeKinds = 7;
+inline constexpr int kProbeKinds = 8;
 
 // When a hang-up probe's client gives up, aimed from outside by the time an
 // at-limit prompt takes alone (a black box shows no stage; a trace does).
@@ -43,7 +46,7 @@ struct Probe {
   int tenant = 0;  // index into the campaign's tenants
   bool stream = false;
   bool baseline = false;    // sent in golden's same-tenant baseline phase
-  int golden_variant = -1;  // kGolden: which variant
+  int golden_variant = -1;  // kGolden, kScore: which variant
   int predicted = 0;  // prompt tokens the auditor predicts (0: not predicted)
   // A timed pair (DetectorSpec::paired): the pair's number, and whether this
   // is its control (a cache-busted prompt at the limit sent back to back

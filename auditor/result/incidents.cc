@@ -46,8 +46,9 @@ void MergeNames(std::string* list, const std::string& more) {
 
 // Detectors whose incidents are one per cause across tenants (incidents.h).
 bool AcrossTenants(const std::string& detector) {
-  return detector == "golden" || detector == "echo" || detector == "latency" ||
-         detector == "boundary";
+  return detector == "golden" || detector == "logprob_golden" ||
+         detector == "prompt_logprobs" || detector == "echo" ||
+         detector == "latency" || detector == "boundary";
 }
 
 // Whether a boundary row's prompt was past the limit: its template says so,

@@ -10,6 +10,7 @@
 //   golden       kind, variant          across tenants: the readers are
 //   echo         kind                   listed in `tenants` (and
 //   latency      kind, template         comma-joined in `reader`)
+//   logprob_golden, prompt_logprobs: kind, variant, across tenants
 //   boundary     cause (below)
 //   any other    kind, reader, writer, its grouping fields
 // A behaviour of the server (it cuts over-long prompts, its golden answers

@@ -60,8 +60,9 @@ TEST(AuditorTest, CleanEngineCampaignIsCleanWithEveryDetectorCovered) {
   EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
   // Plants accepted whole, printed.
   EXPECT_NE(r.out.find("accepted whole"), std::string::npos) << r.out;
-  for (const char* d :
-       {"output_scan", "golden", "boundary", "latency", "trace"}) {
+  // The engine is batch-invariant: log-probabilities judged bitwise.
+  for (const char* d : {"output_scan", "golden", "boundary", "latency", "trace",
+                        "logprob_golden", "prompt_logprobs"}) {
     EXPECT_NE(DetectorLine(r.out, d).find(" active "), std::string::npos)
         << d << "\n"
         << r.out;
@@ -88,8 +89,8 @@ TEST(AuditorTest, Stories260KCampaignIsCleanWithEchoActive) {
   ASSERT_TRUE(cluster.ok());
   CliRun r = Auditor(ProbeArgs(cluster, TempPath("stories.db"), 600));
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  for (const char* d :
-       {"output_scan", "golden", "echo", "boundary", "latency", "trace"}) {
+  for (const char* d : {"output_scan", "golden", "echo", "boundary", "latency",
+                        "trace", "logprob_golden", "prompt_logprobs"}) {
     EXPECT_NE(DetectorLine(r.out, d).find(" active "), std::string::npos)
         << d << "\n"
         << r.out;

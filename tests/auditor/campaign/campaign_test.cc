@@ -102,9 +102,17 @@ TEST_P(WellBehavedTest, IsCleanWithEveryDetectorCovered) {
       RunCampaign(Options(target.url(), "clean"), &metrics);
   ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
   EXPECT_EQ(r.exit_code(), 0);
+  // Log-probabilities where the flavor serves them: vLLM and SGLang both;
+  // llama.cpp no echo (a 500), so no scored prompts; TGI none.
+  const Flavor f = GetParam();
+  const bool logprobs = f != Flavor::kTgi;
+  const bool scores = f == Flavor::kVllm || f == Flavor::kSglang;
   for (const DetectorCoverage& d : r.detectors) {
-    if (d.name == "trace" || d.name == "kv_events") {  // no streams given
-      EXPECT_EQ(d.state, DetectorState::kDisabled);
+    if (d.name == "trace" || d.name == "kv_events" ||  // no streams given
+        (d.name == "logprob_golden" && !logprobs) ||
+        (d.name == "prompt_logprobs" && !scores)) {
+      EXPECT_EQ(d.state, DetectorState::kDisabled) << d.name;
+      EXPECT_FALSE(d.reason.empty()) << d.name;
       continue;
     }
     EXPECT_EQ(d.state, DetectorState::kActive) << d.name << ": " << d.reason;
@@ -129,6 +137,51 @@ INSTANTIATE_TEST_SUITE_P(Flavors, WellBehavedTest,
                                name.end());
                            return name;
                          });
+
+// A server whose greedy text never changes under load but whose
+// log-probabilities move by 0.001 while another request is in flight (what
+// a foreign page in attention does before it flips an argmax): text golden
+// sees nothing, logprob_golden and prompt_logprobs do.
+TEST(CampaignTest, LogprobsThatMoveUnderLoadAreFoundWhereTextIsNot) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.busy_logprob_shift = 1e-3;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "logprob-shift"), &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_GT(Count(r, "logprob_mismatch"), 0) << Explain(r);
+  EXPECT_GT(Count(r, "prompt_logprobs_mismatch"), 0) << Explain(r);
+  EXPECT_EQ(Count(r, "golden_mismatch"), 0) << Explain(r);
+  const DetectorCoverage* d = Detector(r, "logprob_golden");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->stats["mode"], "exact");
+}
+
+// Figures that differ a little even alone (a batch-dependent kernel):
+// judged by distance against the same-tenant baseline, clean while the
+// noise is all there is, a finding when load moves them further.
+TEST(CampaignTest, LogprobsNoisyAloneAreJudgedByDistanceRates) {
+  for (const double shift : {0.0, 0.5}) {
+    SCOPED_TRACE(shift);
+    FakeTargetOptions fo = Fake(Flavor::kVllm);
+    fo.logprob_noise = 1e-4;
+    fo.busy_logprob_shift = shift;
+    FakeTarget target(fo);
+    AuditorMetrics metrics;
+    const CampaignResult r = RunCampaign(
+        Options(target.url(), absl::StrCat("logprob-noise-", shift)), &metrics);
+    const DetectorCoverage* d = Detector(r, "logprob_golden");
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->stats["mode"], "distance") << Explain(r);
+    if (shift == 0) {
+      EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+      EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
+    } else {
+      EXPECT_GT(Count(r, "logprob_distance_rate"), 0) << Explain(r);
+    }
+  }
+}
 
 // Ollama as it ships: a window (num_ctx) it advertises, and prompts past
 // it silently cut. Past-limit probes come back 200 with fewer tokens.

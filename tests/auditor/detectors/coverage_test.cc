@@ -203,8 +203,13 @@ TEST(PositiveControlTest, ADetectorWithNothingCalibratedToRunOnHasNone) {
   Calibration cal = GoodCalibration();
   cal.golden.clear();
   cal.echo_disabled = "never echoes";
+  cal.golden_logprobs = LogprobCalibration{};
+  cal.scored.disabled = "echo with logprobs refused (400)";
+  cal.scored.mode = LogprobMode::kOff;
+  cal.scored.alone.clear();
   Harness h(cal);
-  for (const char* name : {"golden", "echo"}) {
+  for (const char* name :
+       {"golden", "echo", "logprob_golden", "prompt_logprobs"}) {
     EXPECT_FALSE(RunControl(*h.Make(name)).has_value()) << name;
   }
 }

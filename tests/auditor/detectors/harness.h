@@ -22,7 +22,8 @@ inline const std::vector<std::string> kTenants = {"acme", "globex"};
 
 // Three golden variants, an echoing nonce per tenant, a calibrated prefill
 // cost (0.1 ms/token: 25.6 ms at the limit), a limit of 256 tokens in units
-// of 6, whole plants of 200 tokens.
+// of 6, whole plants of 200 tokens; golden log-probabilities and a scored
+// prompt whose two answers alone were bitwise the same.
 inline Calibration GoodCalibration() {
   Calibration c;
   c.golden = {{0, "a"}, {1, "b"}, {2, "c"}};
@@ -38,6 +39,13 @@ inline Calibration GoodCalibration() {
   c.past_limit_units = 60;  // 370 tokens
   c.limit.prompt_tokens = c.limit.refuse_above = 256;
   c.plants.resize(2);
+  const std::vector<AnswerLogprob> positions = {
+      {"Once", -0.25, {{"Once", -0.25}, {"One", -1.5}}},
+      {" upon", -0.125, {{" upon", -0.125}, {" a", -2.25}}}};
+  for (LogprobCalibration* l : {&c.golden_logprobs, &c.scored}) {
+    l->mode = LogprobMode::kExact;
+    l->alone = {{0, positions}, {1, positions}};
+  }
   return c;
 }
 

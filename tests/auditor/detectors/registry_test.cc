@@ -18,9 +18,10 @@ namespace {
 
 TEST(DetectorRegistryTest, TheBuiltinDetectorsInReportOrder) {
   EXPECT_EQ(DetectorRegistry::Global().Names(),
-            (std::vector<std::string>{
-                "output_scan", "golden", "echo", "boundary", "latency", "trace",
-                "kv_events", "cache_refusal", "hangups", "bursts"}));
+            (std::vector<std::string>{"output_scan", "golden", "logprob_golden",
+                                      "prompt_logprobs", "echo", "boundary",
+                                      "latency", "trace", "kv_events",
+                                      "cache_refusal", "hangups", "bursts"}));
   for (const auto& e : DetectorRegistry::Global().Entries()) {
     EXPECT_FALSE(e.spec.summary.empty()) << e.spec.name;
     EXPECT_FALSE(e.spec.unit.empty()) << e.spec.name;

@@ -86,6 +86,8 @@ struct Request {
   bool include_usage = false;
   bool report_all_blocks = false;         // vLLM's kv_cache_report_mode "full"
   std::optional<std::string> cache_salt;  // the body's "cache_salt"
+  int logprobs = -1;                      // alternatives asked for; -1: none
+  bool echo = false;                      // completions' echo
 };
 
 // Returns the problem ("" if none) and fills *r. Chat messages are joined
@@ -144,6 +146,15 @@ std::string ParseRequest(const std::string& body, bool chat, Flavor f,
                                                            : f == Flavor::kVllm;
   }
   r->report_all_blocks = j.value("kv_cache_report_mode", "") == "full";
+  if (auto it = j.find("logprobs"); it != j.end() && !it->is_null()) {
+    // Completions: an integer; chat: a boolean with top_logprobs.
+    if (it->is_number_integer()) {
+      r->logprobs = static_cast<int>(it->get<int64_t>());
+    } else if (it->is_boolean() && it->get<bool>()) {
+      r->logprobs = j.value("top_logprobs", 0);
+    }
+  }
+  r->echo = !chat && j.value("echo", false);
   if (auto it = j.find("cache_salt"); it != j.end() && !it->is_null()) {
     // vLLM's protocol: "Parameter 'cache_salt' must be a non-empty string
     // if provided." (docs/targets.md, "Cache salts").
@@ -277,6 +288,90 @@ void SendEvents(http::Response& res, std::vector<std::string> events,
 void SendReply(http::Response& res, const Reply& r) {
   res.status = r.status;
   if (!r.body.empty()) res.set_content(r.body, r.content_type);
+}
+
+// A figure for `text` at `position`: a function of the two (FNV-1a), in
+// (-10, 0), moved by `shift`.
+double FakeFigure(absl::string_view text, size_t position, double shift) {
+  uint64_t h = 1469598103934665603ull ^ position;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return -0.01 - static_cast<double>(h % 997) / 100.0 + shift;
+}
+
+// choices[0].logprobs in the flavor's shape for the prompt's positions
+// (`prompt`: echo's, vLLM's first figure null) and the output's, `top`
+// alternatives each (the token itself first, then fillers).
+json FakeLogprobs(Flavor f, const std::vector<std::string>& prompt,
+                  const std::vector<std::string>& output, int top,
+                  double shift) {
+  std::vector<std::string> all = prompt;
+  all.insert(all.end(), output.begin(), output.end());
+  if (f == Flavor::kLlamaCpp) {
+    json content = json::array();
+    for (size_t i = 0; i < all.size(); ++i) {
+      const double lp = FakeFigure(all[i], i, shift);
+      json alts = json::array();
+      for (int k = 0; k < top; ++k) {
+        const std::string t = k == 0 ? all[i] : absl::StrCat(" alt", k);
+        alts.push_back({{"id", k}, {"token", t}, {"logprob", lp - k}});
+      }
+      content.push_back({{"id", i},
+                         {"token", all[i]},
+                         {"logprob", lp},
+                         {"top_logprobs", std::move(alts)}});
+    }
+    return {{"content", std::move(content)}};
+  }
+  json tokens = json::array(), figures = json::array(), tops = json::array(),
+       offsets = json::array();
+  size_t offset = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const double lp = FakeFigure(all[i], i, shift);
+    tokens.push_back(all[i]);
+    offsets.push_back(offset);
+    offset += all[i].size();
+    if (i == 0 && !prompt.empty()) {
+      figures.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    figures.push_back(lp);
+    json alts = {{all[i], lp}};
+    for (int k = 1; k < top; ++k) alts[absl::StrCat(" alt", k)] = lp - k;
+    tops.push_back(std::move(alts));
+  }
+  return {{"text_offset", offsets},
+          {"token_logprobs", figures},
+          {"tokens", tokens},
+          {"top_logprobs", tops}};
+}
+
+// Adds the flavor's log-probabilities to a whole answer that asked for
+// them (vLLM and SGLang echo the prompt's text first); false when the
+// request was answered with the flavor's refusal instead (llama.cpp: echo).
+bool AddLogprobs(const FakeTargetOptions& o, const Request& r, double shift,
+                 Answer* a, http::Response& res) {
+  const Flavor f = o.flavor;
+  const bool serves =
+      o.serves_logprobs && !r.stream &&
+      (f == Flavor::kVllm || f == Flavor::kSglang || f == Flavor::kLlamaCpp);
+  if (!serves) return true;
+  if (r.echo && f == Flavor::kLlamaCpp) {
+    // A std::runtime_error in oaicompat_completion_params_parse: a 500.
+    SendReply(res, {500, R"({"error":{"code":500,"message":"Only no echo is )"
+                         R"(supported","type":"server_error"}})"});
+    return false;
+  }
+  std::vector<std::string> prompt;
+  if (r.echo) {
+    for (const Tok& t : Tokenize(r.prompt)) {
+      prompt.push_back(r.prompt.substr(t.begin, t.end - t.begin));
+    }
+    a->text = r.prompt + a->text;
+  }
+  a->logprobs =
+      FakeLogprobs(f, prompt, a->pieces, std::max(1, r.logprobs), shift);
+  return true;
 }
 
 }  // namespace
@@ -484,10 +579,20 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
   // In flight before counted: a request counted is one being handled.
   const int others = in_flight_++;
   const int n = ++completions_;
+  const std::string key = req.get_header_value("Authorization");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++in_flight_keys_[key];
+  }
   struct Leave {
-    std::atomic<int>* n;
-    ~Leave() { --*n; }
-  } leave{&in_flight_};
+    FakeTarget* t;
+    const std::string& key;
+    ~Leave() {
+      --t->in_flight_;
+      std::lock_guard<std::mutex> lock(t->mu_);
+      --t->in_flight_keys_[key];
+    }
+  } leave{this, key};
   if (options_.die_after_completions > 0 &&
       n >= options_.die_after_completions) {
     Stop();  // this request is still answered; new connections are refused
@@ -529,6 +634,19 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
   }
   a.pieces = OutputPieces(r.prompt, plan, r.max_tokens, options_.echo);
   a.text = absl::StrJoin(a.pieces, "");
+  if (r.logprobs >= 0) {
+    double shift = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int own = in_flight_keys_[req.get_header_value("Authorization")];
+      if (others + 1 > own) shift = options_.busy_logprob_shift;
+      if (options_.logprob_noise > 0) {
+        shift += options_.logprob_noise *
+                 std::uniform_real_distribution<double>(0, 1)(jitter_rng_);
+      }
+    }
+    if (!AddLogprobs(options_, r, shift, &a, res)) return;
+  }
   a.finish_reason =
       static_cast<int>(a.pieces.size()) == r.max_tokens ? "length" : "stop";
   {

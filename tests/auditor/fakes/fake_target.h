@@ -187,6 +187,20 @@ struct FakeTargetOptions {
   // that dies after the auditor could prove the cut.
   int die_after_truncations = 0;
   bool echo = true;  // false: fixed filler words instead of the prompt's tail
+  // Log-probabilities on whole (non-streamed) completions where the flavor
+  // serves them (docs/targets.md, "Log-probabilities, per server"): vLLM
+  // and SGLang the legacy object, echo's prompt positions first with a null
+  // first figure; llama.cpp chat's {content} shape, and echo refused with
+  // a 500; TGI and Ollama none (logprobs null). Each figure is a function
+  // of its token and position, so answers alone are bitwise the same...
+  bool serves_logprobs = true;
+  // ...unless this is > 0: each answer's figures move by up to this much
+  // (a target whose arithmetic depends on its batch)...
+  double logprob_noise = 0;
+  // ...and while a completion request of another key is being handled,
+  // every figure moves by this much (what another tenant's page in
+  // attention does to an answer whose text it does not change).
+  double busy_logprob_shift = 0;
   // > 0: once that many completion requests have arrived, `revoked_key`
   // is refused as if it were wrong (a key rotated or revoked mid-run).
   int revoke_after_completions = 0;
@@ -251,7 +265,9 @@ class FakeTarget {
   int port_ = 0;
   std::atomic<int> completions_{0};
   std::atomic<int> truncated_{0};
-  std::atomic<int> in_flight_{0};    // completion requests being handled
+  std::atomic<int> in_flight_{0};  // completion requests being handled
+  // The same, per Authorization value.
+  std::map<std::string, int> in_flight_keys_ ABSL_GUARDED_BY(mu_);
   std::atomic<int> truncations_{0};  // over-long prompts answered cut
   std::atomic<bool> stopped_{false};
 

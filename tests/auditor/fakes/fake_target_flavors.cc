@@ -299,8 +299,9 @@ std::vector<std::string> StreamEvents(const FakeTargetOptions& o, bool chat,
 json Body(const FakeTargetOptions& o, bool chat, const std::string& id,
           int64_t created, const Answer& a, double ttft_ms) {
   json b = Header(o, chat, id, created, /*chunk=*/false);
-  b["choices"] =
-      json::array({Choice(chat, false, true, a.text, json(a.finish_reason))});
+  json choice = Choice(chat, false, true, a.text, json(a.finish_reason));
+  if (!a.logprobs.is_null()) choice["logprobs"] = a.logprobs;
+  b["choices"] = json::array({std::move(choice)});
   b["usage"] = Usage(o, a);
   if (o.flavor == Flavor::kLlamaCpp) b["timings"] = Timings(a, ttft_ms);
   return b;

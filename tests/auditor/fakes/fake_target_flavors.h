@@ -51,6 +51,7 @@ struct Answer {
   std::vector<std::string> pieces;  // one completion token each
   std::string text;
   std::string finish_reason;
+  json logprobs;  // choices[0].logprobs of a whole answer (null: none)
 };
 
 // docs/targets.md "Usage": where each flavor puts usage in a stream.

@@ -204,9 +204,8 @@ TEST(PositiveControlTest, ADetectorWithNothingCalibratedToRunOnHasNone) {
   cal.golden.clear();
   cal.echo_disabled = "never echoes";
   cal.golden_logprobs = LogprobCalibration{};
+  cal.scored = LogprobCalibration{};
   cal.scored.disabled = "echo with logprobs refused (400)";
-  cal.scored.mode = LogprobMode::kOff;
-  cal.scored.alone.clear();
   Harness h(cal);
   for (const char* name :
        {"golden", "echo", "logprob_golden", "prompt_logprobs"}) {

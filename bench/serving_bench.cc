@@ -38,6 +38,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +52,7 @@
 #include "bench/kv_transfer_bench.h"
 #include "bench/machine.h"
 #include "common/file.h"
+#include "common/temp_dir.h"
 #include "common/text_table.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -150,16 +152,31 @@ Row Measure(const std::string& router, int clients, int total) {
           errors.load()};
 }
 
-void ServingFigures() {
-  const std::string tenants = "/tmp/kvcanary-bench-tenants.json";
+// Two tenants' file in a private directory under $TMPDIR (removed with
+// *dir); "" after printing why if it cannot be written.
+std::string WriteTenants(std::optional<TempDir>* dir) {
+  absl::StatusOr<TempDir> made = TempDir::Create("kvcanary-bench-serving");
+  if (!made.ok()) {
+    std::fprintf(stderr, "%s\n", made.status().ToString().c_str());
+    return "";
+  }
+  *dir = std::move(*made);
+  const std::string tenants = (*dir)->File("tenants.json");
   const absl::Status written = WriteFileAtomically(
       tenants,
       R"({"tenants": [{"id": "a", "api_keys": ["sk-a"]}, {"id": "b", "api_keys": ["sk-b"]}]})",
       0644);
   if (!written.ok()) {
     std::fprintf(stderr, "%s\n", written.ToString().c_str());
-    return;
+    return "";
   }
+  return tenants;
+}
+
+void ServingFigures() {
+  std::optional<TempDir> dir;
+  const std::string tenants = WriteTenants(&dir);
+  if (tenants.empty()) return;
   struct Deployment {
     const char* name;
     bool tls;

@@ -252,8 +252,15 @@ bool IsValidApiKey(absl::string_view key) {
 
 bool IsValidCacheSalt(absl::string_view salt) {
   if (salt.empty() || salt.size() > kMaxCacheSaltBytes) return false;
-  for (unsigned char c : salt) {
+  for (size_t i = 0; i < salt.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(salt[i]);
+    // C0 controls and DEL.
     if (c < 0x20 || c == 0x7f) return false;
+    // C1 controls, U+0080..U+009F: 0xC2 0x80..0x9F in UTF-8.
+    if (c == 0xc2 && i + 1 < salt.size()) {
+      const unsigned char next = static_cast<unsigned char>(salt[i + 1]);
+      if (next >= 0x80 && next <= 0x9f) return false;
+    }
   }
   return true;
 }

@@ -57,7 +57,8 @@ struct TenantsFileOptions {
 bool IsValidApiKey(absl::string_view key);
 
 // A cache salt (the request body's "cache_salt", a tenants file's
-// "cache_salt"): 1..kMaxCacheSaltBytes bytes, no control characters.
+// "cache_salt"): 1..kMaxCacheSaltBytes bytes, no control characters (C0,
+// DEL, and C1: U+0080..U+009F as UTF-8).
 inline constexpr size_t kMaxCacheSaltBytes = 256;
 bool IsValidCacheSalt(absl::string_view salt);
 

@@ -13,12 +13,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh all
 scripts/build.sh -DKVCANARY_TESTS=ON "$@"
+# Tests leave nothing behind: CTest gives every test TMPDIR=build/test-tmp
+# and checks it is empty after the last (tests/CMakeLists.txt); this stamp
+# catches a writer that ignored TMPDIR.
+stamp="build/ctest-started.stamp"
+touch "$stamp"
 status=0
 ctest --test-dir build --output-on-failure --parallel "$(nproc)" --timeout 600 \
   --label-exclude timing | tee build/ctest.log || status=$?
 timing_status=0
 ctest --test-dir build --output-on-failure --timeout 600 --label-regex timing \
   | tee build/ctest-timing.log || timing_status=$?
+leftovers="$(find /tmp /var/tmp -mindepth 1 -maxdepth 1 -newer "$stamp" \
+  -name '*kvcanary*' 2>/dev/null || true)"
+if [[ -n "$leftovers" ]]; then
+  echo "the tests left these in /tmp or /var/tmp:" >&2
+  echo "$leftovers" >&2
+  status=1
+else
+  echo "the tests left nothing of theirs in /tmp or /var/tmp"
+fi
 # CTest lists skipped tests after its summary; repeat the summaries last.
 grep -E "tests passed|tests failed" build/ctest.log | tail -n 1 || true
 grep -E "tests passed|tests failed" build/ctest-timing.log | tail -n 1 || true

@@ -34,8 +34,11 @@ struct TenantState {
 };
 
 // One campaign's run (RunCampaign). Its steps are split by job:
-// campaign.cc (the start, calibration, the load, the timed pairs, the
-// verdict) and exercises.cc (the bursts, the hang-ups' aim). Internal to
+// campaign.cc (the start, discovery, calibration, the controls, the order
+// of the steps), probes.cc (one probe's prompt and request, its answer
+// recorded and judged), load.cc (the mix, the main loop, the timed pairs),
+// exercises.cc (the bursts, the hang-ups' aim) and verdict.cc (the
+// detectors' whole-campaign judgement, the verdict, the seal). Internal to
 // auditor/campaign/; not for other callers.
 // Not thread-safe; one Run() on the command's thread.
 class Campaign {
@@ -45,29 +48,39 @@ class Campaign {
   CampaignResult Run();
 
  private:
+  // campaign.cc: the start and the order of the steps.
   absl::Status Steps();
   absl::Status RecordStart();
   absl::Status StartDetectors();
   absl::Status Calibrated();
   void BuildScanner();
   absl::Status Controls();
+  void Progress(const char* what);
+
+  // load.cc: the load and the timed pairs after it.
   // The kinds of probe to send each tenant, and how many of each.
   ProbeMix Mix(bool rate_mode) const;
   absl::Status MainLoop();
-  absl::Status Bursts();
   absl::Status TimedPairs();
+
+  // exercises.cc.
+  absl::Status Bursts();
+  // When a hang-up probe's client gives up (p->hangup set here), on `r`.
+  void AimHangup(Probe* p, ProbeRequest* r);
+
+  // verdict.cc: the end.
   // What the detectors judge over the whole campaign: those that send
   // first (the kv_events pairs), then the others; after an error only the
   // others, so that what they proved is kept (`after_error`).
   absl::Status FinishDetectors(bool after_error);
+  std::vector<std::string> TenantProblems() const;
   void Finish(const absl::Status& run);
 
+  // probes.cc: one probe, sent and judged.
   // The prompt of `p` (its kind and tenant set) and the tokens it
   // generates; fills in p's other fields.
   std::string ProbePrompt(Probe* p, int* max_tokens);
   ProbeRequest MakeProbe(Probe* p);
-  // When a hang-up probe's client gives up (p->hangup set here), on `r`.
-  void AimHangup(Probe* p, ProbeRequest* r);
   // An answer to a probe sent through a MultiClient: its probe taken out
   // of `in_flight`, the completion parsed and noted, then judged.
   absl::Status OnAnswer(const ProbeResponse& resp,
@@ -75,6 +88,9 @@ class Campaign {
   // One answer: its evidence row, then every detector's judgement.
   absl::Status Judge(const Probe& p, const Completion& c);
   absl::Status RecordProbe(const Probe& p, const Completion& c);
+  absl::Status AddFinding(Finding f, bool flush);
+  absl::Status AddFindings(std::vector<Finding> found, bool flush);
+
   absl::Status Record(const std::string& kind, nlohmann::json body,
                       bool flush = false) {
     return log_ == nullptr ? absl::OkStatus()
@@ -83,10 +99,6 @@ class Campaign {
   absl::Status Flush() {
     return log_ == nullptr ? absl::OkStatus() : log_->Flush();
   }
-  absl::Status AddFinding(Finding f, bool flush);
-  absl::Status AddFindings(std::vector<Finding> found, bool flush);
-  std::vector<std::string> TenantProblems() const;
-  void Progress(const char* what);
 
   const CampaignOptions& o_;
   AuditorMetrics* metrics_;

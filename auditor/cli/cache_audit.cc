@@ -19,12 +19,15 @@ ABSL_FLAG(int, max_samples, 400,
 ABSL_FLAG(int, prefix_tokens, 0,
           "cache-audit: tokens of the primed prefix (0: sized from the "
           "limit).");
-ABSL_FLAG(int, evict_tokens, 0,
+ABSL_FLAG(int, evict_tokens, -1,
           "cache-audit: after each primed prefix, the writer sends cache-"
           "busted filler prompts of at least this many tokens in all, so the "
           "prefix leaves the first cache tier before the probe and a hit can "
           "only come from a second tier (host memory, LMCache, HiCache); at "
-          "least the first tier's size in tokens (0: none).");
+          "least the first tier's size in tokens. 0: none (a second tier the "
+          "target reports is then unchecked: exit 3). -1 (default): 1.25 x "
+          "the first tier where the target states a second tier and the "
+          "first tier's size, else 0.");
 
 ABSL_FLAG(bool, salts, false,
           "cache-audit: audit request cache salts (the tenants file's "
@@ -60,10 +63,10 @@ absl::StatusOr<CacheAuditOptions> CacheAuditOptionsFromFlags() {
         "--tenant-header and --gateway-key are for --salts");
   }
   if (!(o.alpha > 0 && o.alpha < 1) || o.max_samples < 1 ||
-      o.prefix_tokens < 0 || o.evict_tokens < 0) {
+      o.prefix_tokens < 0 || o.evict_tokens < -1) {
     return absl::InvalidArgumentError(
-        "--alpha must be in (0, 1), --max-samples >= 1, --prefix-tokens and "
-        "--evict-tokens >= 0");
+        "--alpha must be in (0, 1), --max-samples >= 1, --prefix-tokens >= 0 "
+        "and --evict-tokens >= -1 (-1: from the target's tiers)");
   }
   return o;
 }

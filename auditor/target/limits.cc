@@ -8,33 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "auditor/target/completion.h"
+#include "auditor/target/info_reads.h"
 
 namespace kvcanary::auditor {
 
 using json = nlohmann::json;
 
 namespace {
-
-// The integer at `path` (keys) in `j`, or 0.
-int IntAt(const json& j, std::initializer_list<const char*> path) {
-  const json* at = &j;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return 0;
-    at = &(*at)[key];
-  }
-  if (at->is_number_integer() && at->get<int64_t>() > 0 &&
-      at->get<int64_t>() < (1ll << 31)) {
-    return at->get<int>();
-  }
-  return 0;
-}
-
-json GetJson(const HttpClient& http, const std::string& url,
-             const std::vector<std::string>& headers, absl::Duration timeout) {
-  absl::StatusOr<HttpResponse> r = http.Get(url, headers, timeout);
-  if (!r.ok() || r->status != 200) return json();
-  return json::parse(r->body, nullptr, false);
-}
 
 // Fills *out from a context length (prompt + generated) read at `where`.
 void FromContext(int context, const std::string& where, TargetLimit* out) {

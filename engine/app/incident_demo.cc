@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "common/status_macros.h"
+#include "common/temp_dir.h"
 #include "engine/nodes/serve.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -117,8 +118,9 @@ void PrintIncidentRun(
 
 absl::Status RunIncidentDemo(const std::vector<std::string>& model_args,
                              FILE* out) {
-  const std::string tenants =
-      absl::StrCat("/tmp/kvcanary-demo-tenants-", getpid(), ".json");
+  // The demo's tenants file, in a private directory removed on return.
+  ASSIGN_OR_RETURN(const TempDir dir, TempDir::Create("kvcanary-demo"));
+  const std::string tenants = dir.File("tenants.json");
   RETURN_IF_ERROR(WriteFileAtomically(tenants, R"({"tenants": [
       {"id": "acme", "api_keys": ["sk-acme-demo"]},
       {"id": "globex", "api_keys": ["sk-globex-demo"]}]})",

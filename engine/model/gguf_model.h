@@ -2,8 +2,8 @@
 // tensor names (token_embd.weight, blk.N.attn_q.weight, ..., output.weight)
 // mapped onto ModelConfig and ModelWeights; F16 and Q8_0 tensors
 // dequantized to f32 at load (the kernels are f32); the tokenizer from the
-// `tokenizer.ggml.*` metadata; and the writer of such files
-// (`kvcanary-engine write-model --format gguf`).
+// `tokenizer.ggml.*` metadata (gguf_tokenizer.h); and the writer of such
+// files (`kvcanary-engine write-model --format gguf`, gguf_model_writer.cc).
 #ifndef KVCANARY_ENGINE_MODEL_GGUF_MODEL_H_
 #define KVCANARY_ENGINE_MODEL_GGUF_MODEL_H_
 

@@ -30,6 +30,7 @@
 #include "engine/core/engine_loop.h"
 #include "engine/core/faults.h"
 #include "engine/core/trace_bus.h"
+#include "engine/nodes/accepted_requests.h"
 #include "engine/nodes/hangup_watch.h"
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/node_metrics.h"
@@ -64,6 +65,9 @@ struct DecodeNodeOptions {
   int max_prompt_tokens = 0;  // 0: context - 1
   int max_waiting = 256;
   int http_threads = 96;
+  // The HTTP listener's share of unoccupied connections per address
+  // (http::Options::max_unoccupied_per_address).
+  int http_max_unoccupied_per_address = 32;
   absl::Duration transfer_timeout = absl::Seconds(30);
   // Tests only: the receiver waits this long after the metadata frame, so a
   // test can kill the node in the middle of a transfer.
@@ -102,6 +106,8 @@ class DecodeNode {
   int kv_port() const { return kv_port_; }
 
  private:
+  // Reservations and their metadata slots (decode_node_reservations.cc).
+  //
   // A request whose pages are reserved, as this node keeps it for the KV
   // receiver.
   struct PendingTransfer {
@@ -113,11 +119,8 @@ class DecodeNode {
     bool cancelled = false;              // the generate handler gave up
     std::optional<absl::Status> result;  // the receiver's verdict, once done
   };
-  // The KV receiver's view of this node (KvReceiverHost), and one
-  // reservation a receiver claimed (KvClaim).
-  class ReceiverHost;
+  // One reservation a receiver claimed (KvClaim).
   class ClaimedTransfer;
-
   // A finished transfer, handed from the receiver to the request's handler.
   struct MetadataSlot {
     bool in_use = false;  // held from reservation until consumed
@@ -131,17 +134,6 @@ class DecodeNode {
   // owned or not.
   absl::StatusOr<int> AcquireSlot(absl::Duration timeout);
   void ReleaseSlot(int slot);
-
-  void HandleGenerate(const http::Request& req, http::Response& res);
-  void AcceptLoop();
-  // One accepted KV connection, on its own thread: authenticated by
-  // `deadline` (its place in `hold`), then its transfer.
-  void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn,
-                     std::unique_ptr<KvAdmission::Hold> hold,
-                     absl::Time deadline);
-  // The KV port's gate, its pre-auth pool reserved for the addresses of
-  // the prefill nodes.
-  absl::Status StartKvGate();
   // The reservation a Metadata frame names, claimed for this connection if
   // its transfer token matches and nobody claimed it; nullptr for every
   // refusal (unknown id, wrong token, taken), so a refusal reveals nothing.
@@ -168,10 +160,10 @@ class DecodeNode {
   // from its previous request; `transfer` (the failure) if even that fails.
   absl::Status InstallStale(RequestId id, const PendingTransfer& pending,
                             absl::Status transfer);
-  // Streams the request's NDJSON lines as it decodes.
-  void StreamDecoding(http::Response& res,
-                      std::shared_ptr<RequestChannel> channel, RequestId id,
-                      int prompt_tokens, const PrefillAnswer& prefill);
+  std::shared_ptr<PendingTransfer> FindPending(RequestId id);
+
+  // The node's life and its generate handler (decode_node.cc).
+  void HandleGenerate(const http::Request& req, http::Response& res);
   // Asks a prefill node to fill the reservation; what it answered into
   // *answer (its outcome, when it answered with an error). kCancelled as
   // soon as `router_gone` says the router hung up (the client gave up): the
@@ -180,7 +172,25 @@ class DecodeNode {
                               const PendingTransfer& pending,
                               const std::function<bool()>& router_gone,
                               PrefillAnswer* answer);
-  std::shared_ptr<PendingTransfer> FindPending(RequestId id);
+  // The KV port's gate, its pre-auth pool reserved for the addresses of
+  // the prefill nodes.
+  absl::Status StartKvGate();
+  // The KV receiver's view of this node (KvReceiverHost).
+  class ReceiverHost;
+
+  // The KV port's accept loop (decode_node_kv_port.cc).
+  void AcceptLoop();
+  // One accepted KV connection, on its own thread: authenticated by
+  // `deadline` (its place in `hold`), then its transfer.
+  void ServeTransfer(std::unique_ptr<kv::FrameConnection> conn,
+                     std::unique_ptr<KvAdmission::Hold> hold,
+                     absl::Time deadline);
+
+  // The NDJSON stream (decode_node_stream.cc): the request's lines as it
+  // decodes.
+  void StreamDecoding(http::Response& res,
+                      std::shared_ptr<RequestChannel> channel, RequestId id,
+                      int prompt_tokens, const PrefillAnswer& prefill);
 
   const Model* model_;
   DecodeNodeOptions options_;
@@ -211,6 +221,8 @@ class DecodeNode {
   uint64_t next_slot_ ABSL_GUARDED_BY(mu_) = 0;  // metadata-slot-reuse
   std::atomic<uint64_t> next_prefill_{0};
   HangupWatch hangups_;  // routers that give up while a prompt is prefilled
+  // The request ids accepted lately: a resent one gets 409 and no work.
+  AcceptedRequests accepted_;
 };
 
 }  // namespace kvcanary::engine

@@ -235,7 +235,18 @@ absl::Status DecodeStream::WaitHeaders() {
   }
   if (http_status_ == 200) return absl::OkStatus();
   mu_.Await(absl::Condition(&done_));
-  return StatusFromInternalResponse(http_status_, error_body_);
+  const absl::Status node =
+      StatusFromInternalResponse(http_status_, error_body_);
+  if (absl::IsAlreadyExists(node)) {
+    // 409: the node had read this request before the connection it came on
+    // closed (Run sent it again on a new one) and runs it once; its answer
+    // went nowhere. A bad upstream answer for the client: 502.
+    return absl::DataLossError(
+        "the decode node had already accepted this request when the router "
+        "sent it again (the connection it first went on closed before any "
+        "answer); it is run once and its answer is lost: retry");
+  }
+  return node;
 }
 
 nlohmann::json DecodeStream::error_json() {

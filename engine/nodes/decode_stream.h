@@ -38,7 +38,8 @@ class DecodeStream {
 
   // Waits for the response headers: OK if 200, else the node's error
   // (kUnavailable if it could not be reached, kCancelled if given up
-  // first).
+  // first; kDataLoss where the node answered 409, a request it had read
+  // already when it was sent again on a new connection).
   absl::Status WaitHeaders();
   // After WaitHeaders() failed with the node's answer: its whole error body
   // as JSON ({"error": ..., "prefill_outcome", "decode_outcome"}); null if
@@ -65,8 +66,9 @@ class DecodeStream {
   bool final_line_ ABSL_GUARDED_BY(mu_) = false;  // the node's last line came
   absl::Status transport_ ABSL_GUARDED_BY(mu_);
   // The thread's whole request: sends it on a connection of `pool` (once
-  // more on a new one if a kept one turns out closed) and reads the answer;
-  // OK when it was read to its end.
+  // more on a new one if a kept one turns out closed: the decode node
+  // answers 409 to a request id it read already, so a request is never run
+  // twice) and reads the answer; OK when it was read to its end.
   absl::Status Run(const std::string& url, const std::string& authorization,
                    const std::string& body, absl::Duration timeout,
                    NodePool* pool);

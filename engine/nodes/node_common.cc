@@ -262,7 +262,9 @@ void AddEngineNodeRoutes(http::Server* server, const std::string& role,
                                          http::Response& res) {
     if (!Authorized(req, creds->internal, "internal secret", res)) return;
     const NodeSettings settings = NodeSettings::Of(
-        loop->options(), max_prompt_tokens, loop->model().config.seq_len);
+        loop->options(),
+        PoolOptionsFor(loop->model().config, loop->options()).num_pages,
+        max_prompt_tokens, loop->model().config.seq_len);
     res.set_content(settings.ToJson().dump(), "application/json");
   });
   // "Expect: 100-continue" on an internal route: the secret first, then
@@ -375,10 +377,12 @@ absl::StatusOr<NodeRequest> ParseNodeRequest(const nlohmann::json& body) {
 }
 
 std::unique_ptr<http::Server> MakeHttpServer(
-    int threads, std::shared_ptr<const tls::Context> tls) {
+    int threads, std::shared_ptr<const tls::Context> tls,
+    int max_unoccupied_per_address) {
   http::Options options;
   options.handler_threads = threads;
   options.tls = std::move(tls);
+  options.max_unoccupied_per_address = max_unoccupied_per_address;
   // A body over the limit is refused (413) before it is read, when its
   // Content-Length says so, and as soon as it passes the limit otherwise.
   options.max_body_bytes = kMaxRequestBodyBytes;

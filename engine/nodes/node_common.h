@@ -155,8 +155,12 @@ inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
 // kMaxRequestBodyBytes, whose own errors (400, 404, 405, 408, 413, 431, 503,
 // 500) carry the OpenAI error shape.
 // With `tls`, the listener requires mutual TLS (http::Options::tls).
+// `max_unoccupied_per_address`: http::Options' (the share of idle or
+// pending connections one address keeps at the connection cap).
 std::unique_ptr<http::Server> MakeHttpServer(
-    int threads, std::shared_ptr<const tls::Context> tls = nullptr);
+    int threads, std::shared_ptr<const tls::Context> tls = nullptr,
+    int max_unoccupied_per_address =
+        http::Options().max_unoccupied_per_address);
 // Binds host:port (0 = any free port) and serves on the server's own
 // threads. Returns the bound port.
 absl::StatusOr<int> BindAndServe(http::Server* server, const std::string& host,

@@ -1,10 +1,14 @@
 #include "engine/nodes/node_health.h"
 
+#include <map>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "engine/nodes/node_common.h"
 #include "engine/nodes/supervisor_status.h"
@@ -38,7 +42,9 @@ NodeHealth::NodeHealth(NodeHealthOptions options)
       registry_(std::make_shared<prometheus::Registry>()) {
   auto& node_up = prometheus::BuildGauge()
                       .Name("kvcanary_router_node_up")
-                      .Help("1 while the router's probes reach the node")
+                      .Help(
+                          "1 while the router's probes reach the node "
+                          "(node: its index within the role)")
                       .Register(*registry_);
   absl::MutexLock lock(&mu_);
   for (const auto& [role, urls] :
@@ -48,8 +54,10 @@ NodeHealth::NodeHealth(NodeHealthOptions options)
     for (const std::string& url : *urls) {
       Node n;
       n.role = role;
+      n.index = static_cast<int>(&url - urls->data());
       n.url = url;
-      n.up_gauge = &node_up.Add({{"role", role}, {"url", url}});
+      n.up_gauge =
+          &node_up.Add({{"role", role}, {"node", std::to_string(n.index)}});
       n.up_gauge->Set(1);
       nodes_.push_back(std::move(n));
       roles_.push_back(role);
@@ -115,11 +123,9 @@ absl::StatusOr<std::string> NodeHealth::PickOf(const std::string& role,
     const Node* node = of_role[(n + i) % of_role.size()];
     if (node->up) return node->url;
   }
-  std::vector<std::string> urls;
-  for (const Node* node : of_role) urls.push_back(node->url);
   return absl::UnavailableError(
-      absl::StrCat("The ", role, " node is down (", absl::StrJoin(urls, ", "),
-                   " not answering); retry shortly."));
+      absl::StrCat("The ", role, " node is down (", of_role.size(), " of ",
+                   of_role.size(), " not answering); retry shortly."));
 }
 
 absl::StatusOr<NodeHealth::Route> NodeHealth::Pick(uint64_t n) {
@@ -144,6 +150,72 @@ absl::StatusOr<NodeHealth::Route> NodeHealth::Pick(uint64_t n) {
   }
 }
 
+namespace {
+
+// "host:port" of a node URL ("http://host:port" or "https://host:port/").
+std::string HostPort(absl::string_view url) {
+  if (!absl::ConsumePrefix(&url, "https://"))
+    absl::ConsumePrefix(&url, "http://");
+  absl::ConsumeSuffix(&url, "/");
+  return std::string(url);
+}
+
+// Replaces each "[http[s]://]host:<digits>" in *text: with the name
+// `names` gives that host:port, else with "an internal address".
+void RedactHost(absl::string_view host,
+                const std::map<std::string, std::string>& names,
+                std::string* text) {
+  const std::string prefix = absl::StrCat(host, ":");
+  size_t at = 0;
+  while ((at = text->find(prefix, at)) != std::string::npos) {
+    size_t end = at + prefix.size();
+    while (end < text->size() &&
+           absl::ascii_isdigit(static_cast<unsigned char>((*text)[end]))) {
+      ++end;
+    }
+    if (end == at + prefix.size()) {
+      at = end;
+      continue;
+    }
+    auto it = names.find(text->substr(at, end - at));
+    const std::string with =
+        it != names.end() ? it->second : "an internal address";
+    for (absl::string_view scheme : {"https://", "http://"}) {
+      if (at >= scheme.size() &&
+          absl::string_view(*text).substr(at - scheme.size(), scheme.size()) ==
+              scheme) {
+        at -= scheme.size();
+        break;
+      }
+    }
+    text->replace(at, end - at, with);
+    at += with.size();
+  }
+}
+
+}  // namespace
+
+absl::Status NodeHealth::Redacted(const absl::Status& status) const {
+  if (status.ok()) return status;
+  // urls_ and roles_ are fixed at construction: no lock.
+  std::map<std::string, std::string> names;  // host:port -> "decode-0"
+  std::map<std::string, int> next_index;
+  std::set<std::string> hosts;
+  for (size_t i = 0; i < urls_.size(); ++i) {
+    const std::string host_port = HostPort(urls_[i]);
+    names[host_port] = absl::StrCat(roles_[i], "-", next_index[roles_[i]]++);
+    hosts.insert(host_port.substr(0, host_port.rfind(':')));
+  }
+  std::string message(status.message());
+  for (const std::string& host : hosts) RedactHost(host, names, &message);
+  absl::Status out(status.code(), message);
+  status.ForEachPayload(
+      [&out](absl::string_view url, const absl::Cord& payload) {
+        out.SetPayload(url, payload);
+      });
+  return out;
+}
+
 std::string NodeHealth::HealthJson(bool detailed) const {
   nlohmann::ordered_json j;
   j["status"] = "ok";
@@ -153,8 +225,10 @@ std::string NodeHealth::HealthJson(bool detailed) const {
     absl::MutexLock lock(&mu_);
     bool prefill_up = false, decode_up = false;
     for (const Node& n : nodes_) {
-      nlohmann::ordered_json node = {
-          {"role", n.role}, {"url", n.url}, {"state", n.up ? "up" : "down"}};
+      nlohmann::ordered_json node = {{"role", n.role},
+                                     {"node", n.index},
+                                     {"url", n.url},
+                                     {"state", n.up ? "up" : "down"}};
       if (!n.up) {
         node["down_ms"] = absl::ToInt64Milliseconds(absl::Now() - n.down_since);
       }

@@ -58,24 +58,36 @@ class NodeHealth {
     std::string decode_url;
   };
   // The nodes for the `n`th request: round robin, skipping nodes that are
-  // down; kUnavailable naming the role (and its nodes) if all of a role's
-  // are down.
+  // down; kUnavailable naming the role and how many of its nodes are down
+  // (never their addresses: the answer goes to any tenant) if all of a
+  // role's are down.
   // A role with no node up is probed again first, so a node that just came
   // back is served at once.
   absl::StatusOr<Route> Pick(uint64_t n);
 
+  // `status` as a client may see it: the same code and payloads, its
+  // message with every node URL replaced by "<role>-<index>" ("decode-0",
+  // the index within the role, as in /health and /metrics) and any
+  // other host:port of the nodes' hosts (a KV port) by "an internal
+  // address". Errors of the nodes' calls name the addresses they called;
+  // an answer goes to any tenant, and the addresses map the deployment.
+  absl::Status Redacted(const absl::Status& status) const;
+
   // GET /health's body (docs/api.md): {"status": "ok" | "degraded",
   // "role": "router", "roles": {"prefill": "up" | "down", "decode": ...}};
-  // `detailed` (the admin token's view) adds "nodes" (their URLs) and,
-  // under up, "supervisor" (its children's PIDs and restarts).
+  // `detailed` (the admin token's view) adds "nodes" (each one's role,
+  // its index within the role, URL and state) and, under up, "supervisor"
+  // (its children's PIDs and restarts).
   std::string HealthJson(bool detailed) const;
-  // kvcanary_router_node_up, and kvcanary_engine_restarts_total under up,
-  // in the Prometheus text format.
+  // kvcanary_router_node_up{role, node} (node: the index within the role,
+  // never an address: /metrics is open), and kvcanary_engine_restarts_total
+  // under up, in the Prometheus text format.
   std::string MetricsText();
 
  private:
   struct Node {
     std::string role;  // prefill or decode
+    int index = 0;     // within its role, in the order configured
     std::string url;
     bool up = true;
     int timeouts = 0;  // probes in a row that timed out

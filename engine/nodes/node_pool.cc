@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "engine/nodes/node_common.h"
 #include "engine/transfer/kv_connection.h"
+#include "engine/transfer/kv_socket.h"
 
 namespace kvcanary::engine {
 namespace {

@@ -47,7 +47,7 @@ std::string Weakest(const std::vector<NodeSettings>& nodes, Field field,
 
 }  // namespace
 
-NodeSettings NodeSettings::Of(const EngineOptions& engine,
+NodeSettings NodeSettings::Of(const EngineOptions& engine, int num_pages,
                               int max_prompt_tokens, int context_tokens) {
   NodeSettings s;
   s.max_prompt_tokens = max_prompt_tokens;
@@ -57,6 +57,7 @@ NodeSettings NodeSettings::Of(const EngineOptions& engine,
   s.prefix_cache = PrefixCacheModeName(engine.prefix_cache);
   s.cache_salt = CacheSaltModeName(engine.cache_salt);
   s.host_tier_pages = engine.host_tier_pages;
+  s.kv_cache_tokens = num_pages * engine.page_tokens;
   s.free_list = FreeListOrderName(engine.free_list);
   s.kv_checksum = "crc32c";  // docs/kv-transfer.md: not switchable
   s.trace_format = absl::StrCat("kvt", static_cast<int>(kTraceVersionLatest));
@@ -73,6 +74,7 @@ nlohmann::json NodeSettings::ToJson() const {
   j["prefix_cache"] = prefix_cache;
   j["cache_salt"] = cache_salt;
   j["host_tier_pages"] = host_tier_pages;
+  j["kv_cache_tokens"] = kv_cache_tokens;
   j["free_list"] = free_list;
   j["kv_checksum"] = kv_checksum;
   j["trace_format"] = trace_format;
@@ -94,6 +96,9 @@ absl::StatusOr<NodeSettings> NodeSettings::FromJson(const nlohmann::json& j) {
   if (int_field("page_tokens")) s.page_tokens = j["page_tokens"].get<int>();
   if (int_field("host_tier_pages")) {
     s.host_tier_pages = j["host_tier_pages"].get<int>();
+  }
+  if (int_field("kv_cache_tokens")) {
+    s.kv_cache_tokens = j["kv_cache_tokens"].get<int>();
   }
   auto string_field = [&](const char* name, std::string* out) {
     if (j.contains(name) && j[name].is_string()) *out = j[name];
@@ -135,6 +140,7 @@ ServingSettings CombineNodeSettings(const std::vector<NodeSettings>& prefill,
       CacheSaltRank);
   for (const NodeSettings& n : prefill) {
     s.host_tier_pages = std::max(s.host_tier_pages, n.host_tier_pages);
+    s.kv_cache_tokens = std::max(s.kv_cache_tokens, n.kv_cache_tokens);
   }
   for (const NodeSettings& n : all) {
     if (n.free_list.empty()) continue;

@@ -24,14 +24,17 @@ struct NodeSettings {
   std::string prefix_cache;  // tenant | global | off
   std::string cache_salt;    // ignore | scoped | client
   int host_tier_pages = 0;   // the host KV tier's size; 0 none
+  // The first KV tier, the page pool: num_pages x page_tokens.
+  int kv_cache_tokens = 0;
   std::string free_list;     // lifo | fifo: which free KV page goes next
   std::string kv_checksum;   // crc32c: every KV page frame carries one
   std::string trace_format;  // kvt2
   std::string version;       // the node binary's kEngineVersion
 
-  // What the node runs with: `engine` and its own prompt limit.
-  static NodeSettings Of(const EngineOptions& engine, int max_prompt_tokens,
-                         int context_tokens);
+  // What the node runs with: `engine`, its page pool's `num_pages` (as
+  // resolved: PoolOptionsFor) and its own prompt limit.
+  static NodeSettings Of(const EngineOptions& engine, int num_pages,
+                         int max_prompt_tokens, int context_tokens);
   nlohmann::json ToJson() const;
   // kDataLoss unless max_prompt_tokens and context_tokens are integers;
   // the other fields are optional (an older node leaves them out: "" / 0).
@@ -54,6 +57,9 @@ struct ServingSettings {
   // largest.
   std::string cache_salt;
   int host_tier_pages = 0;
+  // The prefill nodes' first tier (page pool) in tokens, the largest: the
+  // most a prompt's pages can be pushed through before they leave it.
+  int kv_cache_tokens = 0;
   // lifo or fifo if every node that reports one says so; "mixed" if they
   // differ; "" if none reports one (older nodes).
   std::string free_list;

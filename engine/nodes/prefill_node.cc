@@ -43,6 +43,7 @@ PrefillNode::PrefillNode(const Model* model, const PrefillNodeOptions& options)
   if (options_.max_prompt_tokens <= 0) {
     options_.max_prompt_tokens = model->config.seq_len / 2;
   }
+  sender_.set_send_attempts(options_.kv_send_attempts);
 }
 
 PrefillNode::~PrefillNode() { Stop(); }
@@ -78,7 +79,8 @@ absl::Status PrefillNode::Start() {
   RETURN_IF_ERROR(StartKvEvents());
   ASSIGN_OR_RETURN(trace_file_,
                    TraceFileWriter::OpenIfSet(&trace_, options_.trace.file));
-  server_ = MakeHttpServer(options_.http_threads, options_.creds.tls);
+  server_ = MakeHttpServer(options_.http_threads, options_.creds.tls,
+                           options_.http_max_unoccupied_per_address);
   server_->Post("/internal/v1/prefill",
                 [this](const http::Request& req, http::Response& res) {
                   HandlePrefill(req, res);

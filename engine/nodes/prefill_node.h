@@ -50,6 +50,12 @@ struct PrefillNodeOptions {
   int max_prompt_tokens = 0;
   int max_waiting = 256;
   int http_threads = 64;
+  // The HTTP listener's share of unoccupied connections per address
+  // (http::Options::max_unoccupied_per_address).
+  int http_max_unoccupied_per_address = 32;
+  // Tries of a KV transfer refused before the decode node claimed it
+  // (KvSender::set_send_attempts).
+  int kv_send_attempts = KvSender::kDefaultSendAttempts;
   absl::Duration transfer_timeout = absl::Seconds(30);
   TransferDamage damage = TransferDamage::kNone;
   FaultSet faults;

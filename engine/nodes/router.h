@@ -33,7 +33,7 @@
 #include "engine/nodes/node_metrics.h"
 #include "engine/nodes/node_pool.h"
 #include "engine/nodes/node_settings.h"
-#include "engine/nodes/openai_api.h"
+#include "engine/nodes/openai_responses.h"
 #include "engine/nodes/request_ids.h"
 #include "engine/nodes/tenants.h"
 #include "engine/nodes/token_relay.h"
@@ -62,6 +62,9 @@ struct RouterOptions {
   // (serve: --served-model-name).
   std::string model_name = "kvcanary-synthetic";
   int http_threads = 96;
+  // The HTTP listener's share of unoccupied connections per address
+  // (http::Options::max_unoccupied_per_address).
+  int http_max_unoccupied_per_address = 32;
   int max_in_flight = 256;  // beyond: 429
   absl::Duration node_timeout = absl::Seconds(60);
   // Idle keep-alive connections kept per decode node (NodePool); 0: a new
@@ -94,15 +97,31 @@ class Router {
   int context_tokens() const { return settings_.context_tokens; }
 
  private:
+  // The router's life and its completion handler (router.cc).
+  void HandleCompletion(const http::Request& req, http::Response& res,
+                        bool chat);
+  // Answers `status` as an OpenAI error and logs the request.
+  void Fail(const absl::Status& status, http::Response& res,
+            AccessRecord* record);
+  // `status` as a client sees it: no node address in its message
+  // (NodeHealth::Redacted).
+  absl::Status ForClient(const absl::Status& status) const;
+  // Finishes `record` (total_ms) and appends it to the access log, if any.
+  void Log(AccessRecord* record);
+  // Reads every node's GET /internal/v1/limits into settings_.
+  absl::Status FetchSettings();
+
+  // The info endpoints (router_info.cc): GET /v1/models and GET /version
+  // to a tenant's key, and GET /health, on server_.
+  void AddInfoRoutes();
   // GET /health: up or not per role; with the admin token, the nodes'
   // URLs and up's PIDs too (docs/api.md, "Health").
   void Health(const http::Request& req, http::Response& res) const;
+
+  // Authentication and admission (router_admission.cc).
+  //
+  // An admitted request (router_admission.h).
   struct Admitted;
-  void HandleCompletion(const http::Request& req, http::Response& res,
-                        bool chat);
-  // Authentication, parsing, tokenizing and admission (length limits and
-  // in-flight counts), filling `record` as it learns; the request's error
-  // otherwise.
   // The tenant whose API key the request carries; kUnauthenticated for a
   // missing or unknown key. The one key check: of the handlers, and of the
   // expect-continue check, before the body is read (docs/api.md).
@@ -116,9 +135,16 @@ class Router {
   // --tenant-header, the one the header names.
   absl::StatusOr<const Tenant*> RequestTenant(const http::Request& req,
                                               AccessRecord* record) const;
+  // Authentication, parsing, tokenizing and admission (length limits and
+  // in-flight counts), filling `record` as it learns; the request's error
+  // otherwise.
   absl::StatusOr<std::shared_ptr<Admitted>> Admit(const http::Request& req,
                                                   bool chat,
                                                   AccessRecord* record);
+
+  // The relay to the decode nodes and back to the client
+  // (router_relay.cc).
+  //
   // What the decode node is asked for choice `choice` of an admitted
   // request.
   std::string DecodeRequestBody(const Admitted& admitted, int choice) const;
@@ -159,13 +185,6 @@ class Router {
   // One call of the stream's provider: the next chunk, or the end.
   bool StreamNext(StreamState& state, AccessRecord& record,
                   http::DataSink& sink);
-  // Answers `status` as an OpenAI error and logs the request.
-  void Fail(const absl::Status& status, http::Response& res,
-            AccessRecord* record);
-  // Finishes `record` (total_ms) and appends it to the access log, if any.
-  void Log(AccessRecord* record);
-  // Reads every node's GET /internal/v1/limits into settings_.
-  absl::Status FetchSettings();
 
   const Tokenizer* tokenizer_;
   const TenantRegistry* tenants_;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/temp_dir.h"
 #include "engine/model/model.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/tokenizer.h"
@@ -101,6 +102,7 @@ void SetNodeOptions(const ServeOptions& o, const NodeCredentials& creds,
   n->faults = o.faults;
   n->trace = o.trace;
   n->transfer_timeout = o.transfer_timeout;
+  n->http_max_unoccupied_per_address = o.http_max_unoccupied_per_address;
 }
 
 // " metrics=PORT" for a ready line, when the metrics have their own port.
@@ -174,6 +176,7 @@ RouterOptions RouterOptionsFor(const ServeOptions& o,
   r.prefill_urls = o.prefill_urls;
   r.decode_urls = o.decode_urls;
   r.max_in_flight = o.max_in_flight;
+  r.http_max_unoccupied_per_address = o.http_max_unoccupied_per_address;
   r.node_pool_idle = o.node_pool_idle;
   r.tenant_header = o.tenant_header;
   r.model_name = o.served_model_name.empty()
@@ -204,6 +207,7 @@ absl::Status RunServe(const ServeOptions& o) {
       p.kv_peers.push_back(peer);
     }
     p.damage = o.damage;
+    p.kv_send_attempts = o.kv_send_attempts;
     if (!o.kv_events.empty()) {
       ASSIGN_OR_RETURN(p.kv_events, KvEventsOptionsFor(o));
     }
@@ -225,6 +229,7 @@ absl::Status RunServe(const ServeOptions& o) {
     d.test_receive_delay = o.test_receive_delay;
     d.test_receive_bytes_per_s = o.test_receive_bytes_per_s;
     d.metadata_slots = o.metadata_slots;
+    d.kv_admission = o.kv_admission;
     DecodeNode node(&model, d);
     RETURN_IF_ERROR(node.Start());
     return ServeUntilSignal(
@@ -311,59 +316,42 @@ void StopUpProcess(UpProcess& up) {
 
 namespace {
 
-// Where `up` writes the status of its children for the router
-// (engine/supervisor_status.h): in $TMPDIR (or /tmp), removed on exit.
-std::string UpStatusPath() {
-  const char* tmp = std::getenv("TMPDIR");
-  return absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp",
-                      "/kvcanary-up-", getpid(), ".status.json");
-}
-
-// The deployment's secrets for `up`: the operator's files, or fresh ones in
-// a private directory (removed with it). With --tls and no certificate
-// files, a fresh CA and node certificate there too.
+// `up`'s private directory under $TMPDIR (removed with everything in it):
+// the status of its children for the router (engine/supervisor_status.h),
+// and the deployment's secrets where the operator named no files. With
+// --tls and no certificate files, a fresh CA and node certificate there
+// too.
 class UpSecrets {
  public:
-  ~UpSecrets() {
-    if (dir_.empty()) return;
-    for (const std::string& f :
-         {secret_, trace_, tls_.cert, tls_.key, tls_.ca}) {
-      if (absl::StartsWith(f, dir_)) ::unlink(f.c_str());
-    }
-    ::rmdir(dir_.c_str());
-  }
   absl::Status Init(const ServeOptions& o) {
+    ASSIGN_OR_RETURN(dir_, TempDir::Create("kvcanary-up"));
     secret_ = o.internal_secret_file;
     trace_ = o.trace_token_file;
     tls_ = o.tls;
     const bool make_tls = o.up_tls && tls_.empty();
-    if (!secret_.empty() && !trace_.empty() && !make_tls) {
-      return absl::OkStatus();
-    }
-    char tmpl[] = "/tmp/kvcanary-up-XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) {
-      return absl::InternalError("cannot create a directory for the secrets");
-    }
-    dir_ = tmpl;
     for (std::string* f : {&secret_, &trace_}) {
       if (!f->empty()) continue;
-      *f = dir_ + (f == &secret_ ? "/internal.secret" : "/trace.token");
+      *f = dir_.File(f == &secret_ ? "internal.secret" : "trace.token");
       RETURN_IF_ERROR(SharedSecret::GenerateToFile(*f).status());
     }
     if (make_tls) {
       // The nodes dial each other at --host.
-      ASSIGN_OR_RETURN(tls_, tls::WriteDeploymentCerts(
-                                 dir_, {o.host, "localhost", "127.0.0.1"}));
+      ASSIGN_OR_RETURN(
+          tls_, tls::WriteDeploymentCerts(dir_.path(),
+                                          {o.host, "localhost", "127.0.0.1"}));
     }
     return absl::OkStatus();
   }
+  std::string status_file() const { return dir_.File("status.json"); }
   const std::string& secret_file() const { return secret_; }
   const std::string& trace_file() const { return trace_; }
   // Empty without --tls.
   const tls::Files& tls() const { return tls_; }
 
  private:
-  std::string dir_, secret_, trace_;
+  // The generated files' directory under $TMPDIR, removed with them.
+  TempDir dir_;
+  std::string secret_, trace_;
   tls::Files tls_;
 };
 
@@ -381,6 +369,8 @@ std::vector<std::string> RouterArgs(const ServeOptions& o,
   args.push_back("--decode=" + decode_url);
   args.push_back("--fault=" + o.faults.ToString());
   args.push_back(absl::StrCat("--node_pool_idle=", o.node_pool_idle));
+  args.push_back(absl::StrCat("--http_max_unoccupied_per_address=",
+                              o.http_max_unoccupied_per_address));
   args.push_back("--tenant_header=" + o.tenant_header);
   if (!o.served_model_name.empty()) {
     args.push_back("--served_model_name=" + o.served_model_name);
@@ -404,11 +394,12 @@ absl::Status RunUp(const ServeOptions& o,
   // Whoever reads our stdout may stop reading (StartUpProcess reads the
   // URLs only): restart lines must not kill us.
   signal(SIGPIPE, SIG_IGN);
-  SupervisorOptions so;
-  so.status_path = UpStatusPath();
-  Supervisor children(so);
+  // Declared first, so removed after the children have stopped.
   UpSecrets secrets;
   RETURN_IF_ERROR(secrets.Init(o));
+  SupervisorOptions so;
+  so.status_path = secrets.status_file();
+  Supervisor children(so);
   std::vector<std::string> common;
   if (!o.model_path.empty()) common.push_back("--model=" + o.model_path);
   if (!o.tokenizer_path.empty()) {

@@ -16,6 +16,8 @@
 #include "engine/core/trace_bus.h"
 #include "engine/nodes/access_log.h"
 #include "engine/nodes/prefill_node.h"
+#include "engine/transfer/kv_admission.h"
+#include "engine/transfer/kv_sender.h"
 
 namespace kvcanary::engine {
 
@@ -64,6 +66,14 @@ struct ServeOptions {
   std::string kv_events_topic;
   int kv_events_buffer = 10000;       // batches kept for replay
   int test_kv_events_lose_every = 0;  // tests only: lose every Nth batch
+  // What operators tune (docs/nodes.md, "Tuning"): every role's HTTP
+  // listener's share of unoccupied connections per address; the decode
+  // node's KV port (caps on unauthenticated connections, the pool reserved
+  // for the prefill nodes, idle sessions); the prefill node's tries of a
+  // transfer refused before its claim.
+  int http_max_unoccupied_per_address = 32;
+  KvAdmissionOptions kv_admission;
+  int kv_send_attempts = KvSender::kDefaultSendAttempts;
 };
 
 // The name a model is served under without --served-model-name: the model

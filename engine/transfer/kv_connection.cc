@@ -1,12 +1,13 @@
+// Frames over TCP: FrameConnection (whole frames each way with deadlines,
+// page frames gathered into batches, plain or through a TlsStream) and
+// FrameListener (accepts them).
 #include "engine/transfer/kv_connection.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -14,8 +15,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
-#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -23,18 +22,10 @@
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "common/wire.h"
+#include "engine/transfer/kv_socket.h"
+#include "engine/transfer/kv_tls_stream.h"
 
 namespace kvcanary::engine::kv {
-bool ReadyBeforeSleep(pollfd* fds, nfds_t count, absl::Time deadline) {
-  const absl::Time poll_until =
-      std::min(deadline, absl::Now() + kPollBeforeSleep);
-  while (absl::Now() < poll_until) {
-    if (::poll(fds, count, 0) > 0) return true;
-    sched_yield();
-  }
-  return false;
-}
-
 namespace {
 
 // One read into the decoder: a connection buffers at most this and one
@@ -49,10 +40,6 @@ constexpr size_t kBatchFrames = 256;
 // Pieces per sendmsg (each frame is two: its K/V, and its CRC with the
 // next frame's head); below IOV_MAX.
 constexpr size_t kMaxIov = 2 * kBatchFrames + 1;
-// SO_SNDBUF and SO_RCVBUF of every KV socket: room for several batches in
-// flight, and a bound on the kernel memory a connection holds (the kernel
-// doubles it; net.core.wmem_max/rmem_max may lower it).
-constexpr int kSocketBufferBytes = 2 << 20;
 // A send buffer that grew past this (a large page) is released after use.
 constexpr size_t kKeepSendBufferBytes = 1 << 20;
 // A TLS session's write buffer and read-ahead (tls::Session::BufferIo): the
@@ -62,86 +49,6 @@ constexpr size_t kKeepSendBufferBytes = 1 << 20;
 // for a connection that has not authenticated yet.
 constexpr size_t kTlsSenderWriteBytes = 256 << 10;
 constexpr size_t kTlsSmallBufferBytes = 17 << 10;  // a whole record
-
-// strerror_r is the GNU or the XSI variant depending on feature macros.
-[[maybe_unused]] std::string StrErrorResult(int rc, const char* buf) {
-  return rc == 0 ? std::string(buf) : "unknown error";
-}
-[[maybe_unused]] std::string StrErrorResult(const char* s, const char*) {
-  return std::string(s);
-}
-std::string ErrnoText(int err) {
-  char buf[128] = {0};
-  return StrErrorResult(strerror_r(err, buf, sizeof(buf)), buf);
-}
-
-// The one place an errno becomes a Status.
-absl::Status SocketErrorToStatus(int err, absl::string_view what) {
-  std::string message = absl::StrCat(what, ": ", ErrnoText(err));
-  switch (err) {
-    case ECONNREFUSED:
-    case ECONNRESET:
-    case ECONNABORTED:
-    case EPIPE:
-    case ENOTCONN:
-    case ENETDOWN:
-    case ENETUNREACH:
-    case EHOSTDOWN:
-    case EHOSTUNREACH:
-    case ETIMEDOUT:
-    case EADDRINUSE:
-    case EADDRNOTAVAIL:
-      return absl::UnavailableError(message);
-    case EMFILE:
-    case ENFILE:
-    case ENOBUFS:
-    case ENOMEM:
-      return absl::ResourceExhaustedError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
-// Milliseconds for poll() until `deadline`: -1 for none, 0 once past.
-int PollTimeoutMs(absl::Time deadline) {
-  if (deadline == absl::InfiniteFuture()) return -1;
-  const absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  const int64_t ms =
-      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
-  return ms > INT_MAX ? INT_MAX : static_cast<int>(ms);
-}
-
-// OK once `fd` has one of `events` (or an error/hangup to report), else
-// kDeadlineExceeded at `deadline`.
-absl::Status WaitFor(int fd, short events, absl::Time deadline,
-                     absl::string_view what) {
-  pollfd first{fd, events, 0};
-  if (ReadyBeforeSleep(&first, 1, deadline)) return absl::OkStatus();
-  while (true) {
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, PollTimeoutMs(deadline));
-    if (rc > 0) return absl::OkStatus();
-    if (rc == 0) {
-      if (deadline != absl::InfiniteFuture() && absl::Now() < deadline) {
-        continue;  // poll rounds; wait out the rest
-      }
-      return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
-    }
-    if (errno != EINTR)
-      return SocketErrorToStatus(errno, absl::StrCat(what, ": poll"));
-  }
-}
-
-void SetBufferSizes(int fd) {
-  // Best effort: the kernel caps them, and a socket works without.
-  const int size = kSocketBufferBytes;
-  (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-  (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-}
 
 // Fills `iov` (up to kMaxIov entries) with `pieces` from the start; returns
 // how many it filled.
@@ -178,66 +85,6 @@ void AddPiece(absl::string_view piece, std::vector<absl::string_view>* pieces) {
   pieces->push_back(piece);
 }
 
-void SetNoDelay(int fd) {
-  int one = 1;
-  // Fails harmlessly on non-TCP sockets (socketpairs in tests).
-  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-using AddrInfoPtr = std::unique_ptr<addrinfo, void (*)(addrinfo*)>;
-
-absl::StatusOr<AddrInfoPtr> Resolve(const std::string& host, int port,
-                                    bool passive) {
-  addrinfo hints;
-  std::memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  const std::string service = std::to_string(port);
-  addrinfo* result = nullptr;
-  const char* node = host.empty() ? nullptr : host.c_str();
-  const int rc = ::getaddrinfo(node, service.c_str(), &hints, &result);
-  if (rc != 0) {
-    std::string message =
-        absl::StrCat("resolve ", host, ":", port, ": ", ::gai_strerror(rc));
-    if (rc == EAI_SYSTEM) return SocketErrorToStatus(errno, message);
-    if (rc == EAI_AGAIN) return absl::UnavailableError(message);
-    return absl::InvalidArgumentError(message);
-  }
-  return AddrInfoPtr(result, ::freeaddrinfo);
-}
-
-// Connects one address; the returned fd is non-blocking.
-absl::StatusOr<int> ConnectOne(const addrinfo& ai, absl::Time deadline,
-                               absl::string_view what, bool kv_buffers) {
-  const int fd =
-      ::socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-               ai.ai_protocol);
-  if (fd < 0) return SocketErrorToStatus(errno, absl::StrCat(what, ": socket"));
-  // Before connect: the window scale is chosen then.
-  if (kv_buffers) SetBufferSizes(fd);
-  absl::Status status;
-  if (::connect(fd, ai.ai_addr, ai.ai_addrlen) != 0) {
-    if (errno != EINPROGRESS && errno != EINTR) {
-      status = SocketErrorToStatus(errno, what);
-    } else {
-      status = WaitFor(fd, POLLOUT, deadline, what);
-      int err = 0;
-      socklen_t len = sizeof(err);
-      if (status.ok() &&
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
-        err = errno;
-      }
-      if (status.ok() && err != 0) status = SocketErrorToStatus(err, what);
-    }
-  }
-  if (!status.ok()) {
-    ::close(fd);
-    return status;
-  }
-  return fd;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -256,32 +103,6 @@ std::unique_ptr<FrameConnection> FrameConnection::FromFd(int fd) {
   return std::unique_ptr<FrameConnection>(new FrameConnection(fd));
 }
 
-absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
-                               absl::Time deadline, absl::string_view what,
-                               bool kv_buffers) {
-  if (port <= 0 || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": bad port ", port));
-  }
-  absl::StatusOr<AddrInfoPtr> addrs = Resolve(host, port, /*passive=*/false);
-  if (!addrs.ok()) return addrs.status();
-  absl::Status last =
-      absl::UnavailableError(absl::StrCat(what, ": no address"));
-  for (const addrinfo* ai = addrs->get(); ai != nullptr; ai = ai->ai_next) {
-    absl::StatusOr<int> fd = ConnectOne(*ai, deadline, what, kv_buffers);
-    if (fd.ok()) {
-      SetNoDelay(*fd);
-      return fd;
-    }
-    last = fd.status();
-    if (absl::IsDeadlineExceeded(last)) break;
-  }
-  return last;
-}
-
-absl::Status SocketError(int err, absl::string_view what) {
-  return SocketErrorToStatus(err, what);
-}
-
 absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
     const std::string& host, int port, absl::Duration timeout,
     const tls::Context* tls) {
@@ -295,11 +116,12 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameConnection::Connect(
                    ConnectTcp(host, port, deadline, what, /*kv_buffers=*/true));
   std::unique_ptr<FrameConnection> conn = FromFd(fd);
   if (tls == nullptr) return conn;
-  ASSIGN_OR_RETURN(conn->tls_, tls::Session::Client(*tls, fd, host));
+  ASSIGN_OR_RETURN(std::unique_ptr<tls::Session> session,
+                   tls::Session::Client(*tls, fd, host));
   RETURN_IF_ERROR(
-      conn->tls_->BufferIo(kTlsSenderWriteBytes, kTlsSmallBufferBytes));
-  absl::MutexLock lock(&conn->tls_mu_);
-  absl::Status handshake = tls::HandshakeUntil(*conn->tls_, fd, deadline);
+      session->BufferIo(kTlsSenderWriteBytes, kTlsSmallBufferBytes));
+  conn->tls_ = std::make_unique<TlsStream>(std::move(session), fd);
+  absl::Status handshake = conn->tls_->Handshake(deadline);
   if (!handshake.ok()) {
     return absl::Status(handshake.code(),
                         absl::StrCat(what, ": ", handshake.message()));
@@ -336,93 +158,11 @@ std::string FrameConnection::PeerAddress() const {
 absl::Status FrameConnection::AcceptTls(const tls::Context& ctx,
                                         absl::Duration timeout) {
   CHECK(tls_ == nullptr) << "AcceptTls twice";
-  ASSIGN_OR_RETURN(tls_, tls::Session::Server(ctx, fd_));
-  RETURN_IF_ERROR(tls_->BufferIo(kTlsSmallBufferBytes, kReadBytes));
-  absl::MutexLock lock(&tls_mu_);
-  return tls::HandshakeUntil(*tls_, fd_, absl::Now() + timeout);
-}
-
-absl::StatusOr<size_t> FrameConnection::TlsWrite(absl::string_view bytes,
-                                                 absl::Time deadline) {
-  while (true) {
-    size_t n = 0;
-    tls::Io io;
-    std::string error;
-    {
-      absl::MutexLock lock(&tls_mu_);
-      io = tls_->Write(bytes.data(), bytes.size(), &n);
-      if (io == tls::Io::kFailed) error = tls_->error();
-    }
-    switch (io) {
-      case tls::Io::kOk:
-        return n;
-      case tls::Io::kWantRead:
-        RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, "kv send"));
-        continue;
-      case tls::Io::kWantWrite:
-        RETURN_IF_ERROR(WaitFor(fd_, POLLOUT, deadline, "kv send"));
-        continue;
-      case tls::Io::kClosed:
-        return absl::UnavailableError("kv send: the peer closed the session");
-      case tls::Io::kFailed:
-        return absl::UnavailableError(absl::StrCat("kv send: TLS: ", error));
-    }
-  }
-}
-
-absl::Status FrameConnection::TlsFlush(absl::Time deadline) {
-  while (true) {
-    tls::Io io;
-    std::string error;
-    {
-      absl::MutexLock lock(&tls_mu_);
-      io = tls_->Flush();
-      if (io == tls::Io::kFailed) error = tls_->error();
-    }
-    switch (io) {
-      case tls::Io::kOk:
-        return absl::OkStatus();
-      case tls::Io::kWantWrite:
-        if (shut_down_.load()) {
-          return absl::CancelledError("kv send: connection shut down");
-        }
-        RETURN_IF_ERROR(WaitFor(fd_, POLLOUT, deadline, "kv send"));
-        continue;
-      default:
-        if (shut_down_.load()) {
-          return absl::CancelledError("kv send: connection shut down");
-        }
-        return absl::UnavailableError(absl::StrCat("kv send: TLS: ", error));
-    }
-  }
-}
-
-absl::StatusOr<size_t> FrameConnection::TlsRead(char* buf, size_t size,
-                                                absl::Time deadline) {
-  while (true) {
-    size_t n = 0;
-    tls::Io io;
-    std::string error;
-    {
-      absl::MutexLock lock(&tls_mu_);
-      io = tls_->Read(buf, size, &n);
-      if (io == tls::Io::kFailed) error = tls_->error();
-    }
-    switch (io) {
-      case tls::Io::kOk:
-        return n;
-      case tls::Io::kClosed:
-        return 0;
-      case tls::Io::kWantRead:
-        RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, "kv receive"));
-        continue;
-      case tls::Io::kWantWrite:
-        RETURN_IF_ERROR(WaitFor(fd_, POLLOUT, deadline, "kv receive"));
-        continue;
-      case tls::Io::kFailed:
-        return absl::DataLossError(absl::StrCat("kv receive: TLS: ", error));
-    }
-  }
+  ASSIGN_OR_RETURN(std::unique_ptr<tls::Session> session,
+                   tls::Session::Server(ctx, fd_));
+  RETURN_IF_ERROR(session->BufferIo(kTlsSmallBufferBytes, kReadBytes));
+  tls_ = std::make_unique<TlsStream>(std::move(session), fd_);
+  return tls_->Handshake(absl::Now() + timeout);
 }
 
 absl::Status FrameConnection::Send(const Frame& frame, absl::Duration timeout) {
@@ -533,7 +273,8 @@ absl::Status FrameConnection::WritePieces(
     }
   }
   // Over TLS the last records may still sit in the session's buffer.
-  if (status.ok() && tls_ != nullptr) status = TlsFlush(deadline);
+  if (status.ok() && tls_ != nullptr)
+    status = tls_->Flush(deadline, shut_down_);
   if (status.ok()) return status;
   // Only a timeout before the first byte leaves the stream usable (never
   // over TLS: a session must retry a write it started with the same bytes).
@@ -554,7 +295,7 @@ absl::StatusOr<size_t> FrameConnection::WriteSome(
   while (true) {
     if (shut_down_.load()) return cancelled();
     if (tls_ != nullptr) {
-      absl::StatusOr<size_t> n = TlsWrite(pieces.front(), deadline);
+      absl::StatusOr<size_t> n = tls_->Write(pieces.front(), deadline);
       if (!n.ok() && shut_down_.load()) return cancelled();
       return n;
     }
@@ -570,7 +311,7 @@ absl::StatusOr<size_t> FrameConnection::WriteSome(
       continue;
     }
     if (shut_down_.load()) return cancelled();
-    return SocketErrorToStatus(errno, "kv send");
+    return SocketError(errno, "kv send");
   }
 }
 
@@ -584,7 +325,7 @@ absl::StatusOr<size_t> FrameConnection::ReadSome(absl::Time deadline) {
   while (true) {
     size_t got = 0;
     if (tls_ != nullptr) {
-      ASSIGN_OR_RETURN(got, TlsRead(room, kReadBytes, deadline));
+      ASSIGN_OR_RETURN(got, tls_->Read(room, kReadBytes, deadline));
     } else {
       const ssize_t n = ::recv(fd_, room, kReadBytes, 0);
       if (n < 0 && errno == EINTR) continue;
@@ -592,7 +333,7 @@ absl::StatusOr<size_t> FrameConnection::ReadSome(absl::Time deadline) {
         RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, "kv receive"));
         continue;
       }
-      if (n < 0) return SocketErrorToStatus(errno, "kv receive");
+      if (n < 0) return SocketError(errno, "kv receive");
       got = static_cast<size_t>(n);
     }
     decoder_.CommitFeed(got);
@@ -656,10 +397,7 @@ bool FrameConnection::Reusable() {
       decoder_.buffered_bytes() != 0) {
     return false;
   }
-  {
-    absl::MutexLock lock(&tls_mu_);
-    if (tls_ != nullptr && tls_->HasBuffered()) return false;
-  }
+  if (tls_ != nullptr && tls_->HasBuffered()) return false;
   pollfd p{fd_, POLLIN, 0};
   int ready;
   do {
@@ -690,7 +428,7 @@ absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::Listen(
         ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                  ai->ai_protocol);
     if (fd < 0) {
-      last = SocketErrorToStatus(errno, what + ": socket");
+      last = SocketError(errno, what + ": socket");
       continue;
     }
     int one = 1;
@@ -698,7 +436,7 @@ absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::Listen(
     SetBufferSizes(fd);  // accepted connections inherit them
     if (::bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 ||
         ::listen(fd, SOMAXCONN) != 0) {
-      last = SocketErrorToStatus(errno, what);
+      last = SocketError(errno, what);
       ::close(fd);
       continue;
     }
@@ -719,7 +457,7 @@ absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::FromFd(int fd) {
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0 ||
       ::fcntl(fd, F_SETFD, FD_CLOEXEC) != 0) {
-    return SocketErrorToStatus(errno, absl::StrCat("kv listen: fd ", fd));
+    return SocketError(errno, absl::StrCat("kv listen: fd ", fd));
   }
   return Adopt(fd);
 }
@@ -731,13 +469,13 @@ absl::StatusOr<std::unique_ptr<FrameListener>> FrameListener::Adopt(int fd) {
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
     const int err = errno;
     ::close(fd);
-    return SocketErrorToStatus(err, "kv listen: getsockname");
+    return SocketError(err, "kv listen: getsockname");
   }
   const int wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake < 0) {
     const int err = errno;
     ::close(fd);
-    return SocketErrorToStatus(err, "kv listen: eventfd");
+    return SocketError(err, "kv listen: eventfd");
   }
   const int port =
       bound.ss_family == AF_INET6
@@ -762,7 +500,7 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(
                        ? 1
                        : ::poll(p, 2, PollTimeoutMs(deadline));
     if (rc < 0 && errno != EINTR) {
-      return SocketErrorToStatus(errno, "kv accept: poll");
+      return SocketError(errno, "kv accept: poll");
     }
     if (rc == 0 && absl::Now() >= deadline) {
       return absl::DeadlineExceededError("kv accept: timed out");
@@ -782,7 +520,7 @@ absl::StatusOr<std::unique_ptr<FrameConnection>> FrameListener::Accept(
       case EPROTO:
         continue;
       default:
-        return SocketErrorToStatus(errno, "kv accept");
+        return SocketError(errno, "kv accept");
     }
   }
 }

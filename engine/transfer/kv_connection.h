@@ -1,6 +1,6 @@
 // Frames over TCP (docs/kv-transfer.md): a connection that sends and receives
-// whole kv::Frames with deadlines, and a listener that accepts them. Every
-// socket error is converted to an absl::Status once, here:
+// whole kv::Frames with deadlines, and a listener that accepts them. Their
+// errors (socket errors as kv_socket.h converts them):
 //   kDeadlineExceeded  the timeout passed (the stream is still in sync if
 //                      nothing of the frame was written or read yet)
 //   kUnavailable       the peer is unreachable, closed at a frame boundary,
@@ -8,14 +8,12 @@
 //   kDataLoss          the stream ended mid-frame or a frame is corrupt
 //   kCancelled         Shutdown()/Close() was called on this end
 //
-// With mutual TLS (common/tls.h) the frames travel inside a TLS session:
-// Connect() takes the deployment's context and completes the handshake
-// within its timeout; an accepted connection runs AcceptTls() before its
-// first frame.
+// With mutual TLS (common/tls.h) the frames travel inside a TLS session
+// (kv_tls_stream.h): Connect() takes the deployment's context and completes
+// the handshake within its timeout; an accepted connection runs AcceptTls()
+// before its first frame.
 #ifndef KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
 #define KVCANARY_ENGINE_TRANSFER_KV_CONNECTION_H_
-
-#include <poll.h>
 
 #include <atomic>
 #include <cstddef>
@@ -27,39 +25,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/tls.h"
+#include "engine/transfer/kv_tls_stream.h"
 #include "engine/transfer/kv_transfer_format.h"
 
 namespace kvcanary::engine::kv {
-
-// How long a KV socket waits for its peer by polling before it sleeps. A
-// transfer waits about five times for the other side (accept, the Hello,
-// the Auth and Metadata, the page stream catching up, the Ack), and each
-// wake-up of a sleeping thread cost tens of microseconds here: with the
-// poll, transfers of 160 pages went from about 2200 to 3300 MB/s on
-// loopback (kvcanary-bench-serving, measured side by side). Costs at most
-// this much CPU per wait, and yields the core to any thread that is ready.
-inline constexpr absl::Duration kPollBeforeSleep = absl::Microseconds(50);
-
-// Whether any of `fds` became ready within kPollBeforeSleep (or by
-// `deadline`, if sooner), asking without sleeping and yielding the core
-// between asks: the first half of every KV wait, before a sleeping poll().
-bool ReadyBeforeSleep(pollfd* fds, nfds_t count, absl::Time deadline);
-
-// A connected non-blocking TCP socket (close-on-exec, TCP_NODELAY) to
-// host:port, connected by `deadline`, trying each address the host resolves
-// to; the caller owns the descriptor. `kv_buffers`: the KV sockets' buffer
-// sizes. Errors as FrameConnection::Connect's, with `what` in their
-// messages.
-absl::StatusOr<int> ConnectTcp(const std::string& host, int port,
-                               absl::Time deadline, absl::string_view what,
-                               bool kv_buffers);
-// The Status every socket error of this file becomes (errno `err`, `what`
-// in the message): kUnavailable for a refused, reset or unreachable peer.
-absl::Status SocketError(int err, absl::string_view what);
 
 // One TCP connection carrying frames, blocking with per-call timeouts.
 //
@@ -155,19 +127,11 @@ class FrameConnection {
   // bytes read, 0 once the peer ended the stream.
   absl::StatusOr<size_t> ReadSome(absl::Time deadline);
   absl::Status ReceiveFailed(absl::Status status);
-  // Through the TLS session: bytes written (> 0); or read into `buf`, 0 once
-  // the peer ended the stream. Waits for the socket as the session asks,
-  // until `deadline`.
-  absl::StatusOr<size_t> TlsWrite(absl::string_view bytes, absl::Time deadline);
-  absl::StatusOr<size_t> TlsRead(char* buf, size_t size, absl::Time deadline);
-  // Writes out what the session's buffer holds, by `deadline`.
-  absl::Status TlsFlush(absl::Time deadline);
 
   const int fd_;
-  // Set before the first frame, then only used under tls_mu_: a session
-  // must not be entered by the sender and the receiver thread at once.
-  std::unique_ptr<tls::Session> tls_;
-  absl::Mutex tls_mu_;
+  // Set before the first frame; then used by both threads (it serializes
+  // their entries into the session).
+  std::unique_ptr<TlsStream> tls_;
   std::atomic<bool> shut_down_{false};
   std::atomic<uint64_t> bytes_sent_{0};
   std::atomic<uint64_t> bytes_received_{0};

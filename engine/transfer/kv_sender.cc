@@ -97,7 +97,7 @@ absl::Status KvSender::Send(const KvPeer& peer, const kv::Metadata& meta,
     uint64_t sent = 0;
     s = SendOnce(peer, meta, pages, first_token, damage, &sent, &before_claim);
     total_sent += sent;
-    if (s.ok() || !before_claim || attempt == kSendAttempts) break;
+    if (s.ok() || !before_claim || attempt >= send_attempts_) break;
     absl::SleepFor(backoff);  // 10, 20, 40, 80 ms
     backoff *= 2;
   }

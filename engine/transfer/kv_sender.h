@@ -71,19 +71,24 @@ class KvSender {
   // came: the port at capacity closed it; or an Abort with request id 0 and
   // RESOURCE_EXHAUSTED or UNAUTHENTICATED: the KV port at capacity, or its
   // pre-auth deadline missed under load) claimed nothing, and is tried
-  // again after a short backoff, up to kSendAttempts times in all.
+  // again after a short backoff (10 ms, doubling), up to send_attempts()
+  // times in all.
   absl::Status Send(const KvPeer& peer, const kv::Metadata& meta,
                     const std::vector<kv::Page>& pages, int first_token,
                     TransferDamage damage, uint64_t* bytes_sent) const;
 
   // Idle sessions kept per peer (0: a new connection for every transfer).
   void set_max_idle_per_peer(int n) { max_idle_per_peer_ = n; }
+  // Tries of a transfer refused before its claim (at least 1; default
+  // kDefaultSendAttempts). Not thread-safe: set before the first Send.
+  void set_send_attempts(int n) { send_attempts_ = n; }
+  int send_attempts() const { return send_attempts_; }
   // Connections opened (each with a handshake), and transfers that reused
   // an idle session.
   uint64_t opened() const { return opened_.load(); }
   uint64_t reused() const { return reused_.load(); }
 
-  static constexpr int kSendAttempts = 5;
+  static constexpr int kDefaultSendAttempts = 5;
   static constexpr int kDefaultMaxIdlePerPeer = 16;
   // An idle session older than this is closed rather than used: well under
   // the decode node's KvAdmissionOptions::session_idle (30 s).
@@ -121,6 +126,7 @@ class KvSender {
   absl::Duration frame_timeout_;
   const tls::Context* tls_;
   int max_idle_per_peer_ = kDefaultMaxIdlePerPeer;
+  int send_attempts_ = kDefaultSendAttempts;
   mutable absl::Mutex mu_;
   // By "host:port", oldest first.
   mutable absl::flat_hash_map<std::string, std::vector<IdleSession>> idle_

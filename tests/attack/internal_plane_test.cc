@@ -190,6 +190,9 @@ TEST_F(InternalPlaneTest, TheRoutersHealthShowsAddressesAndPidsOnlyToTheAdmin) {
     HttpResult r = Get(cluster_->router(), "/health", wrong);
     EXPECT_EQ(r.status, 401) << r.body;
     EXPECT_EQ(r.body.find("pid"), std::string::npos) << r.body;
+    // The OpenAI error shape, as every other error of the router's.
+    EXPECT_EQ(r.json["error"]["type"], "authentication_error") << r.body;
+    EXPECT_TRUE(r.json["error"]["message"].is_string()) << r.body;
   }
   // The admin token sees the nodes and up's children.
   HttpResult admin = AdminHealth(*cluster_);
@@ -199,6 +202,52 @@ TEST_F(InternalPlaneTest, TheRoutersHealthShowsAddressesAndPidsOnlyToTheAdmin) {
   ASSERT_TRUE(admin.json.contains("supervisor")) << admin.body;
   EXPECT_EQ(admin.json["supervisor"]["roles"].size(), 3u) << admin.body;
   EXPECT_EQ(RolePids(*cluster_).size(), 3u);
+}
+
+TEST_F(InternalPlaneTest, TheRoutersOpenMetricsNameNoNodeAddress) {
+  HttpResult m = Get(cluster_->router(), "/metrics");
+  ASSERT_EQ(m.status, 200) << m.body;
+  // Each node by its role and index, as the admin's /health lists them.
+  EXPECT_NE(
+      m.body.find("kvcanary_router_node_up{node=\"0\",role=\"decode\"} 1"),
+      std::string::npos)
+      << m.body;
+  EXPECT_NE(
+      m.body.find("kvcanary_router_node_up{node=\"0\",role=\"prefill\"} 1"),
+      std::string::npos)
+      << m.body;
+  for (const std::string& node : {cluster_->prefill(), cluster_->decode()}) {
+    const std::string port = node.substr(node.rfind(':') + 1);
+    EXPECT_EQ(m.body.find(node), std::string::npos) << m.body;
+    EXPECT_EQ(m.body.find(":" + port), std::string::npos) << m.body;
+  }
+  EXPECT_EQ(m.body.find("url="), std::string::npos) << m.body;
+}
+
+// A router resends a request whose kept connection closed before any
+// answer (a decode node that was stopping may have read it): the decode
+// node runs a request id once. The resend gets 409 and does no work.
+TEST_F(InternalPlaneTest, TheDecodeNodeRunsARequestIdOnce) {
+  const std::string decode = cluster_->decode();
+  auto transfers = [&] {
+    return MetricValue(Get(decode, "/metrics").body,
+                       "kvcanary_node_transfers_total", "outcome=\"ok\"");
+  };
+  const double before = transfers();
+  const json body = InternalBody(888001);
+  HttpResult first = Post(decode, "/internal/v1/generate", body.dump(),
+                          cluster_->internal_secret());
+  ASSERT_EQ(first.status, 200) << first.body;
+  HttpResult again = Post(decode, "/internal/v1/generate", body.dump(),
+                          cluster_->internal_secret());
+  EXPECT_EQ(again.status, 409) << again.body;
+  EXPECT_EQ(again.json["error"]["code"], 6) << again.body;  // ALREADY_EXISTS
+  EXPECT_EQ(transfers(), before + 1);  // one prefill and transfer, not two
+  EXPECT_EQ(
+      MetricValue(Get(decode, "/metrics").body, "kvcanary_node_requests_total",
+                  "outcome=\"ALREADY_EXISTS\""),
+      1);
+  EXPECT_TRUE(WaitForNoUsedPages());
 }
 
 TEST_F(InternalPlaneTest, TraceNeedsItsTokenAndCapsItsReaders) {

@@ -138,6 +138,25 @@ TEST_F(KvFloodTest, SixtyFourReopeningIdleSocketsDoNotStarveTransfers) {
   EXPECT_TRUE(drained);
 }
 
+// The per-peer cap is the operator's (--kv-max-unauthenticated-per-peer):
+// at 1, a second and third silent socket from one address are refused at
+// accept while the first waits out its pre-auth deadline.
+TEST(KvPortTuningTest, ThePerPeerCapIsTheOperators) {
+  Cluster cluster({"--kv-max-unauthenticated-per-peer=1"});
+  ASSERT_TRUE(cluster.ok());
+  const std::string before = Get(cluster.decode(), "/metrics").body;
+  SocketFlood flood("127.0.0.2", cluster.kv_port(), 3, std::chrono::hours(1));
+  flood.Start();
+  // Refusals close at once; the one held goes at its 200 ms deadline.
+  for (int i = 0; i < 100 && flood.closed_by_server() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  flood.Stop();
+  const std::string after = Get(cluster.decode(), "/metrics").body;
+  EXPECT_GE(Refused(after, "peer cap") - Refused(before, "peer cap"), 2)
+      << after;
+}
+
 // The bytes of a frame header with `type` and `payload_size`, its CRC
 // right.
 std::string Header(uint8_t type, uint32_t payload_size) {

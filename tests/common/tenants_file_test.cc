@@ -180,5 +180,18 @@ TEST(TenantsFileTest, ApiKeysMustSurviveABearerHeader) {
   EXPECT_FALSE(IsValidApiKey("del\x7f"));
 }
 
+TEST(TenantsFileTest, CacheSaltsHoldNoControlCharacterC0DelOrC1) {
+  EXPECT_TRUE(IsValidCacheSalt("acme-salt"));
+  EXPECT_TRUE(IsValidCacheSalt("caf\xc3\xa9"));   // U+00E9
+  EXPECT_TRUE(IsValidCacheSalt("nbsp\xc2\xa0"));  // U+00A0, not a control
+  EXPECT_FALSE(IsValidCacheSalt(""));
+  EXPECT_FALSE(IsValidCacheSalt(std::string(kMaxCacheSaltBytes + 1, 'a')));
+  EXPECT_FALSE(IsValidCacheSalt("tab\t"));
+  EXPECT_FALSE(IsValidCacheSalt("del\x7f"));
+  EXPECT_FALSE(IsValidCacheSalt("nel\xc2\x85"));  // U+0085 NEXT LINE
+  EXPECT_FALSE(IsValidCacheSalt("\xc2\x80"));     // U+0080
+  EXPECT_FALSE(IsValidCacheSalt("csi\xc2\x9b"));  // U+009B
+}
+
 }  // namespace
 }  // namespace kvcanary

@@ -8,36 +8,32 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <string>
 #include <utility>
 
+#include "common/temp_dir.h"
 #include "common/tls.h"
 #include "gtest/gtest.h"
 
 namespace kvcanary::tls::testing {
 
-// Certificates naming 127.0.0.1 and localhost, removed with the object.
+// Certificates naming 127.0.0.1 and localhost, in a private directory under
+// $TMPDIR removed with the object.
 struct Deployment {
   Deployment() {
-    char tmpl[] = "/tmp/kvcanary-tls-test-XXXXXX";
-    const char* made = ::mkdtemp(tmpl);
-    EXPECT_NE(made, nullptr);
-    dir = made != nullptr ? made : "/tmp";
+    auto made = TempDir::Create("kvcanary-tls-test");
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (!made.ok()) return;
+    temp = std::move(*made);
+    dir = temp.path();
     auto written = WriteDeploymentCerts(dir, {"127.0.0.1", "localhost"});
     EXPECT_TRUE(written.ok()) << written.status();
     if (written.ok()) files = *written;
   }
-  ~Deployment() {
-    for (const std::string& f :
-         {files.cert, files.key, files.ca, dir + "/garbage.pem"}) {
-      ::unlink(f.c_str());
-    }
-    ::rmdir(dir.c_str());
-  }
   Deployment(const Deployment&) = delete;
   Deployment& operator=(const Deployment&) = delete;
 
+  TempDir temp;
   std::string dir;
   Files files;
 };

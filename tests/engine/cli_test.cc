@@ -205,6 +205,26 @@ TEST(EngineCliTest, BadValueExits2NamingTheFlag) {
   EXPECT_NE(r.out.find("--echo"), std::string::npos) << r.out;
 }
 
+TEST(EngineCliTest, TheTuningFlagsAreListedAndCheckedBeforeAnyStart) {
+  const Result help = RunEngine("up --help");
+  for (const char* flag :
+       {"--http-max-unoccupied-per-address=32", "--kv-max-unauthenticated=64",
+        "--kv-max-unauthenticated-per-peer=4",
+        "--kv-reserved-unauthenticated=32", "--kv-max-idle-sessions=64",
+        "--kv-send-attempts=5"}) {
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag << help.out;
+  }
+  for (const char* bad :
+       {"--kv-send-attempts=0", "--http-max-unoccupied-per-address=0",
+        "--kv-max-idle-sessions=-1"}) {
+    // Out of range: refused before any process starts, naming the flag.
+    const Result r = RunEngine(std::string("up --tenants=t.json ") + bad);
+    EXPECT_EQ(r.exit_code, 1) << bad << ": " << r.out;
+    const std::string name(bad, std::string(bad).find('='));
+    EXPECT_NE(r.out.find(name), std::string::npos) << r.out;
+  }
+}
+
 TEST(EngineCliTest, MissingSubcommandOrStrayArgumentExits2) {
   EXPECT_EQ(RunEngine("").exit_code, 2);
   EXPECT_EQ(RunEngine("--max-tokens=3 generate").exit_code, 2);

@@ -10,15 +10,19 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/http_server.h"
+#include "engine/nodes/accepted_requests.h"
 #include "engine/nodes/node_pool.h"
+#include "engine/nodes/openai_errors.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -266,6 +270,136 @@ TEST(NodePoolTest, AConnectionClosedBeforeAnyAnswerIsNoAnswer) {
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
   closer.join();
   ::close(listener);
+}
+
+// A decode node on a raw socket that keeps the real node's memory of
+// accepted request ids (AcceptedRequests) and counts the requests it starts
+// work on. It answers the first request on its first connection and keeps
+// the connection; the next request on it is read, its work started, and the
+// connection closed without a byte of answer (a node that is stopping).
+// Every later request gets what the real node answers: 409 for an id it
+// accepted already, else an answer.
+class StoppingDecodeNode {
+ public:
+  StoppingDecodeNode() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(
+        ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(listener_, 8), 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~StoppingDecodeNode() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    thread_.join();
+  }
+  std::string url() const { return absl::StrCat("http://127.0.0.1:", port_); }
+  // Requests whose work was started, per id.
+  int started(int id) const {
+    absl::MutexLock lock(&mu_);
+    auto it = started_.find(id);
+    return it == started_.end() ? 0 : it->second;
+  }
+
+ private:
+  void Serve() {
+    for (int connection = 0;; ++connection) {
+      const int c = ::accept(listener_, nullptr, nullptr);
+      if (c < 0) return;
+      for (int request = 0;; ++request) {
+        const int id = ReadRequest(c);
+        if (id < 0) break;
+        if (!accepted_.Accept(RequestId(id), absl::Now())) {
+          Send(c, "409 Conflict",
+               R"({"error":{"message":"accepted already","code":6}})");
+          continue;
+        }
+        {
+          absl::MutexLock lock(&mu_);
+          ++started_[id];
+        }
+        if (connection == 0 && request == 1) break;  // stopping: no answer
+        Send(c, "200 OK",
+             nlohmann::json{{"echo", id}}.dump() + "\n" +
+                 nlohmann::json{{"finish_reason", "length"}}.dump() + "\n");
+      }
+      ::close(c);
+    }
+  }
+  // The "n" of the next request's body on `c`; -1 at its end.
+  int ReadRequest(int c) {
+    size_t head_end;
+    while ((head_end = buffer_.find("\r\n\r\n")) == std::string::npos) {
+      if (!Receive(c)) return -1;
+    }
+    const size_t at = buffer_.find("Content-Length: ");
+    const size_t length =
+        at < head_end ? std::stoul(buffer_.substr(at + 16)) : 0;
+    while (buffer_.size() < head_end + 4 + length) {
+      if (!Receive(c)) return -1;
+    }
+    const auto body =
+        nlohmann::json::parse(buffer_.substr(head_end + 4, length));
+    buffer_.erase(0, head_end + 4 + length);
+    return body["n"].get<int>();
+  }
+  bool Receive(int c) {
+    char chunk[4096];
+    const ssize_t n = ::recv(c, chunk, sizeof(chunk), 0);
+    if (n <= 0) {
+      buffer_.clear();
+      return false;
+    }
+    buffer_.append(chunk, n);
+    return true;
+  }
+  static void Send(int c, const std::string& status, const std::string& body) {
+    const std::string answer =
+        absl::StrCat("HTTP/1.1 ", status, "\r\nContent-Length: ", body.size(),
+                     "\r\nContent-Type: application/json\r\n\r\n", body);
+    (void)!::send(c, answer.data(), answer.size(), MSG_NOSIGNAL);
+  }
+
+  int listener_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::string buffer_;  // the serving thread's
+  AcceptedRequests accepted_;
+  mutable absl::Mutex mu_;
+  std::map<int, int> started_ ABSL_GUARDED_BY(mu_);
+};
+
+// The router resends a request whose kept connection closed before any
+// answer; the node had read it, and runs it once: the resend is refused
+// (409), and the client is answered 502.
+TEST(NodePoolTest, ARequestTheNodeReadBeforeClosingItsConnectionRunsOnce) {
+  StoppingDecodeNode node;
+  NodePool pool(NodePoolOptions{});
+  {
+    DecodeStream first(node.url(), "Bearer x", Body(1), absl::Seconds(10),
+                       &pool);
+    EXPECT_EQ(Echo(first), 1);
+    while (first.Next().has_value()) {
+    }
+  }
+  EXPECT_EQ(pool.opened(), 1u);
+  DecodeStream second(node.url(), "Bearer x", Body(2), absl::Seconds(10),
+                      &pool);
+  const absl::Status status = second.WaitHeaders();
+  EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+  EXPECT_EQ(HttpStatusFor(status.code()), 502);
+  EXPECT_EQ(pool.opened(), 2u);  // sent again, on a new connection
+  EXPECT_EQ(node.started(2), 1);
+  // A request sent once is served as ever.
+  DecodeStream third(node.url(), "Bearer x", Body(3), absl::Seconds(10), &pool);
+  EXPECT_EQ(Echo(third), 3);
+  EXPECT_EQ(node.started(3), 1);
 }
 
 }  // namespace

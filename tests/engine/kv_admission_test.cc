@@ -124,7 +124,12 @@ class CountingHost : public KvReceiverHost {
   std::vector<std::string> refused_ ABSL_GUARDED_BY(mu_);
 };
 
-TEST(KvGateTest, TransferSlotsFullIsResourceExhaustedAndTheSenderSaysSo) {
+// The KV port with its one transfer slot taken by an authenticated
+// connection that says nothing; a sender making `attempts` tries (0: the
+// default) is refused for capacity after its Auth each time. Checks the
+// refusal, and that it tried exactly that often.
+void SenderRefusedForCapacity(int attempts) {
+  const int expected = attempts > 0 ? attempts : KvSender::kDefaultSendAttempts;
   const SharedSecret secret = SharedSecret::FromString(std::string(40, 's'));
   CountingHost host;
   KvReceiverOptions ro;
@@ -175,6 +180,7 @@ TEST(KvGateTest, TransferSlotsFullIsResourceExhaustedAndTheSenderSaysSo) {
   }
   // A sender now: refused for capacity after its Auth, every try.
   KvSender sender(&secret, absl::Seconds(5));
+  if (attempts > 0) sender.set_send_attempts(attempts);
   kv::Metadata meta;
   meta.request = RequestId(5);
   uint64_t sent = 0;
@@ -185,10 +191,18 @@ TEST(KvGateTest, TransferSlotsFullIsResourceExhaustedAndTheSenderSaysSo) {
   door.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   EXPECT_NE(s.message().find(kKvAtCapacity), std::string::npos) << s;
-  EXPECT_EQ(accepted, 1 + KvSender::kSendAttempts);
+  EXPECT_EQ(accepted, 1 + expected);
   const std::vector<std::string> refused = host.refused();
   EXPECT_EQ(std::count(refused.begin(), refused.end(), "connection cap"),
-            KvSender::kSendAttempts);
+            expected);
+}
+
+TEST(KvGateTest, TransferSlotsFullIsResourceExhaustedAndTheSenderSaysSo) {
+  SenderRefusedForCapacity(0);
+}
+
+TEST(KvGateTest, TheSenderTriesAsOftenAsItIsTold) {
+  SenderRefusedForCapacity(2);
 }
 
 }  // namespace

@@ -291,7 +291,7 @@ TEST_P(KvSessionTest, AResumedSessionWithEverySlotTakenIsRefusedForCapacity) {
   EXPECT_NE(s.message().find(kKvAtCapacity), std::string::npos) << s;
   const std::vector<std::string> refused = host.refused();
   EXPECT_EQ(std::count(refused.begin(), refused.end(), "connection cap"),
-            KvSender::kSendAttempts);
+            KvSender::kDefaultSendAttempts);
   EXPECT_EQ(host.delivered(), 1);
 }
 

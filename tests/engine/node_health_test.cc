@@ -83,7 +83,13 @@ TEST(NodeHealthTest, MissingRoleIsUnavailableUntilItsNodeAnswersAgain) {
   EXPECT_NE(refused.status().message().find("decode node"),
             absl::string_view::npos)
       << refused.status();
-  EXPECT_NE(refused.status().message().find(decode_url),
+  // The 503 goes to any tenant: the role and a count, no address.
+  EXPECT_NE(refused.status().message().find("(1 of 1 not answering)"),
+            absl::string_view::npos)
+      << refused.status();
+  EXPECT_EQ(refused.status().message().find(decode_url),
+            absl::string_view::npos);
+  EXPECT_EQ(refused.status().message().find("127.0.0.1"),
             absl::string_view::npos);
   auto j = nlohmann::json::parse(health.HealthJson(/*detailed=*/true));
   EXPECT_EQ(j["status"], "degraded") << j;
@@ -91,6 +97,8 @@ TEST(NodeHealthTest, MissingRoleIsUnavailableUntilItsNodeAnswersAgain) {
   ASSERT_EQ(j["nodes"].size(), 2u);
   EXPECT_EQ(j["nodes"][0]["state"], "up");
   EXPECT_EQ(j["nodes"][1]["role"], "decode");
+  EXPECT_EQ(j["nodes"][1]["node"], 0);
+  EXPECT_EQ(j["nodes"][1]["url"], decode_url);
   EXPECT_EQ(j["nodes"][1]["state"], "down");
   EXPECT_TRUE(j["nodes"][1].contains("down_ms"));
   EXPECT_FALSE(j.contains("supervisor"));
@@ -102,11 +110,13 @@ TEST(NodeHealthTest, MissingRoleIsUnavailableUntilItsNodeAnswersAgain) {
   EXPECT_EQ(o["roles"]["decode"], "down");
   EXPECT_FALSE(o.contains("nodes"));
   EXPECT_EQ(open.find(decode_url), std::string::npos) << open;
-  EXPECT_NE(health.MetricsText().find(
-                "kvcanary_router_node_up{role=\"decode\",url=\"" + decode_url +
-                "\"} 0"),
-            std::string::npos)
-      << health.MetricsText();
+  // /metrics is open too: the node's index within its role, no address.
+  const std::string metrics = health.MetricsText();
+  EXPECT_NE(
+      metrics.find("kvcanary_router_node_up{node=\"0\",role=\"decode\"} 0"),
+      std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find(decode_url), std::string::npos) << metrics;
 
   // Back on the same port: served at the next pick (which asks the node
   // itself rather than wait for the prober), no restart of anything.
@@ -179,6 +189,26 @@ TEST(NodeHealthTest, ServesUpsStatusFile) {
   EXPECT_TRUE(
       nlohmann::json::parse(health.HealthJson(/*detailed=*/true))["supervisor"]
           .contains("error"));
+}
+
+TEST(NodeHealthTest, ErrorsForClientsNameNodesByRoleAndIndexNotAddress) {
+  // Not started: no probe runs, the URLs are only names here.
+  const NodeHealth health(
+      Options({"http://127.0.0.1:4000"},
+              {"http://127.0.0.1:4100", "https://127.0.0.1:41000/"}));
+  absl::Status status = absl::UnavailableError(
+      "decode node http://127.0.0.1:41000: prefill node "
+      "http://127.0.0.1:4000: connection refused; decode-0 "
+      "(127.0.0.1:4100, KV 127.0.0.1:40001) 127.0.0.1: done");
+  status.SetPayload("kvcanary/openai-code", absl::Cord("x"));
+  const absl::Status shown = health.Redacted(status);
+  EXPECT_EQ(shown.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(shown.message(),
+            "decode node decode-1: prefill node prefill-0: connection "
+            "refused; decode-0 (decode-0, KV an internal address) 127.0.0.1: "
+            "done");
+  ASSERT_TRUE(shown.GetPayload("kvcanary/openai-code").has_value());
+  EXPECT_TRUE(health.Redacted(absl::OkStatus()).ok());
 }
 
 }  // namespace

@@ -29,7 +29,7 @@ TEST(NodeSettingsTest, ANodeReportsWhatItRunsWith) {
   e.watermark = WatermarkMode::kDetect;
   e.prefix_cache = PrefixCacheMode::kGlobal;
   e.page_tokens = 32;
-  const NodeSettings s = NodeSettings::Of(e, 255, 512);
+  const NodeSettings s = NodeSettings::Of(e, 64, 255, 512);
   EXPECT_EQ(s.watermark, "detect");
   EXPECT_EQ(s.prefix_cache, "global");
   EXPECT_EQ(s.page_tokens, 32);
@@ -38,9 +38,10 @@ TEST(NodeSettingsTest, ANodeReportsWhatItRunsWith) {
   EXPECT_EQ(s.kv_checksum, "crc32c");
   EXPECT_EQ(s.trace_format, "kvt2");
   EXPECT_EQ(s.version, kEngineVersion);
+  EXPECT_EQ(s.kv_cache_tokens, 64 * 32);  // the first tier: the page pool
   EXPECT_EQ(s.free_list, "lifo");
   e.free_list = FreeListOrder::kFifo;
-  EXPECT_EQ(NodeSettings::Of(e, 255, 512).free_list, "fifo");
+  EXPECT_EQ(NodeSettings::Of(e, 64, 255, 512).free_list, "fifo");
 }
 
 TEST(NodeSettingsTest, RoundTripsThroughJson) {
@@ -111,6 +112,7 @@ TEST(VersionJsonTest, HasEveryFieldInOrder) {
   v.max_model_len = 512;
   v.max_prompt_tokens = 256;
   v.page_tokens = 16;
+  v.kv_cache_tokens = 1024;
   EXPECT_EQ(VersionJson(v),
             std::string(R"({"engine":"kvcanary","version":")") +
                 kEngineVersion +
@@ -118,7 +120,8 @@ TEST(VersionJsonTest, HasEveryFieldInOrder) {
                 R"("watermark":"detect","prefix_cache":"global",)"
                 R"("trace_format":"kvt2","max_model_len":512,)"
                 R"("max_prompt_tokens":256,"page_tokens":16,)"
-                R"("host_tier_pages":0,"tenant_header":null})");
+                R"("kv_cache_tokens":1024,"host_tier_pages":0,)"
+                R"("tenant_header":null})");
 }
 
 TEST(VersionJsonTest, StatesTheSaltModeAndTheGatewayHeader) {

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace kvcanary::engine {
@@ -25,24 +26,21 @@ const std::string kFile = absl::StrCat(R"({"tenants": [
                                        kGlobexKey, R"("]}
 ]})");
 
-// A file in a fresh temp dir, removed at the end of the test.
+// A file in a fresh directory under $TMPDIR, removed at the end of the
+// test.
 class TempFile {
  public:
-  explicit TempFile(const std::string& contents) {
-    char dir[] = "/tmp/kvcanary_tenants_XXXXXX";
-    dir_ = mkdtemp(dir);
-    path_ = dir_ + "/tenants.json";
+  explicit TempFile(const std::string& contents)
+      : dir_(TempDir::Create("kvcanary-tenants").value()),
+        path_(dir_.File("tenants.json")) {
     std::ofstream(path_) << contents;
   }
-  ~TempFile() {
-    std::remove(path_.c_str());
-    rmdir(dir_.c_str());
-  }
   const std::string& path() const { return path_; }
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const { return dir_.path(); }
 
  private:
-  std::string dir_, path_;
+  TempDir dir_;
+  std::string path_;
 };
 
 TenantRegistry Registry() {

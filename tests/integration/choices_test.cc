@@ -2,8 +2,11 @@
 // seed), choice 0 first so the others find the prompt's pages in the
 // prefill node's prefix cache; whole and streamed answers in OpenAI's
 // shape; and the choices count against the tenant's in-flight limit.
+#include <algorithm>
+#include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -125,20 +128,40 @@ TEST_F(ChoicesTest, ChoicesOverTheBoundAre400) {
 }
 
 // Each choice takes a place in the tenant's in-flight limit: a tenant
-// limited to 2 cannot have 3 sequences decoding through `n`.
+// limited to 2 cannot have 3 sequences decoding through `n`. With one
+// request in flight (each transfer held 500 ms), 2 more choices do not fit
+// now (429); 3 could never fit (400, naming the limit, so a client does not
+// retry for ever).
 TEST(ChoicesLimitTest, ChoicesCountAgainstTheTenantsInFlightLimit) {
-  Cluster cluster({}, R"({"tenants": [{"id": "acme", "api_keys": ["sk-acme"],
+  Cluster cluster({"--test_kv_receive_delay_ms=500"},
+                  R"({"tenants": [{"id": "acme", "api_keys": ["sk-acme"],
                            "max_concurrent_requests": 2}]})");
   ASSERT_TRUE(cluster.ok());
-  const std::string body =
-      nlohmann::json{{"prompt", "Once"}, {"max_tokens", 2}, {"n", 3}}.dump();
-  HttpResult over = Post(cluster.router(), "/v1/completions", body, "sk-acme");
-  EXPECT_EQ(over.status, 429) << over.body;
-  HttpResult two = Post(
-      cluster.router(), "/v1/completions",
-      nlohmann::json{{"prompt", "Once"}, {"max_tokens", 2}, {"n", 2}}.dump(),
-      "sk-acme");
-  EXPECT_EQ(two.status, 200) << two.body;
+  auto body = [](int n) {
+    return nlohmann::json{{"prompt", "Once"}, {"max_tokens", 2}, {"n", n}}
+        .dump();
+  };
+  HttpResult never =
+      Post(cluster.router(), "/v1/completions", body(3), "sk-acme");
+  EXPECT_EQ(never.status, 400) << never.body;
+  EXPECT_EQ(never.json["error"]["param"], "n") << never.body;
+  EXPECT_NE(never.body.find("at most 2 requests in flight"), std::string::npos)
+      << never.body;
+  // One choice and two, overlapping: whichever comes second does not fit.
+  int one = 0;
+  std::thread first([&] {
+    one = Post(cluster.router(), "/v1/completions", body(1), "sk-acme").status;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int two =
+      Post(cluster.router(), "/v1/completions", body(2), "sk-acme").status;
+  first.join();
+  EXPECT_EQ(std::min(one, two), 200) << one << " " << two;
+  EXPECT_EQ(std::max(one, two), 429) << one << " " << two;
+  // Alone, two fit.
+  EXPECT_EQ(
+      Post(cluster.router(), "/v1/completions", body(2), "sk-acme").status,
+      200);
 }
 
 }  // namespace

@@ -50,6 +50,16 @@ HttpResult FillAndSpill(const Cluster& c) {
   return first;
 }
 
+TEST(HostTierTest, VersionStatesBothTiers) {
+  Cluster cluster({"--num_pages=8", "--host_tier_pages=32"});
+  ASSERT_TRUE(cluster.ok());
+  const HttpResult v = Get(cluster.router(), "/version", "sk-acme");
+  ASSERT_EQ(v.status, 200) << v.body;
+  // The first tier is the prefill node's pool: 8 pages of 16 tokens.
+  EXPECT_EQ(v.json["kv_cache_tokens"], 8 * kPageTokens) << v.body;
+  EXPECT_EQ(v.json["host_tier_pages"], 32) << v.body;
+}
+
 TEST(HostTierTest, AnEvictedPromptIsServedAgainFromTheTier) {
   Cluster cluster({"--num_pages=8", "--host_tier_pages=32"});
   ASSERT_TRUE(cluster.ok());

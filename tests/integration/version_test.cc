@@ -42,8 +42,13 @@ TEST_F(VersionTest, StatesTheDefaultsTheNodesRunWith) {
       {"trace_format", "kvt2"},   {"max_model_len", 512},
       {"max_prompt_tokens", 256}, {"page_tokens", 16},
       {"host_tier_pages", 0},     {"tenant_header", nullptr},
-      {"free_list", "lifo"},      {"cache_salt", "ignore"}};
+      {"free_list", "lifo"},      {"cache_salt", "ignore"},
+      {"kv_cache_tokens", r.json["kv_cache_tokens"]}};
   EXPECT_EQ(r.json, want);
+  // The first tier, the prefill node's page pool, in whole pages.
+  ASSERT_TRUE(r.json["kv_cache_tokens"].is_number_integer()) << r.body;
+  EXPECT_GT(r.json["kv_cache_tokens"].get<int>(), 0);
+  EXPECT_EQ(r.json["kv_cache_tokens"].get<int>() % 16, 0);
   // The limits agree with what /v1/models advertises.
   HttpResult models = Get(cluster_->router(), "/v1/models", "sk-acme");
   ASSERT_EQ(models.status, 200);

@@ -6,10 +6,12 @@
 // --cache-salt=client is forgeable (exit 1, salt_forgeable), a global prefix
 // cache is exit 1, and a gateway's tenant header holds under scoped and is
 // overridden by the body salt under client; with a host tier (pages spill
-// from a small pool) and --evict-tokens pushing each prime out of the pool,
-// a healthy tier keeps salts apart (exit 0, hits promoted from it) while
-// the tier-drops-salt fault is exit 1, its foreign reads counted by the
-// watermark check. Timing-sensitive: label `timing`.
+// from a small pool) and fillers pushing each prime out of the pool (by
+// default, from the tiers /version states), a healthy tier keeps salts
+// apart (exit 0, hits promoted from it) while the tier-drops-salt fault is
+// exit 1, its foreign reads counted by the watermark check, and with
+// --evict-tokens=0 the unchecked tier makes the audit inconclusive.
+// Timing-sensitive: label `timing`.
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -76,11 +78,17 @@ SaltsRun RunSalts(const std::string& label,
 }
 
 // A 40-page pool (640 tokens) under a 512-page host tier: the primes
-// (about 370 tokens) spill, and 640 tokens of fillers push each one out.
+// (about 370 tokens) spill. /version states both tiers, so cache-audit's
+// fillers default to 1.25 x 640 = 800 tokens after each prime, which push
+// it out of the pool.
 const std::vector<std::string> kTierFlags = {
     "--cache-salt=scoped", "--watermark=detect", "--num_pages=40",
     "--host_tier_pages=512"};
-constexpr char kEvictTokens[] = "--evict-tokens=640";
+
+// The evict object of the result's salt_tenants check.
+nlohmann::json Evict(const SaltsRun& r) {
+  return r.doc["cache_audit"]["checks"]["salt_tenants"]["evict"];
+}
 
 TEST(CacheAuditSaltsEngineTest, ScopedSaltsAreIsolatedWithSameSaltHits) {
   const SaltsRun r =
@@ -134,7 +142,7 @@ TEST(CacheAuditSaltsEngineTest, GatewayHeaderIsOverriddenByABodySaltInClient) {
 TEST(CacheAuditSaltsEngineTest, AHealthyHostTierKeepsSaltsApart) {
   double promoted = 0, violations = 0;
   const SaltsRun r =
-      RunSalts("host tier", kTierFlags, {kEvictTokens}, [&](const Cluster& c) {
+      RunSalts("host tier", kTierFlags, {}, [&](const Cluster& c) {
         promoted =
             PrefillMetric(c, "kvcanary_node_prefix_cache_promoted_pages_total");
         violations = PrefillMetric(
@@ -143,6 +151,7 @@ TEST(CacheAuditSaltsEngineTest, AHealthyHostTierKeepsSaltsApart) {
   ASSERT_EQ(r.cli.exit_code, 0) << r.cli.out;
   EXPECT_EQ(r.Level("salt_tenants"), "same-tenant");
   EXPECT_EQ(r.Level("salt_forged"), "same-tenant");
+  EXPECT_EQ(Evict(r)["evict_tokens"], 800) << Evict(r).dump();
   // The same-salt repeats hit because the tier served them.
   EXPECT_GT(promoted, 0);
   EXPECT_LE(violations, 0);  // no series (-1) or 0
@@ -153,7 +162,7 @@ TEST(CacheAuditSaltsEngineTest, ATierThatDropsTheSaltIsFoundBehindEvictions) {
   flags.push_back("--fault=tier-drops-salt");
   double foreign = 0;
   const SaltsRun r =
-      RunSalts("tier-drops-salt", flags, {kEvictTokens}, [&](const Cluster& c) {
+      RunSalts("tier-drops-salt", flags, {}, [&](const Cluster& c) {
         foreign =
             PrefillMetric(c, "kvcanary_node_watermark_violations_total",
                           "kind=\"foreign_tenant_read\",writer_tenant=\"1\"");
@@ -165,6 +174,26 @@ TEST(CacheAuditSaltsEngineTest, ATierThatDropsTheSaltIsFoundBehindEvictions) {
       << r.cli.out;
   // The watermark check saw globex read acme's promoted pages.
   EXPECT_GT(foreign, 0);
+}
+
+// The deployment (a 64-page pool, 1,024 tokens, under a 256-page
+// host tier whose keys drop the salt) audited with --evict-tokens=0: every
+// prime is still in the pool when it is probed, so only the first tier is
+// checked, and the audit says so (exit 3 naming the host tier), where it
+// used to say clean.
+TEST(CacheAuditSaltsEngineTest, ASecondTierLeftUncheckedIsInconclusive) {
+  const SaltsRun r =
+      RunSalts("tier unchecked",
+               {"--cache-salt=scoped", "--watermark=detect", "--num_pages=64",
+                "--host_tier_pages=256", "--fault=tier-drops-salt"},
+               {"--evict-tokens=0"});
+  ASSERT_EQ(r.cli.exit_code, 3) << r.cli.out;
+  EXPECT_NE(r.cli.out.find("host_tier_pages 256 (host tier)"),
+            std::string::npos)
+      << r.cli.out;
+  EXPECT_NE(r.cli.out.find("below the first tier's 1024 tokens"),
+            std::string::npos)
+      << r.cli.out;
 }
 
 }  // namespace

@@ -188,5 +188,62 @@ TEST(CacheAuditSaltsFakeTest, SecondTierKeepingTheSaltIsIsolated) {
   ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
 }
 
+// SGLang's HiCache as the fake states it (/get_server_info
+// enable_hierarchical_cache, and the device pool's max_total_num_tokens: 12
+// blocks of 16, room for a prime of about 120 tokens): a prime probed at
+// once is still in the first tier, so only fillers that push it out reach
+// the second.
+FakeTargetOptions SglangTiers(bool drops_salt) {
+  FakeTargetOptions fo = Fake(SaltMode::kScoped);
+  fo.flavor = Flavor::kSglang;
+  fo.gpu_tier_blocks = 12;
+  fo.cpu_tier_drops_salt = drops_salt;
+  return fo;
+}
+
+bool HasReason(const CampaignResult& r, const std::string& part) {
+  for (const std::string& reason : r.reasons) {
+    if (reason.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(CacheAuditSaltsFakeTest, AStatedSecondTierLeftUncheckedIsInconclusive) {
+  FakeTarget target(SglangTiers(/*drops_salt=*/false));
+  CacheAuditOptions o = Options(target, "tier-unchecked");
+  o.evict_tokens = 0;
+  AuditorMetrics metrics;
+  const CampaignResult r = RunCacheAudit(o, &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kInconclusive) << Explain(r);
+  EXPECT_TRUE(HasReason(r, "enable_hierarchical_cache")) << Explain(r);
+  EXPECT_TRUE(HasReason(r, "below the first tier's 192 tokens")) << Explain(r);
+}
+
+TEST(CacheAuditSaltsFakeTest, FillersFromTheStatedTiersFindATierDroppingSalts) {
+  FakeTarget target(SglangTiers(/*drops_salt=*/true));
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "tier-default"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(LevelOf(r, "salt_tenants"), "cross-tenant");
+  const nlohmann::json& evict = r.details["checks"]["salt_tenants"]["evict"];
+  EXPECT_EQ(evict["evict_tokens"], 240) << evict.dump();  // 1.25 x 192
+  EXPECT_GT(evict["requests"].get<int>(), 0) << evict.dump();
+  EXPECT_NE(evict["evict_tokens_from"].get<std::string>().find(
+                "max_total_num_tokens"),
+            std::string::npos)
+      << evict.dump();
+}
+
+TEST(CacheAuditSaltsFakeTest, AHealthyStatedSecondTierIsCheckedByDefault) {
+  FakeTarget target(SglangTiers(/*drops_salt=*/false));
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "tier-default-ok"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_GT(r.details["checks"]["salt_tenants"]["evict"]["requests"].get<int>(),
+            0);
+}
+
 }  // namespace
 }  // namespace kvcanary::auditor

@@ -2,8 +2,11 @@
 // planned prompts — alone, then the check pass (under load with --load) —
 // and judges each answer into its length's checks and findings. RunAccept
 // (auditor/audits/accept/accept.cc) calibrates, runs it and turns it into a
-// verdict. Not thread-safe; owned by the command's thread (MultiClient calls
-// back on it too).
+// verdict. Its passes are split by file: sweep.cc (the plan, the pass
+// alone), sweep_past_limit.cc (refusals), sweep_check_pass.cc (the check
+// pass, the load) and sweep_observe.cc (every answer's row, count and
+// findings). Not thread-safe; owned by the command's thread (MultiClient
+// calls back on it too).
 #ifndef KVCANARY_AUDITOR_AUDITS_ACCEPT_SWEEP_H_
 #define KVCANARY_AUDITOR_AUDITS_ACCEPT_SWEEP_H_
 
@@ -83,12 +86,27 @@ class AcceptSweep {
 
  private:
   const AuditTenant& sweeper() const { return session_->options().tenants[0]; }
+  // sweep.cc: the plan and the pass alone within the limit.
   void CountPlanned();
   absl::Status SweepWithin(size_t i);
   absl::Status GoldenAlone(size_t i);
   absl::Status EchoAlone(size_t i, PromptKind position);
+  AcceptProbe MakeProbe(size_t length, PromptKind kind, AcceptPhase phase,
+                        const std::string& prefix = "");
+  Completion SendAlone(const AcceptProbe& p);
+  void Progress();
+
+  // sweep_past_limit.cc: the streamed control, the pass past the limit and
+  // its answers judged.
   absl::Status StreamControl();
   absl::Status PastLimit();
+  void JudgeRefusal(const AcceptProbe& p, const Completion& c,
+                    std::vector<Finding>* found);
+  // JudgeRefusal of an answer (a usable 200): not refused, and its count.
+  void JudgePastLimitAnswer(const AcceptProbe& p, const Completion& c,
+                            std::vector<Finding>* found);
+
+  // sweep_check_pass.cc: the check pass, alone or under load.
   absl::Status CheckPass();
   // Sends each check-pass echo miss again alone: a miss is a finding only
   // where the same prompt echoes alone (a small model's echo depends on the
@@ -97,25 +115,16 @@ class AcceptSweep {
   absl::Status RunUnderLoad(std::vector<AcceptProbe> probes);
   ProbeRequest LoadRequest(uint64_t id, int tenant);
   absl::Status ObserveLoad(int tenant, const Completion& c);
+  void JudgeCheckPass(const AcceptProbe& p, const Completion& c,
+                      std::vector<Finding>* found);
 
-  AcceptProbe MakeProbe(size_t length, PromptKind kind, AcceptPhase phase,
-                        const std::string& prefix = "");
-  Completion SendAlone(const AcceptProbe& p);
-  // Evidence row, metrics, the count (or refusal past the limit) and, in
-  // the check pass, the kind's own judgement.
+  // sweep_observe.cc: evidence row, metrics, the count (or refusal past the
+  // limit) and, in the check pass, the kind's own judgement.
   absl::Status Observe(const AcceptProbe& p, const Completion& c);
   void JudgeCount(const AcceptProbe& p, const Completion& c,
                   std::vector<Finding>* found);
-  void JudgeRefusal(const AcceptProbe& p, const Completion& c,
-                    std::vector<Finding>* found);
-  // JudgeRefusal of an answer (a usable 200): not refused, and its count.
-  void JudgePastLimitAnswer(const AcceptProbe& p, const Completion& c,
-                            std::vector<Finding>* found);
-  void JudgeCheckPass(const AcceptProbe& p, const Completion& c,
-                      std::vector<Finding>* found);
   absl::Status AddFindings(const AcceptProbe& p, const Completion& c,
                            std::vector<Finding> found);
-  void Progress();
   absl::Status Record(const std::string& kind, nlohmann::json body,
                       bool flush = false) {
     return log_ == nullptr ? absl::OkStatus()

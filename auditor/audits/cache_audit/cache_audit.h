@@ -32,8 +32,11 @@ struct CacheAuditOptions {
   // --evict-tokens: after each prime, the writer sends cache-busted filler
   // prompts of at least this many tokens in all, so the prime leaves the
   // first cache tier (GPU pages) before the probe and a hit can only come
-  // from a second tier (host memory, LMCache, HiCache). 0: none.
-  int evict_tokens = 0;
+  // from a second tier (host memory, LMCache, HiCache). 0: none. -1: from
+  // the tiers the target states (auditor/target/cache_tiers.h). Where the
+  // target states a second tier that these fillers do not reach, the
+  // result is inconclusive unless it has findings.
+  int evict_tokens = -1;
   uint64_t seed = 0;  // prompts' letters and arm order; 0: random
   bool progress = true;
   // The target engine's KV-cache event stream (--kv-events): adds the

@@ -188,6 +188,25 @@ DetectorCoverage CachedTokensCoverage(const CacheAuditOutcome& o) {
   return d;
 }
 
+namespace {
+
+// Which tier the run's probes could reach.
+std::string EvictTierText(const CacheAuditOutcome& o) {
+  if (o.evict_tokens > 0 && o.tiers.Unchecked(o.evict_tokens).empty()) {
+    return "primes pushed out of the first tier before each probe: hits "
+           "come from a second tier";
+  }
+  if (o.tiers.second_tier) {
+    return "first tier only: the second tier the target reports was not "
+           "reached";
+  }
+  return o.evict_tokens > 0 ? "primes pushed out of a first tier of unstated "
+                              "size before each probe"
+                            : "first tier (no --evict-tokens)";
+}
+
+}  // namespace
+
 json CacheAuditDetails(const CacheAuditOutcome& o) {
   json arms = json::object();
   std::vector<std::string> samples, medians;
@@ -259,12 +278,11 @@ json CacheAuditDetails(const CacheAuditOutcome& o) {
         {"counts_reported", o.sizing.counts_reported}}},
       {"evict",
        {{"evict_tokens", o.evict_tokens},
+        {"evict_tokens_from", o.evict_from},
         {"requests", o.evict_requests},
         {"tokens", o.evicted_tokens},
-        {"tier", o.evict_tokens > 0
-                     ? "primes pushed out of the first tier before each probe: "
-                       "hits come from a second tier"
-                     : "first tier (no --evict-tokens)"}}},
+        {"tier", EvictTierText(o)},
+        {"tiers_stated", o.tiers.ToJson()}}},
       {"notes", o.notes}};
 }
 

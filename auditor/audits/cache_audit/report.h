@@ -14,6 +14,7 @@
 #include "auditor/audits/cache_audit/decision.h"
 #include "auditor/result/coverage.h"
 #include "auditor/result/result.h"
+#include "auditor/target/cache_tiers.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::auditor {
@@ -45,8 +46,11 @@ struct CacheAuditOutcome {
   std::vector<std::string> notes;  // sizing notes
   int64_t requests = 0;
   // --evict-tokens: the filler requests sent after primes, and their tokens
-  // (as sized: the prime's length each).
+  // (as sized: the prime's length each). `evict_tokens` is the flag's, or
+  // where none was given the default from the tiers the target states.
   int evict_tokens = 0;
+  std::string evict_from;  // "--evict-tokens", or where the default came from
+  CacheTiers tiers;        // as the target states them
   int64_t evict_requests = 0, evicted_tokens = 0;
   int rounds = 0;
   int looks_taken = 0;

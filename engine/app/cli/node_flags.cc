@@ -1,11 +1,13 @@
 #include "engine/app/cli/node_flags.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
@@ -107,8 +109,66 @@ ABSL_FLAG(int, test_kv_events_lose_every, 0,
           "is neither sent nor kept for replay (a PUB past its high-water "
           "mark whose buffer moved on); 0: none.");
 
+ABSL_FLAG(int, http_max_unoccupied_per_address, 32,
+          "Every role's HTTP listener: at its connection cap, room is made "
+          "from the address with the most unoccupied (pending or idle) "
+          "connections over this share; one address keeps at most this many "
+          "unoccupied once the cap is reached.");
+ABSL_FLAG(int, kv_max_unauthenticated, 64,
+          "Decode node's KV port: unauthenticated connections at once from "
+          "addresses other than the prefill nodes'.");
+ABSL_FLAG(int, kv_max_unauthenticated_per_peer, 4,
+          "Decode node's KV port: unauthenticated connections at once from "
+          "one such address.");
+ABSL_FLAG(int, kv_reserved_unauthenticated, 32,
+          "Decode node's KV port: unauthenticated connections at once kept "
+          "for the prefill nodes' addresses (beyond, they use the general "
+          "pool).");
+ABSL_FLAG(int, kv_max_idle_sessions, 64,
+          "Decode node's KV port: authenticated sessions waiting for their "
+          "next transfer, at once; one past the cap is closed after its Ack.");
+ABSL_FLAG(int, kv_send_attempts, 5,
+          "Prefill node: tries of a KV transfer the decode node's KV port "
+          "refused before it claimed anything (at capacity, or its pre-auth "
+          "deadline missed under load), with 10 ms doubling backoff.");
+
 namespace kvcanary::engine::cli {
 namespace {
+
+// What operators tune: the listeners' per-address share, the KV port's
+// caps, the KV sender's tries (docs/nodes.md, "Tuning"), into `o`.
+absl::Status TuningFlags(ServeOptions* o) {
+  o->http_max_unoccupied_per_address =
+      absl::GetFlag(FLAGS_http_max_unoccupied_per_address);
+  KvAdmissionOptions& kv = o->kv_admission;
+  kv.max_unauthenticated = absl::GetFlag(FLAGS_kv_max_unauthenticated);
+  kv.max_unauthenticated_per_peer =
+      absl::GetFlag(FLAGS_kv_max_unauthenticated_per_peer);
+  kv.reserved_unauthenticated =
+      absl::GetFlag(FLAGS_kv_reserved_unauthenticated);
+  kv.max_idle_sessions = absl::GetFlag(FLAGS_kv_max_idle_sessions);
+  o->kv_send_attempts = absl::GetFlag(FLAGS_kv_send_attempts);
+  if (o->http_max_unoccupied_per_address < 1 ||
+      o->http_max_unoccupied_per_address > 65536) {
+    return absl::InvalidArgumentError(
+        "--http-max-unoccupied-per-address must be in [1, 65536]");
+  }
+  for (const auto& [name, value] :
+       {std::pair<const char*, int>{"kv-max-unauthenticated",
+                                    kv.max_unauthenticated},
+        {"kv-max-unauthenticated-per-peer", kv.max_unauthenticated_per_peer},
+        {"kv-reserved-unauthenticated", kv.reserved_unauthenticated},
+        {"kv-max-idle-sessions", kv.max_idle_sessions}}) {
+    if (value < 0 || value > 65536) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be in [0, 65536]"));
+    }
+  }
+  if (o->kv_send_attempts < 1 || o->kv_send_attempts > 20) {
+    return absl::InvalidArgumentError("--kv-send-attempts must be in [1, 20]");
+  }
+  return absl::OkStatus();
+}
 
 // An RFC 9110 token (a header name): tchar = ALPHA / DIGIT / one of
 // !#$%&'*+-.^_`|~.
@@ -270,6 +330,12 @@ std::vector<std::string> NodeFlagNames() {
           "tenant_header",
           "served_model_name",
           "trace_read_sample",
+          "http_max_unoccupied_per_address",
+          "kv_max_unauthenticated",
+          "kv_max_unauthenticated_per_peer",
+          "kv_reserved_unauthenticated",
+          "kv_max_idle_sessions",
+          "kv_send_attempts",
           "test_kv_receive_delay_ms",
           "test_kv_receive_bytes_per_s",
           "test_transfer_damage"};
@@ -287,6 +353,7 @@ std::vector<std::string> KvEventsFlagNames() {
 absl::Status NodeOptionsFromFlags(int default_port, ServeOptions* o) {
   RETURN_IF_ERROR(EndpointFlags(default_port, o));
   RETURN_IF_ERROR(LimitFlags(o));
+  RETURN_IF_ERROR(TuningFlags(o));
   ASSIGN_OR_RETURN(o->engine, NodeEngineOptions());
   ASSIGN_OR_RETURN(o->damage, TransferDamageFromFlags());
   if (o->port < 0 || o->port > 65535)

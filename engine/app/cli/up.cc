@@ -46,7 +46,17 @@ std::vector<std::string> NodeArgs(const ServeOptions& o) {
                    absl::GetFlag(FLAGS_transfer_timeout_ms)),
       absl::StrCat("--metadata_slots=", absl::GetFlag(FLAGS_metadata_slots)),
       absl::StrCat("--test_transfer_damage=",
-                   absl::GetFlag(FLAGS_test_transfer_damage))};
+                   absl::GetFlag(FLAGS_test_transfer_damage)),
+      absl::StrCat("--http_max_unoccupied_per_address=",
+                   o.http_max_unoccupied_per_address),
+      absl::StrCat("--kv_max_unauthenticated=",
+                   o.kv_admission.max_unauthenticated),
+      absl::StrCat("--kv_max_unauthenticated_per_peer=",
+                   o.kv_admission.max_unauthenticated_per_peer),
+      absl::StrCat("--kv_reserved_unauthenticated=",
+                   o.kv_admission.reserved_unauthenticated),
+      absl::StrCat("--kv_max_idle_sessions=", o.kv_admission.max_idle_sessions),
+      absl::StrCat("--kv_send_attempts=", o.kv_send_attempts)};
 }
 
 absl::Status Up() {

@@ -2,6 +2,7 @@
 // Chromium when it is installed.
 #include "auditor/evidence/bundle_html.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,8 +94,9 @@ TEST(BundleHtmlTest, RendersInHeadlessChromium) {
   const std::string base =
       ::testing::TempDir() + "kvcanary_bundle_html_" + std::to_string(getpid());
   std::ofstream(base + ".html", std::ios::binary) << BothPage();
-  char profile[] = "/tmp/kvcanary_chromium_XXXXXX";
-  ASSERT_NE(mkdtemp(profile), nullptr);
+  // Chromium's profile, under the test's TMPDIR (removed with it).
+  const std::string profile = ::testing::TempDir() + "chromium-profile";
+  ASSERT_EQ(mkdir(profile.c_str(), 0700), 0);
   const std::string flags =
       std::string(
           " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"

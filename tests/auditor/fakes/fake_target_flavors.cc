@@ -386,6 +386,12 @@ json SglangServerInfo(const FakeTargetOptions& o) {
     j["max_req_input_len"] = o.limit_tokens;
     j["max_total_num_tokens"] = 64 * AdvertisedContext(o);
   }
+  // HiCache: the device pool (the first tier) is the GPU tier's blocks, and
+  // the host pool behind it is on.
+  j["enable_hierarchical_cache"] = o.gpu_tier_blocks > 0;
+  if (o.gpu_tier_blocks > 0) {
+    j["max_total_num_tokens"] = o.gpu_tier_blocks * o.cache_block_tokens;
+  }
   j["internal_states"] = json::array({json::object()});
   j["version"] = "0.5.0-fake";
   return j;

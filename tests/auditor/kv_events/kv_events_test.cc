@@ -1,59 +1,31 @@
 // The KV-cache event stream follower: the decoder on both event shapes and
 // on bad bytes, the subscriber on a real ZMQ stream with dropped messages,
-// replay and restarts, the per-pair decision on what the ledger saw (a
-// second tier's moves and promotions included), and the probes' eviction
-// step against a scripted vLLM.
-#include <mutex>
+// replay and restarts, and the per-pair decision on what the first tier's
+// ledger saw. A second tier (moves, promotions, the eviction step):
+// second_tier_test.cc.
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "auditor/kv_events/ledger.h"
-#include "auditor/kv_events/pairs.h"
+#include "auditor/kv_events/pair_decision.h"
 #include "auditor/kv_events/subscriber.h"
 #include "auditor/kv_events/wire.h"
-#include "auditor/target/target.h"
 #include "gtest/gtest.h"
 #include "tests/auditor/fakes/fake_kv_publisher.h"
-#include "tests/auditor/fakes/fake_target.h"
+#include "tests/auditor/kv_events/pair_builder.h"
 
 namespace kvcanary::auditor::kv_events {
 namespace {
 
+using testing::Cleared;
 using testing::EncodeBatch;
 using testing::FakeEvent;
 using testing::FakeKvPublisher;
-
-FakeEvent Stored(std::vector<uint64_t> hashes, std::optional<uint64_t> parent,
-                 int64_t first_token) {
-  FakeEvent e;
-  e.hashes = std::move(hashes);
-  e.parent = parent;
-  for (size_t i = 0; i < e.hashes.size() * 4; ++i) {
-    e.token_ids.push_back(first_token + static_cast<int64_t>(i));
-  }
-  return e;
-}
-
-FakeEvent Cleared() {
-  FakeEvent e;
-  e.type = "AllBlocksCleared";
-  return e;
-}
-
-FakeEvent Removed(std::vector<uint64_t> hashes) {
-  FakeEvent e;
-  e.type = "BlockRemoved";
-  e.hashes = std::move(hashes);
-  return e;
-}
-
-// The same events published by a second tier ("CPU", as vLLM's offload
-// names it; "CPU_PINNED" for SGLang's HiCache).
-FakeEvent In(const std::string& medium, FakeEvent e) {
-  e.medium = medium;
-  return e;
-}
+using testing::PairBuilder;
+using testing::Removed;
+using testing::Stored;
 
 TEST(KvEventsWireTest, DecodesMapShapedEvents) {
   absl::StatusOr<Batch> b = DecodeBatch(EncodeBatch(
@@ -168,30 +140,6 @@ TEST(KvEventsWireTest, SequenceFramesAreEightBytesBigEndianSigned) {
   EXPECT_EQ(EncodeSequence(258), std::string("\0\0\0\0\0\0\x01\x02", 8));
   EXPECT_EQ(DecodeSequence(EncodeSequence(-1)).value(), -1);
   EXPECT_FALSE(DecodeSequence("1234").ok());
-}
-
-TEST(KvEventsLedgerTest, KeepsEachEventsMediumFromTheWire) {
-  Ledger ledger;
-  ledger.Ingest(0,
-                *DecodeBatch(EncodeBatch(
-                    {Stored({1}, {}, 10), In("CPU", Stored({2}, {}, 10)),
-                     In("CPU_PINNED", Removed({3})),
-                     In("", Stored({4}, {}, 20)), In("NVME", Removed({5}))})),
-                0);
-  const Span s = ledger.Since(Mark());
-  ASSERT_EQ(s.entries.size(), 5u);
-  EXPECT_EQ(s.entries[0].medium, Medium::kGpu);
-  EXPECT_EQ(s.entries[1].medium, Medium::kCpu);
-  EXPECT_EQ(s.entries[2].medium, Medium::kCpuPinned);
-  EXPECT_EQ(s.entries[3].medium, Medium::kNone);
-  EXPECT_EQ(s.entries[4].medium, Medium::kOther);
-  EXPECT_TRUE(FirstTier(s.entries[0].medium) && FirstTier(s.entries[3].medium));
-  EXPECT_FALSE(FirstTier(s.entries[1].medium));
-  EXPECT_STREQ(MediumName(s.entries[2].medium), "CPU_PINNED");
-  // The same tokens in either tier: the same digest.
-  EXPECT_EQ(s.entries[0].token_digest, s.entries[1].token_digest);
-  // One byte, in the padding after the event type: no cost per entry.
-  static_assert(sizeof(Medium) == 1);
 }
 
 TEST(KvEventsFlagTest, ParsesEndpointReplayAndTopic) {
@@ -332,66 +280,6 @@ TEST(KvEventsSubscriberStartTest, NoPublisherIsUnavailable) {
 }
 
 // --- DecidePair ------------------------------------------------------------
-
-// Builds the three spans of a pair from batches ingested into a ledger.
-class PairBuilder {
- public:
-  void Plant(const std::vector<FakeEvent>& e) {
-    m0_ = Add(e);
-    m1_ = ledger_.Now();
-  }
-  void Probe(const std::vector<FakeEvent>& e) {
-    Add(e);
-    m2_ = ledger_.Now();
-  }
-  void Control(const std::vector<FakeEvent>& e) { Add(e); }
-  // The eviction step's events, after the plant's: they join the plant span.
-  void Evict(const std::vector<FakeEvent>& e) {
-    evicted_ = true;
-    evict_from_ = m1_;
-    Add(e);
-    m1_ = ledger_.Now();
-  }
-  void Gap() {
-    ledger_.RecordGap(seq_, seq_, false, 0);
-    ++seq_;
-  }
-  void Restart() {
-    ledger_.RecordRestart(seq_ - 1, 0, 0);
-    seq_ = 0;
-  }
-  PairObservation Observe(int cached = -1, double ttft = 10,
-                          double control_ttft = 10, int control_cached = -1) {
-    PairObservation o;
-    const Mark end = ledger_.Now();
-    o.plant = ledger_.Between(m0_, m1_);
-    o.probe = ledger_.Between(m1_, m2_);
-    o.after = ledger_.Between(m1_, end);
-    o.control = ledger_.Between(m2_, end);
-    o.plant_ok = o.probe_ok = o.control_ok = true;
-    o.probe_cached_tokens = cached;
-    o.control_cached_tokens = control_cached;
-    o.probe_ttft_ms = ttft;
-    o.control_ttft_ms = control_ttft;
-    o.evicted = evicted_;
-    o.evict_from = evict_from_;
-    return o;
-  }
-
- private:
-  Mark Add(const std::vector<FakeEvent>& e) {
-    const Mark m = ledger_.Now();
-    if (!e.empty()) {
-      ledger_.Ingest(seq_++, *DecodeBatch(EncodeBatch(e)), 0);
-    }
-    return m;
-  }
-  Ledger ledger_;
-  int64_t seq_ = 0;
-  Mark m0_, m1_, m2_;
-  bool evicted_ = false;
-  Mark evict_from_;
-};
 
 TEST(KvEventsDecidePairTest, BStoringTheSameTokensUnderOtherHashesIsIsolated) {
   PairBuilder p;
@@ -547,243 +435,6 @@ TEST(KvEventsDecidePairTest, NoPlantStoreIsInconclusive) {
   p.Probe({});
   p.Control({Stored({21}, {}, 900)});
   EXPECT_EQ(DecidePair(p.Observe()).verdict, PairVerdict::kInconclusive);
-}
-
-// --- A second tier --------------------------------------------------------
-
-// A's three blocks (hashes 1-3, tokens 100-111) pushed out of the GPU by
-// filler requests (a block of other tokens) and spilled to the CPU tier
-// under `tier_hashes`.
-std::vector<FakeEvent> SpillToCpu(std::vector<uint64_t> tier_hashes) {
-  return {Stored({50}, {}, 600), Removed({1, 2, 3}),
-          In("CPU", Stored(std::move(tier_hashes), {}, 100))};
-}
-
-TEST(KvEventsSecondTierTest, AMoveThenAPromotionWithCachedTokensIsShared) {
-  // The tier drops the salt (keys of the tokens alone): B's lookup hits
-  // A's spilled copy, promoted under B's own hashes, and B's usage reports
-  // A's 12 tokens cached.
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Evict(SpillToCpu({101, 102, 103}));
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  const PairResult r = DecidePair(p.Observe(/*cached=*/12));
-  EXPECT_EQ(r.verdict, PairVerdict::kShared) << r.reason;
-  EXPECT_NE(r.reason.find("from the CPU tier"), std::string::npos) << r.reason;
-  EXPECT_NE(r.reason.find("promoted under B's hashes"), std::string::npos);
-  EXPECT_TRUE(r.evicted);
-  EXPECT_EQ(r.moved, 3);
-  EXPECT_EQ(r.promoted, 3);
-  EXPECT_EQ(r.tier_medium, "CPU");
-  // A note, not the verdict: the tier keyed A's blocks other than A did.
-  EXPECT_EQ(r.tier_rehashed, 3);
-  EXPECT_NE(r.reason.find("keys blocks differently"), std::string::npos);
-  const nlohmann::json j = r.ToJson();
-  EXPECT_EQ(j["promoted"], 3);
-  EXPECT_EQ(j["evicted"], true);
-  EXPECT_EQ(j["block_checks"][0]["moved"], true);
-}
-
-TEST(KvEventsSecondTierTest, AWriteThroughTiersCopyBeforeTheRemovalIsAMove) {
-  // A write-through tier (LMCache's store path) copies A's blocks while A
-  // computes them; the fillers later only remove them from the GPU.
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100), In("CPU", Stored({1, 2, 3}, {}, 100))});
-  p.Evict({Stored({50}, {}, 600), Removed({1, 2, 3})});
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  const PairResult r = DecidePair(p.Observe(/*cached=*/12));
-  EXPECT_EQ(r.verdict, PairVerdict::kShared) << r.reason;
-  EXPECT_EQ(r.moved, 3);
-  EXPECT_EQ(r.tier_rehashed, 0);
-  // The same with 0 cached tokens: B recomputed, isolated.
-  EXPECT_EQ(DecidePair(p.Observe(/*cached=*/0)).verdict,
-            PairVerdict::kIsolated);
-}
-
-TEST(KvEventsSecondTierTest, AnEvictionStepThatDidNotCompleteIsInconclusive) {
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Evict(SpillToCpu({101, 102, 103}));
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  PairObservation o = p.Observe(/*cached=*/0);
-  o.evict_done = false;  // a filler failed
-  const PairResult r = DecidePair(o);
-  EXPECT_EQ(r.verdict, PairVerdict::kInconclusive);
-  EXPECT_NE(r.reason.find("did not complete"), std::string::npos) << r.reason;
-}
-
-TEST(KvEventsSecondTierTest, APromotionWithoutACachedTokenCountGoesByTiming) {
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Evict(SpillToCpu({1, 2, 3}));
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  const PairResult r = DecidePair(p.Observe(/*cached=*/-1, 2, 10));
-  EXPECT_EQ(r.verdict, PairVerdict::kShared) << r.reason;
-  EXPECT_EQ(r.tier_rehashed, 0);
-  EXPECT_EQ(r.reason.find("note"), std::string::npos) << r.reason;
-}
-
-TEST(KvEventsSecondTierTest, AMoveThenARecomputeWithNoCachedTokensIsIsolated) {
-  // A healthy tier keys A's copy by A's salted hash: B misses it,
-  // recomputes and stores under its own hashes, and reports 0 cached.
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Evict(SpillToCpu({1, 2, 3}));
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  const PairResult r = DecidePair(p.Observe(/*cached=*/0));
-  EXPECT_EQ(r.verdict, PairVerdict::kIsolated) << r.reason;
-  EXPECT_EQ(r.moved, 3);
-  EXPECT_EQ(r.promoted, 0);
-  EXPECT_NE(r.reason.find("recompute"), std::string::npos) << r.reason;
-  // No count and no faster first token: isolated too.
-  PairBuilder q;
-  q.Plant({Stored({1, 2, 3}, {}, 100)});
-  q.Evict(SpillToCpu({1, 2, 3}));
-  q.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  q.Control({Stored({21}, {}, 900)});
-  EXPECT_EQ(DecidePair(q.Observe(-1, 10, 10)).verdict, PairVerdict::kIsolated);
-}
-
-TEST(KvEventsSecondTierTest, CachedTokensCoveringPartOfTheMovedBlocksAreNot) {
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Evict(SpillToCpu({101, 102, 103}));
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  const PairResult r = DecidePair(p.Observe(/*cached=*/12, 10, 10, 8));
-  EXPECT_EQ(r.verdict, PairVerdict::kInconclusive) << r.reason;
-}
-
-TEST(KvEventsSecondTierTest, ARemovalWithoutASecondTierStoreIsInconclusive) {
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  // Removed from the GPU; the CPU tier stored other tokens only.
-  p.Evict({Stored({50}, {}, 600), Removed({1, 2, 3}),
-           In("CPU", Stored({101}, {}, 600))});
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  const PairResult r = DecidePair(p.Observe(/*cached=*/0));
-  EXPECT_EQ(r.verdict, PairVerdict::kInconclusive) << r.reason;
-  EXPECT_NE(r.reason.find("evicted"), std::string::npos) << r.reason;
-  EXPECT_EQ(r.moved, 0);
-}
-
-TEST(KvEventsSecondTierTest,
-     ACopyRemovedFromTheTierBeforeTheProbeIsInconclusive) {
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  std::vector<FakeEvent> evict = SpillToCpu({1, 2, 3});
-  evict.push_back(In("CPU", Removed({2})));
-  p.Evict(evict);
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  const PairResult r = DecidePair(p.Observe(/*cached=*/12));
-  EXPECT_EQ(r.verdict, PairVerdict::kInconclusive) << r.reason;
-  EXPECT_NE(r.reason.find("removed from it too"), std::string::npos)
-      << r.reason;
-}
-
-TEST(KvEventsSecondTierTest, TheTierDroppingACopyAfterTheProbeIsNoMatter) {
-  // B's request had its chance: the tier evicting the copy after it was
-  // promoted changes nothing.
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Evict(SpillToCpu({101, 102, 103}));
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100), In("CPU", Removed({101}))});
-  p.Control({Stored({21}, {}, 900)});
-  EXPECT_EQ(DecidePair(p.Observe(/*cached=*/12)).verdict, PairVerdict::kShared);
-}
-
-TEST(KvEventsSecondTierTest, TheFillersStoresAreNotTakenForAsBlocks) {
-  // Without the eviction mark the filler's block (tokens 600-603) would be
-  // one of A's, and B never stores it: not all isolated.
-  PairBuilder p;
-  p.Plant({Stored({1, 2, 3}, {}, 100)});
-  p.Evict({Stored({50}, {}, 600)});
-  p.Probe({Stored({11, 12, 13, 14}, {}, 100)});
-  p.Control({Stored({21}, {}, 900)});
-  const PairResult r = DecidePair(p.Observe(/*cached=*/0));
-  EXPECT_EQ(r.verdict, PairVerdict::kIsolated) << r.reason;
-  EXPECT_EQ(r.isolated, 3);
-  EXPECT_EQ(r.moved, 0);
-}
-
-// --- The eviction step, against a scripted vLLM ---------------------------
-
-TEST(KvEventsProbesTest, TheEvictionStepRunsBetweenThePlantAndTheProbe) {
-  // A vLLM salted per key whose stream the auditor follows; the eviction
-  // step spills A's last stored blocks to a CPU tier under A's own hashes
-  // (a healthy tier), so B's request recomputes: isolated, A's blocks
-  // moved, and the step saw A's plant stored and B's probe not yet sent.
-  FakeKvPublisher pub;
-  std::mutex mu;
-  std::vector<testing::FakeTargetOptions::StoredBlock> last;
-  int stores = 0;
-  testing::FakeTargetOptions fo;
-  fo.per_key_prompt_cache = true;
-  fo.report_cached_tokens = true;
-  fo.cache_block_tokens = 4;
-  fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}};
-  fo.on_blocks_stored =
-      [&](const std::vector<testing::FakeTargetOptions::StoredBlock>& b) {
-        std::lock_guard<std::mutex> lock(mu);
-        last = b;
-        ++stores;
-        pub.Publish(EncodeBatch({testing::StoredEvent(b, 4)}));
-      };
-  testing::FakeTarget fake(fo);
-  AuditTenant a, b;
-  a.name = "acme";
-  a.api_key = "sk-a";
-  b.name = "globex";
-  b.api_key = "sk-g";
-  TargetOptions to;
-  to.target = fake.url();
-  to.tenants = {a, b};
-  Target session(to);
-  ASSERT_TRUE(session.Discover().ok());
-  Ledger ledger;
-  Subscriber sub(*ParseKvEventsFlag(pub.flag()), &ledger);
-  ASSERT_TRUE(sub.Start().ok());
-  std::vector<int> stores_at_evict;
-  auto evict = [&]() -> absl::StatusOr<bool> {
-    std::lock_guard<std::mutex> lock(mu);
-    stores_at_evict.push_back(stores);
-    FakeEvent gone = Removed({});
-    for (const auto& blk : last) gone.hashes.push_back(blk.hash);
-    pub.Publish(EncodeBatch({gone, In("CPU", testing::StoredEvent(last, 4))}));
-    return true;
-  };
-  KvEventsProbeOptions po;
-  po.pairs = 2;
-  po.settle_quiet = absl::Milliseconds(40);
-  int n = 0;
-  absl::StatusOr<KvEventsOutcome> out = RunKvEventsProbes(
-      session, a, b, sub, ledger, po,
-      [&n](int units) {
-        std::string p = "Nonce" + std::to_string(++n);
-        for (int i = 0; i < units; ++i) p += " w" + std::to_string(n * 100 + i);
-        return p;
-      },
-      nullptr, evict);
-  sub.Stop();
-  ASSERT_TRUE(out.ok()) << out.status();
-  ASSERT_EQ(stores_at_evict.size(), 2u);
-  // Each step came right after A's plant (one store each of the plant and
-  // of B's probe and control before the next pair's plant).
-  EXPECT_EQ(stores_at_evict[1] - stores_at_evict[0], 3);
-  for (const PairResult& r : out->pairs) {
-    EXPECT_EQ(r.verdict, PairVerdict::kIsolated) << r.reason;
-    EXPECT_TRUE(r.evicted);
-    EXPECT_GT(r.moved, 0) << r.ToJson().dump();
-    EXPECT_EQ(r.promoted, 0);
-  }
-  EXPECT_FALSE(out->notes.empty());
 }
 
 }  // namespace

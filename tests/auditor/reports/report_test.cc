@@ -3,6 +3,7 @@
 // xml.etree) and their HTML page (rendered by headless Chromium).
 #include "auditor/reports/report.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -724,8 +725,9 @@ TEST(HtmlReportTest, RendersInHeadlessChromium) {
   const std::string png_path = TempPath("findings.png");
   WriteFile(html_path, HtmlReport(FindingsResult()));
   std::remove(png_path.c_str());
-  char profile[] = "/tmp/kvcanary_chromium_XXXXXX";
-  ASSERT_NE(mkdtemp(profile), nullptr);
+  // Chromium's profile, under the test's TMPDIR (removed with it).
+  const std::string profile = ::testing::TempDir() + "chromium-profile";
+  ASSERT_EQ(mkdir(profile.c_str(), 0700), 0);
   const std::string flags =
       std::string(
           " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"

@@ -1,35 +1,28 @@
-#include "engine/nodes/openai_api.h"
+// Parsing and validation of the OpenAI API's requests: each field's type
+// and range, the prompt or chat messages, stop strings, cache_salt,
+// log-probabilities, choices, and the features accepted only at their no-op
+// values; an error names its field as its "param".
+#include "engine/nodes/openai_request.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/check.h"
 #include "common/json_strict.h"
 #include "common/status_macros.h"
 #include "common/tenants_file.h"
 #include "engine/model/logprobs.h"
-#include "engine/nodes/version.h"
+#include "engine/nodes/openai_errors.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::engine {
 namespace {
 
 using json = nlohmann::json;
-// Output keeps insertion order, so bodies read like OpenAI's.
-using ordered_json = nlohmann::ordered_json;
-
-// Serialises without throwing: generated text may hold invalid UTF-8 (a
-// token boundary inside a code point); it becomes U+FFFD.
-template <typename Json>
-std::string Dump(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
 
 // kInvalidArgument carrying `param` for ErrorBody().
 absl::Status FieldError(absl::string_view param, absl::string_view message) {
@@ -237,58 +230,6 @@ absl::Status ParseLogprobs(const json& body, bool chat,
   return absl::OkStatus();
 }
 
-// The prompt counted once, every choice's completion.
-ordered_json Usage(const std::vector<CompletionResult>& choices) {
-  const CompletionResult& first = choices.front();
-  int64_t completion = 0;
-  for (const CompletionResult& c : choices) completion += c.completion_tokens;
-  return {{"prompt_tokens", first.prompt_tokens},
-          {"completion_tokens", completion},
-          {"total_tokens", first.prompt_tokens + completion},
-          {"prompt_tokens_details", {{"cached_tokens", first.cached_tokens}}}};
-}
-
-ordered_json FinishReason(const CompletionResult& r) {
-  return r.finish_reason.empty() ? ordered_json(nullptr)
-                                 : ordered_json(r.finish_reason);
-}
-
-// choices[i].logprobs: null unless asked for.
-ordered_json LogprobsJson(const CompletionResult& r,
-                          const std::vector<LogprobEntry>& entries,
-                          size_t text_offset, bool chat) {
-  if (!r.has_logprobs) return nullptr;
-  return chat ? ChatLogprobsJson(entries)
-              : CompletionLogprobsJson(entries, text_offset);
-}
-
-ordered_json Envelope(const CompletionResult& r, absl::string_view object) {
-  return {{"id", r.id},
-          {"object", std::string(object)},
-          {"created", r.created},
-          {"model", r.model}};
-}
-
-const char* ErrorType(int http_status) {
-  switch (http_status) {
-    case 400:
-    case 404:
-      return "invalid_request_error";
-    case 401:
-      return "authentication_error";
-    case 403:
-      return "permission_error";
-    case 429:
-      return "rate_limit_error";
-    default:
-      return "server_error";
-  }
-}
-
-}  // namespace
-
-namespace {
-
 // "cache_salt", if present. vLLM: "Parameter 'cache_salt' must be a
 // non-empty string if provided."; ours is bounded too (it travels to every
 // node).
@@ -377,231 +318,6 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
   req.n = static_cast<int>(n);
   RETURN_IF_ERROR(CheckNoOps(doc));
   return req;
-}
-
-int HttpStatusFor(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange:
-      return 400;
-    case absl::StatusCode::kUnauthenticated:
-      return 401;
-    case absl::StatusCode::kPermissionDenied:
-      return 403;
-    case absl::StatusCode::kNotFound:
-      return 404;
-    case absl::StatusCode::kResourceExhausted:
-      return 429;
-    case absl::StatusCode::kDataLoss:
-      return 502;
-    case absl::StatusCode::kUnavailable:
-      return 503;
-    case absl::StatusCode::kDeadlineExceeded:
-      return 504;
-    default:
-      return 500;
-  }
-}
-
-std::string ErrorBody(const absl::Status& status, absl::string_view param) {
-  CHECK(!status.ok()) << "ErrorBody of an OK status";
-  std::string message(status.message());
-  if (message.empty()) message = absl::StatusCodeToString(status.code());
-  ordered_json param_json = nullptr;
-  if (!param.empty()) {
-    param_json = std::string(param);
-  } else if (auto p = status.GetPayload(kOpenAiParamUrl)) {
-    param_json = std::string(*p);
-  }
-  ordered_json code_json = nullptr;
-  if (auto c = status.GetPayload(kOpenAiCodeUrl)) code_json = std::string(*c);
-  const ordered_json body = {
-      {"error",
-       {{"message", message},
-        {"type", ErrorType(HttpStatusFor(status.code()))},
-        {"param", param_json},
-        {"code", code_json}}}};
-  return Dump(body);
-}
-
-std::string ErrorReason(const absl::Status& status) {
-  CHECK(!status.ok()) << "ErrorReason of an OK status";
-  if (auto c = status.GetPayload(kOpenAiCodeUrl)) return std::string(*c);
-  return ErrorType(HttpStatusFor(status.code()));
-}
-
-absl::Status ModelNotFound(absl::string_view model) {
-  absl::Status status = absl::NotFoundError(
-      absl::StrCat("The model `", model, "` does not exist."));
-  status.SetPayload(kOpenAiCodeUrl, absl::Cord("model_not_found"));
-  return status;
-}
-
-absl::Status ContextLengthExceeded(int prompt_tokens, int max_tokens,
-                                   int prompt_limit, int context_tokens) {
-  const int64_t requested = static_cast<int64_t>(prompt_tokens) + max_tokens;
-  absl::Status status = absl::InvalidArgumentError(
-      prompt_tokens > prompt_limit
-          ? absl::StrCat("This model's maximum prompt length is ", prompt_limit,
-                         " tokens, however your prompt has ", prompt_tokens,
-                         " tokens. Please reduce your prompt.")
-          : absl::StrCat("This model's maximum context length is ",
-                         context_tokens, " tokens, however you requested ",
-                         requested, " tokens (", prompt_tokens,
-                         " in your prompt; ", max_tokens,
-                         " for the completion). Please reduce your prompt; "
-                         "or completion length."));
-  status.SetPayload(kOpenAiCodeUrl, absl::Cord("context_length_exceeded"));
-  return status;
-}
-
-absl::Status PromptBytesExceedLimit(size_t prompt_bytes, int64_t min_tokens,
-                                    int prompt_limit) {
-  absl::Status status = absl::InvalidArgumentError(absl::StrCat(
-      "This model's maximum prompt length is ", prompt_limit,
-      " tokens, however your prompt of ", prompt_bytes, " bytes has at least ",
-      min_tokens, " tokens. Please reduce your prompt."));
-  status.SetPayload(kOpenAiCodeUrl, absl::Cord("context_length_exceeded"));
-  return status;
-}
-
-std::string CompletionResponseJson(const std::vector<CompletionResult>& choices,
-                                   bool chat) {
-  CHECK(!choices.empty());
-  ordered_json body =
-      Envelope(choices.front(), chat ? "chat.completion" : "text_completion");
-  body["choices"] = ordered_json::array();
-  for (const CompletionResult& r : choices) {
-    ordered_json choice = {{"index", r.index}};
-    if (chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", r.text}};
-    } else {
-      choice["text"] = r.text;
-    }
-    choice["logprobs"] = LogprobsJson(r, r.logprobs, 0, chat);
-    choice["finish_reason"] = FinishReason(r);
-    body["choices"].push_back(std::move(choice));
-  }
-  body["usage"] = Usage(choices);
-  return Dump(body);
-}
-
-std::string StreamUsageSse(const std::vector<CompletionResult>& choices,
-                           bool chat) {
-  CHECK(!choices.empty());
-  ordered_json body = Envelope(
-      choices.front(), chat ? "chat.completion.chunk" : "text_completion");
-  body["choices"] = ordered_json::array();
-  body["usage"] = Usage(choices);
-  return absl::StrCat("data: ", Dump(body), "\n\n");
-}
-
-std::string StreamChunkSse(const CompletionResult& partial,
-                           absl::string_view delta, bool chat, bool final_chunk,
-                           const std::vector<LogprobEntry>& logprobs,
-                           bool usage) {
-  ordered_json body =
-      Envelope(partial, chat ? "chat.completion.chunk" : "text_completion");
-  ordered_json choice = {{"index", partial.index}};
-  if (chat) {
-    ordered_json d = ordered_json::object();
-    if (partial.text.empty()) d["role"] = "assistant";
-    if (!delta.empty() || !final_chunk) d["content"] = std::string(delta);
-    choice["delta"] = std::move(d);
-  } else {
-    choice["text"] = std::string(delta);
-  }
-  choice["logprobs"] =
-      LogprobsJson(partial, logprobs, partial.text.size(), chat);
-  choice["finish_reason"] =
-      final_chunk ? FinishReason(partial) : ordered_json(nullptr);
-  body["choices"] = ordered_json::array({std::move(choice)});
-  if (final_chunk && usage) body["usage"] = Usage({partial});
-  return absl::StrCat("data: ", Dump(body), "\n\n");
-}
-
-std::string StreamDoneSse() { return "data: [DONE]\n\n"; }
-
-std::string ModelsJson(absl::string_view model_id, int64_t created,
-                       int max_model_len, int max_prompt_tokens) {
-  const ordered_json body = {
-      {"object", "list"},
-      {"data",
-       ordered_json::array({{{"id", std::string(model_id)},
-                             {"object", "model"},
-                             {"created", created},
-                             {"owned_by", "kvcanary"},
-                             {"max_model_len", max_model_len},
-                             {"max_prompt_tokens", max_prompt_tokens}}})}};
-  return Dump(body);
-}
-
-std::string VersionJson(const VersionInfo& info) {
-  ordered_json body = {{"engine", kEngineName},
-                       {"version", info.version},
-                       {"disaggregated", true},
-                       {"kv_checksum", info.kv_checksum},
-                       {"watermark", info.watermark},
-                       {"prefix_cache", info.prefix_cache},
-                       {"trace_format", info.trace_format},
-                       {"max_model_len", info.max_model_len},
-                       {"max_prompt_tokens", info.max_prompt_tokens},
-                       {"page_tokens", info.page_tokens},
-                       {"host_tier_pages", info.host_tier_pages}};
-  body["tenant_header"] = info.tenant_header.empty()
-                              ? ordered_json(nullptr)
-                              : ordered_json(info.tenant_header);
-  if (!info.free_list.empty()) body["free_list"] = info.free_list;
-  if (!info.cache_salt.empty()) body["cache_salt"] = info.cache_salt;
-  return Dump(body);
-}
-
-StopMatcher::StopMatcher(std::vector<std::string> stops)
-    : stops_(std::move(stops)) {
-  for (const std::string& stop : stops_) CHECK(!stop.empty());
-}
-
-StopMatcher::Emit StopMatcher::Feed(absl::string_view text) {
-  if (stopped_) return {"", true};
-  pending_.append(text.data(), text.size());
-  // The match that ends first; of those ending at the same byte, the one
-  // starting first. Emitted text never holds the start of a match, so
-  // searching pending_ alone is enough.
-  size_t best_start = std::string::npos, best_end = std::string::npos;
-  for (const std::string& stop : stops_) {
-    const size_t start = pending_.find(stop);
-    if (start == std::string::npos) continue;
-    const size_t end = start + stop.size();
-    if (end < best_end || (end == best_end && start < best_start)) {
-      best_start = start;
-      best_end = end;
-    }
-  }
-  if (best_start != std::string::npos) {
-    stopped_ = true;
-    Emit emit{pending_.substr(0, best_start), true};
-    pending_.clear();
-    return emit;
-  }
-  // Hold back the longest suffix that is a proper prefix of a stop.
-  size_t hold = 0;
-  for (const std::string& stop : stops_) {
-    for (size_t k = std::min(stop.size() - 1, pending_.size()); k > hold; --k) {
-      if (pending_.compare(pending_.size() - k, k, stop, 0, k) == 0) {
-        hold = k;
-        break;
-      }
-    }
-  }
-  Emit emit{pending_.substr(0, pending_.size() - hold), false};
-  pending_.erase(0, pending_.size() - hold);
-  return emit;
-}
-
-std::string StopMatcher::Flush() {
-  std::string rest = std::move(pending_);
-  pending_.clear();
-  return rest;
 }
 
 }  // namespace kvcanary::engine

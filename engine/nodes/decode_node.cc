@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/check.h"
 #include "common/status_macros.h"
 #include "engine/nodes/node_common.h"

@@ -1,3 +1,6 @@
+// The decode node's memory of accepted request ids
+// (engine/nodes/accepted_requests.h): once per window, forgotten after it
+// or past the cap, oldest first.
 #include "engine/nodes/accepted_requests.h"
 
 #include "absl/time/time.h"

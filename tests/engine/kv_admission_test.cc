@@ -142,6 +142,9 @@ void SenderRefusedForCapacity(int attempts) {
   KvReceiver receiver(&host, ro);
   KvAdmissionOptions ao;
   ao.max_transfers = 1;
+  // The connection taking the slot is the test's own, authenticated by
+  // hand: a loaded machine must not make it miss the 200 ms deadline.
+  ao.auth_deadline = absl::Seconds(10);
   KvGate gate(ao, &host, &receiver, nullptr);
   auto listener = kv::FrameListener::Listen("127.0.0.1", 0);
   ASSERT_TRUE(listener.ok()) << listener.status();

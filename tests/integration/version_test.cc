@@ -35,15 +35,21 @@ TEST_F(VersionTest, NeedsATenantsKey) {
 TEST_F(VersionTest, StatesTheDefaultsTheNodesRunWith) {
   HttpResult r = Get(cluster_->router(), "/version", "sk-acme");
   ASSERT_EQ(r.status, 200) << r.body;
-  const nlohmann::json want = {
-      {"engine", "kvcanary"},     {"version", engine::kEngineVersion},
-      {"disaggregated", true},    {"kv_checksum", "crc32c"},
-      {"watermark", "enforce"},   {"prefix_cache", "tenant"},
-      {"trace_format", "kvt2"},   {"max_model_len", 512},
-      {"max_prompt_tokens", 256}, {"page_tokens", 16},
-      {"host_tier_pages", 0},     {"tenant_header", nullptr},
-      {"free_list", "lifo"},      {"cache_salt", "ignore"},
-      {"kv_cache_tokens", r.json["kv_cache_tokens"]}};
+  const nlohmann::json want = {{"engine", "kvcanary"},
+                               {"version", engine::kEngineVersion},
+                               {"disaggregated", true},
+                               {"kv_checksum", "crc32c"},
+                               {"watermark", "enforce"},
+                               {"prefix_cache", "tenant"},
+                               {"trace_format", "kvt2"},
+                               {"max_model_len", 512},
+                               {"max_prompt_tokens", 256},
+                               {"page_tokens", 16},
+                               {"host_tier_pages", 0},
+                               {"tenant_header", nullptr},
+                               {"free_list", "lifo"},
+                               {"cache_salt", "ignore"},
+                               {"kv_cache_tokens", r.json["kv_cache_tokens"]}};
   EXPECT_EQ(r.json, want);
   // The first tier, the prefill node's page pool, in whole pages.
   ASSERT_TRUE(r.json["kv_cache_tokens"].is_number_integer()) << r.body;

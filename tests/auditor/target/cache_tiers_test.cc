@@ -1,3 +1,5 @@
+// What a target states about its cache tiers, read from a real server on
+// loopback, and what cache-audit makes of them (auditor/target/cache_tiers.h).
 #include "auditor/target/cache_tiers.h"
 
 #include <string>

@@ -23,6 +23,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/random.h"
@@ -149,15 +150,16 @@ class Process {
   std::string ReadLine(int timeout_ms = 60000) {
     const auto deadline = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(timeout_ms);
-    std::string line;
     while (std::chrono::steady_clock::now() < deadline) {
       pollfd p{fd_, POLLIN, 0};
       if (poll(&p, 1, 100) <= 0) continue;
       char c;
       if (read(fd_, &c, 1) <= 0) return "";
-      if (c == '\n') return line;
-      line.push_back(c);
+      if (c == '\n') return std::exchange(partial_, std::string());
+      partial_.push_back(c);
     }
+    // Timed out: what came of a line so far waits for the next call (a
+    // line cut at the deadline must not lose its head).
     return "";
   }
   void Signal(int sig) {
@@ -178,6 +180,7 @@ class Process {
   pid_t pid_ = -1;
   int fd_ = -1;
   int exit_code_ = -1;
+  std::string partial_;  // a line's head read before ReadLine timed out
 };
 
 // Second word of a line like "router http://127.0.0.1:1234".

@@ -116,8 +116,9 @@ absl::Status ParsePrompt(const json& body, std::string* prompt) {
                              "supported).");
 }
 
-// Renders the messages as their contents joined by "\n".
-absl::Status ParseMessages(const json& body, std::string* prompt) {
+// Renders the messages by `chat_template`.
+absl::Status ParseMessages(const json& body, ChatTemplate chat_template,
+                           std::string* prompt) {
   const json* v = Field(body, "messages");
   if (v == nullptr) {
     return FieldError("messages", "Missing required parameter: 'messages'.");
@@ -156,7 +157,18 @@ absl::Status ParseMessages(const json& body, std::string* prompt) {
     if (!content->is_string()) {
       return TypeError(content_path, "a string", *content);
     }
-    contents.push_back(content->get<std::string>());
+    if (chat_template == ChatTemplate::kPlain) {
+      contents.push_back(content->get<std::string>());
+    } else {
+      contents.push_back(absl::StrCat("<|", r, "|>\n",
+                                      content->get_ref<const std::string&>(),
+                                      "\n<|end|>"));
+    }
+  }
+  if (chat_template == ChatTemplate::kKvcanary) {
+    *prompt = absl::StrCat(kKvcanaryChatHeader, absl::StrJoin(contents, "\n"),
+                           "\n<|assistant|>\n");
+    return absl::OkStatus();
   }
   *prompt = absl::StrJoin(contents, "\n");
   return absl::OkStatus();
@@ -249,8 +261,20 @@ absl::Status ParseCacheSalt(const json& doc, std::string* out) {
 
 }  // namespace
 
-absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
-                                                         bool chat) {
+absl::StatusOr<ChatTemplate> ParseChatTemplate(absl::string_view name) {
+  for (ChatTemplate t : {ChatTemplate::kPlain, ChatTemplate::kKvcanary}) {
+    if (name == ChatTemplateName(t)) return t;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--chat-template=", name, ": want plain or kvcanary"));
+}
+
+const char* ChatTemplateName(ChatTemplate t) {
+  return t == ChatTemplate::kKvcanary ? "kvcanary" : "plain";
+}
+
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(
+    absl::string_view body, bool chat, ChatTemplate chat_template) {
   // A syntax error, a number past double's range (1e400), bytes after the
   // value or a duplicate key: the body is not JSON we can take.
   ASSIGN_OR_RETURN(const json doc, ParseJsonStrict({body.data(), body.size()}));
@@ -265,7 +289,7 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
     if (!model->is_string()) return TypeError("model", "a string", *model);
     req.model = model->get<std::string>();
   }
-  RETURN_IF_ERROR(chat ? ParseMessages(doc, &req.prompt)
+  RETURN_IF_ERROR(chat ? ParseMessages(doc, chat_template, &req.prompt)
                        : ParsePrompt(doc, &req.prompt));
 
   int64_t max_tokens = req.max_tokens;

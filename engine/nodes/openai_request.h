@@ -24,11 +24,28 @@ inline constexpr int kMaxStopStrings = 4;
 // own, counted against the in-flight limits as a request.
 inline constexpr int kMaxChoices = 8;
 
+// How a chat request's messages become the prompt (--chat-template).
+enum class ChatTemplate {
+  // The contents joined by "\n", in order; roles are validated but not
+  // rendered (the engine's behaviour before templates).
+  kPlain,
+  // As real chat templates do: a constant header (kKvcanaryChatHeader, at
+  // least 16 tokens on any tokenizer the engine loads) before the
+  // messages, each message as "<|role|>\n<content>\n<|end|>\n", and
+  // "<|assistant|>\n" last (docs/api.md, "Chat templates").
+  kKvcanary,
+};
+inline constexpr char kKvcanaryChatHeader[] =
+    "<|system|>\nYou are kvcanary's test model. Read the conversation below "
+    "and answer the last message from the user.\n<|end|>\n";
+// "plain" or "kvcanary"; kInvalidArgument naming the choices.
+absl::StatusOr<ChatTemplate> ParseChatTemplate(absl::string_view name);
+const char* ChatTemplateName(ChatTemplate t);  // "plain", "kvcanary"
+
 struct CompletionRequest {
   bool chat = false;  // POST /v1/chat/completions rather than /v1/completions
   std::string model;  // "" if the client sent none (the router's default)
-  // For chat: the message contents joined by "\n", in order (roles are
-  // validated but not rendered).
+  // For chat: the messages rendered by the ChatTemplate parsed with.
   std::string prompt;
   int max_tokens = 16;       // [1, kMaxMaxTokens]
   float temperature = 1.0f;  // [0, 2]; 0 = greedy
@@ -64,8 +81,10 @@ struct CompletionRequest {
 // without logprobs: true. The status carries the offending field as its
 // "param" payload (see ErrorBody, openai_errors.h). Unknown fields are
 // ignored; a known field set to null counts as absent.
-absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body,
-                                                         bool chat);
+// Chat messages are rendered into `prompt` by `chat_template`.
+absl::StatusOr<CompletionRequest> ParseCompletionRequest(
+    absl::string_view body, bool chat,
+    ChatTemplate chat_template = ChatTemplate::kPlain);
 
 }  // namespace kvcanary::engine
 

@@ -33,6 +33,7 @@
 #include "engine/nodes/node_metrics.h"
 #include "engine/nodes/node_pool.h"
 #include "engine/nodes/node_settings.h"
+#include "engine/nodes/openai_request.h"
 #include "engine/nodes/openai_responses.h"
 #include "engine/nodes/request_ids.h"
 #include "engine/nodes/tenants.h"
@@ -74,6 +75,8 @@ struct RouterOptions {
   // the header naming the tenant it is for (docs/api.md, "Gateways");
   // "": none (gateway tenants' keys are tenants of their own).
   std::string tenant_header;
+  // --chat-template: how /v1/chat/completions messages become the prompt.
+  ChatTemplate chat_template = ChatTemplate::kPlain;
   absl::Duration startup_timeout = absl::Seconds(20);
   FaultSet faults;
   AccessLogOptions access_log;  // path "": no access log

@@ -90,7 +90,7 @@ absl::StatusOr<std::shared_ptr<Router::Admitted>> Router::Admit(
     const http::Request& req, bool chat, AccessRecord* record) {
   auto tenant = RequestTenant(req, record);
   if (!tenant.ok()) return tenant.status();
-  auto parsed = ParseCompletionRequest(req.body, chat);
+  auto parsed = ParseCompletionRequest(req.body, chat, options_.chat_template);
   if (!parsed.ok()) return parsed.status();
   if (!parsed->model.empty() && parsed->model != options_.model_name) {
     return ModelNotFound(parsed->model);

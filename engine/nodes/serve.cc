@@ -179,6 +179,7 @@ RouterOptions RouterOptionsFor(const ServeOptions& o,
   r.http_max_unoccupied_per_address = o.http_max_unoccupied_per_address;
   r.node_pool_idle = o.node_pool_idle;
   r.tenant_header = o.tenant_header;
+  r.chat_template = o.chat_template;
   r.model_name = o.served_model_name.empty()
                      ? DefaultServedModelName(o.model_path)
                      : o.served_model_name;
@@ -372,6 +373,8 @@ std::vector<std::string> RouterArgs(const ServeOptions& o,
   args.push_back(absl::StrCat("--http_max_unoccupied_per_address=",
                               o.http_max_unoccupied_per_address));
   args.push_back("--tenant_header=" + o.tenant_header);
+  args.push_back(
+      absl::StrCat("--chat_template=", ChatTemplateName(o.chat_template)));
   if (!o.served_model_name.empty()) {
     args.push_back("--served_model_name=" + o.served_model_name);
   }

@@ -15,6 +15,7 @@
 #include "engine/core/faults.h"
 #include "engine/core/trace_bus.h"
 #include "engine/nodes/access_log.h"
+#include "engine/nodes/openai_request.h"
 #include "engine/nodes/prefill_node.h"
 #include "engine/transfer/kv_admission.h"
 #include "engine/transfer/kv_sender.h"
@@ -57,6 +58,7 @@ struct ServeOptions {
   int max_in_flight = 256;                              // router
   int node_pool_idle = 32;                              // router
   std::string tenant_header;                            // router
+  ChatTemplate chat_template = ChatTemplate::kPlain;    // router
   AccessLogOptions access_log;                          // router
   std::string up_status_file;  // router: the status file of the `up` above
   // prefill and up: the KV cache event stream (docs/nodes.md, "KV cache

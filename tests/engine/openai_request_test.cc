@@ -6,8 +6,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/model/model.h"
+#include "engine/model/tokenizer.h"
 #include "engine/nodes/openai_errors.h"
 #include "gtest/gtest.h"
+#include "tests/engine/test_models.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -274,6 +277,38 @@ TEST(OpenAiApiTest, NumberOverflowIsInvalidJson) {
   EXPECT_EQ(req.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(req.status().message(), "invalid JSON"))
       << req.status();
+}
+
+// --chat-template: plain joins the contents (today's behaviour); kvcanary
+// wraps them as real templates do, a constant header first.
+TEST(OpenAiApiTest, ChatTemplatesRenderTheMessages) {
+  const std::string body =
+      R"({"messages":[{"role":"system","content":"Be brief."},)"
+      R"({"role":"user","content":"Hi"}]})";
+  auto plain = ParseCompletionRequest(body, /*chat=*/true);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->prompt, "Be brief.\nHi");
+  auto wrapped = ParseCompletionRequest(body, true, ChatTemplate::kKvcanary);
+  ASSERT_TRUE(wrapped.ok()) << wrapped.status();
+  EXPECT_EQ(wrapped->prompt,
+            absl::StrCat(kKvcanaryChatHeader,
+                         "<|system|>\nBe brief.\n<|end|>\n"
+                         "<|user|>\nHi\n<|end|>\n<|assistant|>\n"));
+  EXPECT_EQ(ParseChatTemplate("kvcanary").value(), ChatTemplate::kKvcanary);
+  EXPECT_EQ(ParseChatTemplate("plain").value(), ChatTemplate::kPlain);
+  EXPECT_FALSE(ParseChatTemplate("chatml").ok());
+}
+
+// The header is at least 16 tokens on both tokenizers the engine loads:
+// the embedded model's and stories260K's tok512 (where present).
+TEST(OpenAiApiTest, TheKvcanaryHeaderIsAtLeastSixteenTokens) {
+  const Model embedded = DefaultModel();
+  const Tokenizer t = Tokenizer::Default(embedded.config.vocab_size);
+  EXPECT_GE(t.Encode(kKvcanaryChatHeader, /*bos=*/false, false).size(), 16u);
+  if (const testing::RealModel* real = testing::Stories260K()) {
+    EXPECT_GE(real->tokenizer.Encode(kKvcanaryChatHeader, false, false).size(),
+              16u);
+  }
 }
 
 }  // namespace

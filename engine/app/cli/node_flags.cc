@@ -74,6 +74,11 @@ ABSL_FLAG(std::string, tenant_header, "",
           "Router role: the HTTP header naming the tenant a gateway's request "
           "is for; applies to keys of tenants marked \"gateway\": true in "
           "the tenants file (docs/api.md, \"Gateways\"). Empty: none.");
+ABSL_FLAG(std::string, chat_template, "plain",
+          "Router role and up: how /v1/chat/completions messages become the "
+          "prompt: plain (their contents joined by newlines) or kvcanary (a "
+          "header of at least 16 tokens and role markers, as real chat "
+          "templates; docs/api.md, \"Chat templates\").");
 ABSL_FLAG(int, metadata_slots, 16,
           "Decode role: transfer metadata slots, which hand the first token "
           "and the staged K/V from the receiver to the request (1 to "
@@ -283,6 +288,8 @@ absl::Status LimitFlags(ServeOptions* o) {
     return absl::InvalidArgumentError(
         "--tenant-header must be an HTTP header name (RFC 9110 token)");
   }
+  ASSIGN_OR_RETURN(o->chat_template,
+                   ParseChatTemplate(absl::GetFlag(FLAGS_chat_template)));
   o->access_log.path = absl::GetFlag(FLAGS_access_log);
   o->access_log.max_bytes = absl::GetFlag(FLAGS_access_log_max_bytes);
   o->access_log.keep = absl::GetFlag(FLAGS_access_log_keep);
@@ -328,6 +335,7 @@ std::vector<std::string> NodeFlagNames() {
           "metadata_slots",
           "node_pool_idle",
           "tenant_header",
+          "chat_template",
           "served_model_name",
           "trace_read_sample",
           "http_max_unoccupied_per_address",

@@ -52,7 +52,7 @@ Campaign::Campaign(const CampaignOptions& options, AuditorMetrics* metrics)
       key_(options.secret_key.empty() ? RandomHex(32) : options.secret_key),
       session_(TargetOptions{options.target, options.tenants, options.model,
                              options.request_timeout,
-                             options.max_consecutive_failures}),
+                             options.max_consecutive_failures, options.api}),
       detectors_(CreateDetectors(options.broken)),
       settings_(Settings(options)),
       scanner_(canaries::kDefaultMinPartialWords) {}
@@ -145,12 +145,17 @@ absl::Status Campaign::Calibrated() {
              bool stream, const json& extra) {
         return session_.SendAlone(t, prompt, max_tokens, stream, extra);
       },
-      &cal_);
+      &cal_, session_.api() == Api::kChat);
   // Its findings are kept even if the target died during it.
   RETURN_IF_ERROR(AddFindings(cal_.findings, /*flush=*/true));
   RETURN_IF_ERROR(session_.down());
   r_.limit = cal_.limit;
-  RETURN_IF_ERROR(Record("calibration", cal_.ToEvidence(), true));
+  // The API it was measured over (a chat template's tokens are part of
+  // every prompt there), and the shared head counted as uncached.
+  json calibration = cal_.ToEvidence();
+  calibration["api"] = r_.api;
+  calibration["shared_head_tokens"] = session_.shared_head_tokens();
+  RETURN_IF_ERROR(Record("calibration", std::move(calibration), true));
   BuildScanner();
   RETURN_IF_ERROR(scanner_.Compile());
   view_.tenants = r_.tenants;
@@ -172,6 +177,8 @@ absl::Status Campaign::Steps() {
   RETURN_IF_ERROR(RecordStart());
   RETURN_IF_ERROR(session_.Discover());
   r_.model = session_.model();
+  r_.api = ApiName(session_.api());
+  metrics_->SetTargetApi(r_.api);
   RETURN_IF_ERROR(StartDetectors());
   r_.audit_started = true;  // the start checks passed: calibration probes
   RETURN_IF_ERROR(Calibrated());

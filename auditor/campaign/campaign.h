@@ -20,6 +20,7 @@
 #include "auditor/reports/metrics.h"
 #include "auditor/result/coverage.h"
 #include "auditor/result/result.h"
+#include "auditor/target/target.h"
 #include "auditor/target/tenants.h"
 #include "common/tls.h"
 
@@ -53,6 +54,7 @@ struct CampaignOptions {
   // Consecutive requests without an HTTP answer before the campaign stops:
   // "target down".
   int max_consecutive_failures = 20;
+  Api api = Api::kAuto;           // --api
   int max_ladder_tokens = 16384;  // how far the limit ladder climbs
   bool progress = true;           // progress lines on stderr
   // The target engine's KV-cache event stream (--kv-events): followed from

@@ -72,7 +72,7 @@ nlohmann::json ScoreFields() {
 }
 
 void CalibrateLogprobs(const AuditTenant& tenant, const SendAloneWith& send,
-                       Calibration* c) {
+                       Calibration* c, bool chat) {
   if (c->golden.empty()) {
     c->golden_logprobs.disabled = c->scored.disabled =
         "no golden prompt was calibrated";
@@ -81,6 +81,13 @@ void CalibrateLogprobs(const AuditTenant& tenant, const SendAloneWith& send,
   c->golden_logprobs =
       Measure(tenant, send, *c, GoldenLogprobsFields(), kGoldenMaxTokens,
               /*scored=*/false, &c->requests);
+  if (chat) {
+    c->scored = LogprobCalibration();
+    c->scored.disabled =
+        "chat completions have no echo: a prompt's own log-probabilities "
+        "cannot be asked (the target is audited over chat)";
+    return;
+  }
   c->scored = Measure(tenant, send, *c, ScoreFields(), kScoreMaxTokens,
                       /*scored=*/true, &c->requests);
 }

@@ -29,9 +29,11 @@ nlohmann::json ScoreFields();
 inline constexpr int kScoreMaxTokens = 1;
 
 // Fills c->golden_logprobs and c->scored, sending as `tenant`. REQUIRES:
-// c->golden measured (with none, both are disabled saying so).
+// c->golden measured (with none, both are disabled saying so). `chat`:
+// requests go through chat completions, which have no echo, so scored
+// prompts are disabled saying so, without a request.
 void CalibrateLogprobs(const AuditTenant& tenant, const SendAloneWith& send,
-                       Calibration* c);
+                       Calibration* c, bool chat = false);
 
 }  // namespace kvcanary::auditor
 

@@ -169,7 +169,7 @@ absl::Status Campaign::OnAnswer(const ProbeResponse& resp,
                                 std::map<uint64_t, Probe>* in_flight) {
   const Probe p = std::move((*in_flight)[resp.id]);
   in_flight->erase(resp.id);
-  const Completion c = ParseCompletion(resp, p.stream);
+  const Completion c = session_.Parse(resp, p.stream);
   session_.NoteTransport(c);
   return Judge(p, c);
 }

@@ -66,7 +66,7 @@ const CommandRegistration kAccept(
      {"accept",
       "The long-context acceptance sweep: echo, golden, token counts and "
       "refusals at every page boundary up to the input limit and past it.",
-      WithReportFlags({"target", "tenants", "model", "timeout",
+      WithReportFlags({"target", "tenants", "model", "api", "timeout",
                        "max_prompt_tokens", "max_ladder_tokens",
                        "max_consecutive_failures", "page_tokens", "load",
                        "repeats", "concurrency", "max_lengths", "seed"}),

@@ -84,7 +84,7 @@ const CommandRegistration kCacheAudit(
      {"cache-audit",
       "Whether the prompt cache lets one tenant's prompt speed up "
       "another's: first-token timing (KS test) and reported cached tokens.",
-      WithReportFlags({"target", "tenants", "model", "timeout", "alpha",
+      WithReportFlags({"target", "tenants", "model", "api", "timeout", "alpha",
                        "max_samples", "prefix_tokens", "evict_tokens", "seed",
                        "kv_events", "salts", "tenant_header", "gateway_key",
                        "trace_token_file", "max_consecutive_failures"}),

@@ -98,6 +98,7 @@ std::vector<std::string> CampaignFlagNames() {
           "rate",
           "key_file",
           "model",
+          "api",
           "max_prompt_tokens",
           "timeout",
           "floor",
@@ -121,6 +122,7 @@ absl::StatusOr<CampaignOptions> CampaignOptionsFromFlags() {
   o.model = target.model;
   o.request_timeout = target.request_timeout;
   o.max_consecutive_failures = target.max_consecutive_failures;
+  o.api = target.api;
   ASSIGN_OR_RETURN(o.trace_urls, TraceUrlsFromFlags());
   ASSIGN_OR_RETURN(o.trace_token,
                    ReadTraceToken(absl::GetFlag(FLAGS_trace_token_file)));

@@ -34,7 +34,7 @@ const CommandRegistration kFacts(
      {"facts",
       "What the endpoint reveals about itself, field by field, and whether "
       "any endpoint shows one tenant's data to another or to no key.",
-      WithReportFlags({"target", "tenants", "trace", "model", "timeout",
+      WithReportFlags({"target", "tenants", "trace", "model", "api", "timeout",
                        "key_file"}),
       {}},
      RunFactsCommand});

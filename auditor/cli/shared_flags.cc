@@ -12,6 +12,7 @@
 #include "auditor/target/tenants.h"
 #include "auditor/trace/follower.h"
 #include "common/file.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, target, "",
           "Base URL of the OpenAI-compatible endpoint to audit: "
@@ -24,6 +25,11 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, model, "",
           "Model name to put in requests (default: the first of the target's "
           "/v1/models).");
+ABSL_FLAG(std::string, api, "auto",
+          "The OpenAI API to send requests through: completions "
+          "(/v1/completions), chat (/v1/chat/completions), or auto: "
+          "completions where the target answers a text completion, else "
+          "chat.");
 ABSL_FLAG(double, timeout, 30, "Seconds each request may take.");
 ABSL_FLAG(int, max_consecutive_failures, 20,
           "Requests in a row without an HTTP answer before the campaign stops "
@@ -132,6 +138,7 @@ absl::StatusOr<TargetOptions> TargetFromFlags(bool tenants_required) {
   }
   o.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout));
   o.model = absl::GetFlag(FLAGS_model);
+  ASSIGN_OR_RETURN(o.api, ParseApi(absl::GetFlag(FLAGS_api)));
   o.max_consecutive_failures = absl::GetFlag(FLAGS_max_consecutive_failures);
   if (o.max_consecutive_failures < 1) {
     return absl::InvalidArgumentError(

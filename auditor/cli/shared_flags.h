@@ -22,6 +22,7 @@
 ABSL_DECLARE_FLAG(std::string, target);
 ABSL_DECLARE_FLAG(std::string, tenants);
 ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, api);
 ABSL_DECLARE_FLAG(double, timeout);
 ABSL_DECLARE_FLAG(int, max_consecutive_failures);
 ABSL_DECLARE_FLAG(int, max_prompt_tokens);
@@ -65,7 +66,7 @@ std::vector<std::string> WithReportFlags(std::vector<std::string> flags);
 // millisecond (curl reads a timeout of 0 as none at all), a day at most.
 absl::Status CheckSeconds(const char* name, double value);
 
-// --target, --tenants (required or not), --model, --timeout,
+// --target, --tenants (required or not), --model, --api, --timeout,
 // --max-consecutive-failures.
 absl::StatusOr<TargetOptions> TargetFromFlags(bool tenants_required);
 

@@ -1,5 +1,7 @@
 #include "auditor/detectors/boundary.h"
 
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,7 +13,7 @@ namespace kvcanary::auditor {
 
 std::vector<Finding> JudgeBoundary(const BoundaryObservation& o) {
   std::vector<Finding> out;
-  if (o.http_status != 200) return out;
+  if (o.http_status != 200 || !o.answered) return out;
   auto make = [&o](const char* kind) {
     Finding f;
     f.detector = "boundary";
@@ -98,6 +100,13 @@ class BoundaryDetector : public DetectorOf<BoundaryDetector> {
   void JudgeLimitProbe(const Probe& p, const Completion& c, FindingSink& out) {
     const Calibration& cal = *view().calibration;
     const bool past = p.kind == ProbeKind::kPastLimit;
+    // A 200 without an answer (a stream the server dropped, TGI's chat
+    // stream past the limit) is neither a refusal nor an admission:
+    // counted and shown, never judged.
+    if (c.status == 200 && !c.usable && !c.http_ok_error) {
+      ++unanswered_[c.dropped_stream ? "dropped_stream" : "bad_response"];
+      return;
+    }
     // Judged: a refusal past the limit, a 200 past it (a finding by
     // itself), or an answer at the limit whose count can be compared.
     if ((past && IsRefusal(c.status)) ||
@@ -112,7 +121,13 @@ class BoundaryDetector : public DetectorOf<BoundaryDetector> {
     }
   }
 
+  int Count(const std::string& outcome) const {
+    auto it = unanswered_.find(outcome);
+    return it == unanswered_.end() ? 0 : it->second;
+  }
+
   TenantCounts judged_;
+  std::map<std::string, int> unanswered_;  // outcome -> 200s not judged
 };
 KVCANARY_REGISTER_DETECTOR(BoundaryDetector);
 
@@ -133,7 +148,8 @@ std::vector<ControlCase> BoundaryDetector::Controls() const {
       const Completion got = ParseCompletion(r, stream);
       for (Finding& f : JudgeBoundary({predicted, limit, got.status,
                                        got.usable ? got.prompt_tokens : -1,
-                                       tolerance, tenant, "control"})) {
+                                       tolerance, tenant, "control",
+                                       got.usable || got.status != 200})) {
         out.Add(std::move(f));
       }
     };
@@ -167,6 +183,12 @@ std::vector<ControlCase> BoundaryDetector::Controls() const {
        judge(Canned(200, openai_stream_error), true, past), kinds_are({})},
       {"llama.cpp's refusal event in a 200 stream",
        judge(Canned(200, llama_stream_error), true, past), kinds_are({})},
+      {"TGI's chat stream past the limit: [DONE] alone",
+       judge(Canned(200, "data: [DONE]\n\n"), true, past), kinds_are({})},
+      {"a stream cut after its headers",
+       judge(Canned(200, "data: {\"choices\":[{\"text\":\" ok\"}]}\n\n"), true,
+             past),
+       kinds_are({})},
   };
 }
 
@@ -176,6 +198,12 @@ DetectorCoverage BoundaryDetector::Coverage(int) const {
   const Calibration& cal = *view().calibration;
   d.coverage = judged_.Named(view().tenants);
   if (!cal.boundary_failure.empty()) d.AddFailure(cal.boundary_failure);
+  for (const auto& [outcome, n] : unanswered_) {
+    d.notes.push_back(absl::StrCat(n,
+                                   " HTTP 200 answers without a usable "
+                                   "answer (",
+                                   outcome, "): not judged"));
+  }
   d.notes.push_back(absl::StrCat("limit ", cal.limit.prompt_tokens,
                                  " prompt tokens (", cal.limit.source, ": ",
                                  cal.limit.where, ")"));
@@ -183,6 +211,8 @@ DetectorCoverage BoundaryDetector::Coverage(int) const {
              {"refuse_above_tokens", cal.limit.refuse_above},
              {"limit_source", cal.limit.source},
              {"unit_tokens", cal.unit_tokens},
+             {"dropped_streams", Count("dropped_stream")},
+             {"bad_responses", Count("bad_response")},
              {"tolerance", cal.tolerance},
              {"at_limit_tokens",
               cal.base_tokens + cal.at_limit_units * cal.unit_tokens},

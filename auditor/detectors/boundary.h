@@ -24,8 +24,12 @@ struct BoundaryObservation {
   int tolerance = 0;  // tokens a unique prefix may vary by (calibrated)
   std::string tenant;
   std::string template_name;  // at_limit, past_limit, plant, ladder, ...
+  // False for a 200 without a usable answer (a dropped stream, a body
+  // without a completion): not judged at all.
+  bool answered = true;
 };
-// A 200 past the limit (boundary_accepted), a 200 whose usage.prompt_tokens
+// Only answers: a 200 past the limit (boundary_accepted), a 200 whose
+// usage.prompt_tokens
 // is below what was sent (prompt_truncated) or otherwise disagrees with it
 // (prompt_tokens_mismatch).
 std::vector<Finding> JudgeBoundary(const BoundaryObservation& o);

@@ -13,7 +13,7 @@ namespace {
 
 using json = nlohmann::json;
 
-// Letters' worth of prompt that the witness's nonce ("Ticket NNNNNNNNNN.")
+// Letters' worth of prompt that the witness's nonce ("NNNNNNNNNN Ticket.")
 // takes at most on common tokenizers.
 constexpr int kWitnessNonceUnits = 12;
 

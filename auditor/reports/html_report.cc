@@ -190,6 +190,7 @@ void AppendSummary(const json& r, std::string* out) {
   };
   add("Target", "target", Str(r, "target"));
   add("Model", "model", Str(r, "model"));
+  add("API", "api", Str(r, "api"));
   std::vector<std::string> tenants;
   for (const json& t : Arr(r, "tenants")) tenants.push_back(Text(t));
   add("Tenants", "tenants", absl::StrJoin(tenants, ", "));

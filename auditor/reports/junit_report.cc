@@ -228,7 +228,7 @@ std::string JunitXml(const json& result) {
                   "\" ", totals, " timestamp=\"",
                   Esc(Str(result, "started_at")), "\">\n    <properties>\n");
   for (const char* key : {"command", "verdict", "exit_code", "target", "model",
-                          "schema_version", "ended_at"}) {
+                          "api", "schema_version", "ended_at"}) {
     if (Get(result, key).is_null()) continue;
     absl::StrAppend(&out, "      <property name=\"", key, "\" value=\"",
                     Esc(Str(result, key)), "\"/>\n");

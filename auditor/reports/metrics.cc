@@ -82,6 +82,12 @@ AuditorMetrics::AuditorMetrics()
                "1 for the last campaign's verdict (clean, findings, error, "
                "inconclusive), 0 for the others")
            .Register(*registry_);
+  target_api_ = &prometheus::BuildGauge()
+                     .Name("kvcanary_auditor_target_api")
+                     .Help(
+                         "1 for the OpenAI API the last command's requests "
+                         "used (completions, chat), 0 for the other")
+                     .Register(*registry_);
   campaigns_ = &prometheus::BuildCounter()
                     .Name("kvcanary_auditor_campaigns_total")
                     .Help("Campaigns run, by verdict")
@@ -141,6 +147,13 @@ void AuditorMetrics::CountProbe(const std::string& kind,
                                 const std::string& outcome) {
   absl::MutexLock lock(&mu_);
   probes_->Add({{"kind", kind}, {"outcome", outcome}}).Increment();
+}
+
+void AuditorMetrics::SetTargetApi(const std::string& api) {
+  absl::MutexLock lock(&mu_);
+  for (const char* a : {"completions", "chat"}) {
+    target_api_->Add({{"api", a}}).Set(api == a ? 1 : 0);
+  }
 }
 
 void AuditorMetrics::CountFinding(const std::string& kind,

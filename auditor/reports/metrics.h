@@ -40,9 +40,13 @@ struct KvEventStreamCounts {
 class AuditorMetrics {
  public:
   AuditorMetrics();
-  // outcome: ok, http_4xx, http_5xx, transport_error, bad_response.
+  // outcome: ok, http_4xx, http_5xx, transport_error, dropped_stream,
+  // bad_response.
   void CountProbe(const std::string& kind, const std::string& outcome);
   void CountFinding(const std::string& kind, const std::string& severity);
+  // The API the command's requests use ("completions" or "chat"):
+  // kvcanary_auditor_target_api{api} 1 for it, 0 for the other.
+  void SetTargetApi(const std::string& api);
   // The last campaign's controls (detector -> passed); a detector whose
   // control did not run has no sample, rather than an old one.
   void SetPositiveControls(const std::map<std::string, bool>& passed);
@@ -78,6 +82,7 @@ class AuditorMetrics {
   prometheus::Family<prometheus::Gauge>* detector_coverage_;
   prometheus::Family<prometheus::Gauge>* detector_floor_;
   prometheus::Family<prometheus::Gauge>* last_verdict_;
+  prometheus::Family<prometheus::Gauge>* target_api_;
   prometheus::Family<prometheus::Counter>* campaigns_;
   prometheus::Counter* trace_consumed_;
   prometheus::Counter* trace_dropped_;

@@ -73,6 +73,15 @@ void AppendCommandDetails(const CampaignResult& r, int max_lines,
 
 }  // namespace
 
+namespace {
+// ", over chat completions" where the result names its API.
+std::string ApiSuffix(const CampaignResult& r) {
+  if (r.api.empty()) return "";
+  return absl::StrCat(
+      ", over ", r.api == "chat" ? "chat completions" : "text completions");
+}
+}  // namespace
+
 std::string ResultText(const CampaignResult& r, int max_lines) {
   std::string text;
   std::string* out = &text;
@@ -80,17 +89,18 @@ std::string ResultText(const CampaignResult& r, int max_lines) {
     absl::StrAppendFormat(
         out,
         "campaign %s: %s (exit %d): %lld probes (%lld usable), %zu finding "
-        "rows in %zu incidents, %.1f s\n",
+        "rows in %zu incidents, %.1f s%s\n",
         r.campaign_id.c_str(), VerdictName(r.verdict), r.exit_code(),
         static_cast<long long>(r.probes), static_cast<long long>(r.usable),
-        r.findings.size(), r.incidents.size(),
-        absl::ToDoubleSeconds(r.elapsed));
+        r.findings.size(), r.incidents.size(), absl::ToDoubleSeconds(r.elapsed),
+        ApiSuffix(r).c_str());
   } else {
     absl::StrAppendFormat(
-        out, "%s %s: %s (exit %d): %zu finding rows in %zu incidents, %.1f s\n",
+        out,
+        "%s %s: %s (exit %d): %zu finding rows in %zu incidents, %.1f s%s\n",
         r.command.c_str(), r.campaign_id.c_str(), VerdictName(r.verdict),
         r.exit_code(), r.findings.size(), r.incidents.size(),
-        absl::ToDoubleSeconds(r.elapsed));
+        absl::ToDoubleSeconds(r.elapsed), ApiSuffix(r).c_str());
     AppendCommandDetails(r, max_lines, out);
   }
   if (r.command == "probe" && !r.detectors.empty()) {

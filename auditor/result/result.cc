@@ -58,10 +58,11 @@ json CampaignResult::ErrorJson() const {
 
 json CampaignResult::ToJson() const {
   json j = {{"schema", "kvcanary-campaign-result"},
-            {"schema_version", 2},
+            {"schema_version", 3},
             {"command", command},
             {"campaign", campaign_id},
             {"target", target},
+            {"api", api.empty() ? json() : json(api)},
             {"started_at", Rfc3339Utc(started_us)},
             {"verdict", VerdictName(verdict)},
             {"exit_code", exit_code()},

@@ -54,6 +54,9 @@ struct CampaignResult {
   std::string command = "probe";
   std::string campaign_id;
   std::string target, model;
+  // The API the requests used, "completions" or "chat" (Target::api());
+  // "" when the command stopped before it knew (JSON null).
+  std::string api;
   std::vector<std::string> tenants;
   int64_t started_us = 0, ended_us = 0;
   absl::Duration elapsed;

@@ -105,6 +105,24 @@ Taken Take(const json& j, Completion* c) {
   TakeTimings(j, c);
   const bool has_choices = j.contains("choices") && j["choices"].is_array();
   const bool has_usage = j.contains("usage") && j["usage"].is_object();
+  // llama.cpp's own shape: {"content", "stop", "tokens_evaluated",
+  // "tokens_predicted", "timings", ...}, one object per stream chunk too.
+  if (!has_choices && !has_usage && j.contains("content") &&
+      j["content"].is_string() && j.contains("stop") &&
+      j["stop"].is_boolean()) {
+    c->legacy_shape = true;
+    c->text += j["content"].get<std::string>();
+    if (j.contains("tokens_evaluated") &&
+        j["tokens_evaluated"].is_number_integer() &&
+        j["tokens_evaluated"].get<int>() > 0) {
+      c->prompt_tokens = j["tokens_evaluated"].get<int>();
+    }
+    if (j.contains("id_slot") && j["id_slot"].is_number_integer() &&
+        c->response_id.empty()) {
+      c->response_id = absl::StrCat("slot-", j["id_slot"].get<int>());
+    }
+    return Taken::kChoice;
+  }
   if (!has_choices && !has_usage) return Taken::kNone;
   Taken taken = Taken::kUsage;
   if (c->response_id.empty() && j.contains("id") && j["id"].is_string()) {
@@ -235,12 +253,17 @@ void ReadStream(const std::string& body, Completion* c) {
       return;
     }
     any = any || taken == Taken::kChoice;
+    // llama.cpp's own stream ends with a chunk whose "stop" is true, not
+    // with [DONE].
+    if (c->legacy_shape && j.value("stop", false)) done = true;
   }
   if (!done) {
     c->error = absl::DataLossError("a stream that did not end with [DONE]");
+    c->dropped_stream = true;
     return;
   }
   if (!any) {
+    c->dropped_stream = true;
     // TGI's chat stream drops a validation error and sends only [DONE].
     c->error = absl::DataLossError(
         "a stream with [DONE] but no chunk with a choice: an error the "
@@ -337,7 +360,11 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
 std::string Outcome(const Completion& c) {
   if (c.hung_up) return "hung_up";
   if (!c.error.ok() && c.status == 0) return "transport_error";
-  if (c.status == 200) return c.usable ? "ok" : "bad_response";
+  if (c.status == 200) {
+    return c.usable           ? "ok"
+           : c.dropped_stream ? "dropped_stream"
+                              : "bad_response";
+  }
   if (c.status >= 500) return "http_5xx";
   return "http_4xx";
 }

@@ -48,16 +48,28 @@ struct Completion {
   int status = 0;
   bool http_ok_error = false;  // HTTP 200, but the body or stream was an error
   bool usable = false;         // a 200 with a well-formed completion
+  // A 200 stream that ended without an answer: cut before [DONE], or
+  // [DONE] with no chunk holding a choice (TGI's chat stream drops an
+  // error so). Never an answer: not usable, never judged by boundary.
+  bool dropped_stream = false;
   std::string text;
   // The choices' log-probabilities, where the probe asked for them and the
   // target sent some (stream chunks put together).
   AnswerLogprobs logprobs;
   int prompt_tokens = -1;  // usage.prompt_tokens; -1: not reported
   // Prompt tokens served from the target's cache, however it reports them
-  // (cached_from); -1: not reported.
+  // (cached_from), beyond those every request shares (shared_head_tokens,
+  // subtracted by Target::Parse); -1: not reported.
   int cached_tokens = -1;
+  // The target's shared head (Target::shared_head_tokens()) when it was
+  // subtracted from cached_tokens; 0: none.
+  int shared_head_tokens = 0;
   CachedTokensFrom cached_from = CachedTokensFrom::kNone;
-  int evaluated_tokens = -1;    // llama.cpp's timings.prompt_n; -1: none
+  int evaluated_tokens = -1;  // llama.cpp's timings.prompt_n; -1: none
+  // The answer came in llama.cpp's own pre-OpenAI shape (`content`,
+  // `tokens_evaluated`, `stop`, `timings`), as its /v1/completions answered
+  // before it adopted OpenAI's (docs/targets.md).
+  bool legacy_shape = false;
   std::string response_id;      // the body's "id" ("" if none)
   uint64_t engine_request = 0;  // kEngineRequestIdHeader; 0: not reported
   double ttft_ms = 0;
@@ -93,8 +105,9 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream);
 int ErrorObjectStatus(const nlohmann::json& error,
                       const nlohmann::json& outer = nlohmann::json());
 
-// hung_up (the auditor's own hang-up), ok, bad_response, http_4xx, http_5xx
-// or transport_error.
+// hung_up (the auditor's own hang-up), ok, dropped_stream (a 200 stream
+// without an answer), bad_response (any other 200 without one), http_4xx,
+// http_5xx or transport_error.
 std::string Outcome(const Completion& c);
 
 }  // namespace kvcanary::auditor

@@ -15,7 +15,7 @@ constexpr absl::string_view kBoundaryUnit = " Tom had a red ball.";
 CacheBuster::CacheBuster() : rng_(RandomU64()) {}
 
 std::string CacheBuster::Next() {
-  return absl::StrFormat("Ticket %010u.", rng_() % 10000000000ull);
+  return absl::StrFormat("%010u Ticket.", rng_() % 10000000000ull);
 }
 
 std::string CacheProbePrefix(CacheBuster* buster, int letters,

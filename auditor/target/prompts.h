@@ -14,8 +14,12 @@
 
 namespace kvcanary::auditor {
 
-// A unique prefix per call ("Ticket 8306422791."): ten random digits.
-// Tokenizers that split digits (SentencePiece models, Llama 3's groups of
+// A unique prefix per call ("8306422791 Ticket."): ten random digits, first,
+// so that no constant word sits between the tokens every request shares (a
+// BOS, a chat template's header: Target::shared_head_tokens()) and the
+// unique part — a server that reuses its slot's previous prompt (llama.cpp)
+// would report such a word as cached on every request. Tokenizers that
+// split digits (SentencePiece models, Llama 3's groups of
 // three) count it the same way each time; BPEs that merge digit runs (GPT-2,
 // GPT-NeoX) vary by a token or two, which the calibration measures as its
 // tolerance.

@@ -12,11 +12,13 @@
 #define KVCANARY_AUDITOR_TARGET_TARGET_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "auditor/target/completion.h"
@@ -26,6 +28,16 @@
 #include "auditor/target/tenants.h"
 
 namespace kvcanary::auditor {
+
+// Which OpenAI API the requests use: legacy text completions
+// (/v1/completions, a `prompt`) or chat completions (/v1/chat/completions,
+// `messages`). kAuto: completions where the target answers an OpenAI-shaped
+// text completion (or llama.cpp's own pre-OpenAI shape), else chat where it
+// has no /v1/completions route or answers it in an unknown shape.
+enum class Api { kAuto, kCompletions, kChat };
+const char* ApiName(Api api);  // "auto", "completions", "chat"
+// "auto", "completions" or "chat"; kInvalidArgument naming the choices.
+absl::StatusOr<Api> ParseApi(absl::string_view name);
 
 struct TargetOptions {
   // The base URL: http(s)://host:port, with or without /v1 (target_url.h).
@@ -37,6 +49,7 @@ struct TargetOptions {
   absl::Duration request_timeout = absl::Seconds(30);
   // Requests in a row without an HTTP answer before the target is down.
   int max_consecutive_failures = 20;
+  Api api = Api::kAuto;
 };
 
 class Target {
@@ -64,6 +77,16 @@ class Target {
   const TargetUrl& url() const { return url_; }
   const std::string& model() const { return model_; }
   const TargetLimit& advertised() const { return advertised_; }
+  // The API requests use: options().api, or what Discover() chose for
+  // kAuto (kCompletions until then). Never kAuto.
+  Api api() const { return api_; }
+  // Why that API: "--api=chat", or auto's reason ("/v1/completions answered
+  // HTTP 404", "/v1/completions answered an OpenAI text completion").
+  const std::string& api_reason() const { return api_reason_; }
+  // The request line requests are sent with, e.g. "POST /v1/chat/completions",
+  // and the URL they go to.
+  std::string RequestLine() const;
+  std::string ApiUrl() const;
 
   // The key, and t.extra_header where set.
   std::vector<std::string> Headers(const AuditTenant& t) const {
@@ -71,10 +94,14 @@ class Target {
     if (!t.extra_header.empty()) h.push_back(t.extra_header);
     return h;
   }
-  // A greedy /v1/completions body; streamed ones ask for usage; with
-  // "cache_salt" where `cache_salt` is not empty.
+  // A greedy body for api(): completions `prompt`, or chat `messages` (one
+  // user message holding `prompt`); `max_tokens` (or
+  // `max_completion_tokens` where the target asked for it); streamed ones
+  // ask for usage; with "cache_salt" where `cache_salt` is not empty.
   // `extra`: more top-level fields of the request body (an object; null:
-  // none), e.g. vLLM's kv_cache_report_mode.
+  // none), e.g. vLLM's kv_cache_report_mode. In chat, completions'
+  // `"logprobs": k` becomes `"logprobs": true, "top_logprobs": k`, and
+  // `echo` is never sent (vLLM's chat `echo` means something else).
   std::string Body(const std::string& prompt, int max_tokens, bool stream,
                    const nlohmann::json& extra = nullptr,
                    const std::string& cache_salt = "") const;
@@ -82,6 +109,19 @@ class Target {
   ProbeRequest Request(uint64_t id, const AuditTenant& tenant,
                        const std::string& prompt, int max_tokens, bool stream,
                        const nlohmann::json& extra = nullptr) const;
+
+  // The answer to a request built by Request(): ParseCompletion, and its
+  // cached tokens counted beyond the shared head (never below 0). Every
+  // command reads its answers through this.
+  Completion Parse(const ProbeResponse& r, bool stream) const;
+  // Prompt tokens that every request shares and that the target reports as
+  // cached — a BOS, a constant word, a chat template's header — measured by
+  // Discover() as the median cached count of kSharedHeadSamples cache-busted
+  // prompts sent alone; 0 where the target reports no cached tokens. They
+  // are no cache hit: Parse() counts them as uncached, so latency,
+  // cache-audit, kv_events pairs and cached_prefix labels see them alike.
+  int shared_head_tokens() const { return shared_head_; }
+  static constexpr int kSharedHeadSamples = 5;
 
   // One request, alone; an error completion (no request sent) once down.
   Completion SendAlone(const AuditTenant& t, const std::string& prompt,
@@ -94,8 +134,21 @@ class Target {
   const absl::Status& down() const { return down_; }
 
  private:
-  // A one-token completion as `t`; the error naming `t` if it failed.
-  absl::Status CheckKey(const AuditTenant& t);
+  // A one-token completion as `t` (`answer`: one already sent so), the
+  // error naming `t` if it failed. `reports_cached`: set to whether the
+  // answer reported cached tokens.
+  absl::Status CheckKey(const AuditTenant& t, bool* reports_cached,
+                        std::optional<Completion> answer);
+  // Sets shared_head_ (see shared_head_tokens()).
+  void MeasureSharedHead();
+  // Sets api_ and api_reason_ from options().api, trying completions first
+  // for kAuto, as `t`; adapts the chat body to a target that refuses
+  // max_tokens or temperature 0 (their 400's message names the field).
+  // Returns the last answer to a request sent as the API now stands (the
+  // key check of `t`), if any.
+  std::optional<Completion> ChooseApi(const AuditTenant& t);
+  // One one-token request alone, as `t`, through api_.
+  Completion Try(const AuditTenant& t);
 
   const TargetOptions o_;
   TargetUrl url_;
@@ -103,6 +156,11 @@ class Target {
   bool connected_ = false;
   std::string model_;
   TargetLimit advertised_;
+  int shared_head_ = 0;
+  Api api_ = Api::kCompletions;
+  std::string api_reason_;
+  std::string max_tokens_field_ = "max_tokens";
+  bool send_temperature_ = true;  // false: the target refuses temperature 0
   int consecutive_failures_ = 0;
   absl::Status down_;
 };

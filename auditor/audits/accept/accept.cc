@@ -113,6 +113,8 @@ absl::Status Accept::Steps() {
                                true));
   RETURN_IF_ERROR(session_.Discover());
   r_.model = session_.model();
+  r_.api = ApiName(session_.api());
+  metrics_->SetTargetApi(r_.api);
   r_.audit_started = true;  // the start checks passed: calibration probes
   AcceptCalibrationOptions co;
   co.tenant = session_.options().tenants[0];

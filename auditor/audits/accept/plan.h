@@ -19,7 +19,7 @@
 namespace kvcanary::auditor {
 
 // The prompts the sweep sends. Every one starts with a unique
-// `Ticket <digits>.` prefix and "Once upon a time." (BoundaryPrompt's
+// `<digits> Ticket.` prefix and "Once upon a time." (BoundaryPrompt's
 // head), then filler units, then pads, then what the kind adds:
 //   count   nothing (BoundaryPrompt itself, padded)
 //   start   the echo block before the filler, the ask after it

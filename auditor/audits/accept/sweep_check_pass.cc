@@ -167,7 +167,7 @@ absl::Status AcceptSweep::RunUnderLoad(std::vector<AcceptProbe> probes) {
         if (s != sweep_in_flight.end()) {
           const AcceptProbe p = std::move(s->second);
           sweep_in_flight.erase(s);
-          const Completion c = ParseCompletion(resp, p.stream);
+          const Completion c = session_->Parse(resp, p.stream);
           session_->NoteTransport(c);
           absl::Status st = Observe(p, c);
           if (!st.ok() && error.ok()) error = st;
@@ -175,7 +175,7 @@ absl::Status AcceptSweep::RunUnderLoad(std::vector<AcceptProbe> probes) {
         }
         const int tenant = load_in_flight[resp.id];
         load_in_flight.erase(resp.id);
-        const Completion c = ParseCompletion(resp, false);
+        const Completion c = session_->Parse(resp, false);
         session_->NoteTransport(c);
         absl::Status st = ObserveLoad(tenant, c);
         if (!st.ok() && error.ok()) error = st;

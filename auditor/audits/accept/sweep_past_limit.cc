@@ -128,15 +128,10 @@ void AcceptSweep::JudgeRefusal(const AcceptProbe& p, const Completion& c,
   const std::string how = p.stream ? "streamed" : "plain";
   const int s = c.status;
   if (s == 200 && !c.http_ok_error) {
-    // Admitted, whatever the body: a refusal is a 4xx.
-    l.refusal.Note(CheckState::kFailed,
-                   absl::StrCat(UnusableWhy(c), " (", how, ") for a prompt of ",
-                                predicted, " tokens past the limit of ",
-                                t_.refuse_above, ": admitted, not refused"));
-    BoundaryObservation o{
-        predicted,      t_.refuse_above,    200, -1, cal_.filler.tolerance,
-        sweeper().name, "accept_past_limit"};
-    for (Finding& f : JudgeBoundary(o)) found->push_back(std::move(f));
+    // A 200 without an answer (a stream the server dropped after its
+    // headers, as TGI's chat stream does past the limit): neither a
+    // refusal nor an admission. Counted in by_outcome (dropped_stream,
+    // bad_response), never judged.
     return;
   }
   if (s == 0 || OtherClientError(s)) {

@@ -114,6 +114,8 @@ absl::Status CacheAudit::Start() {
                          true));
   RETURN_IF_ERROR(session_.Discover());
   r_.model = session_.model();
+  r_.api = ApiName(session_.api());
+  metrics_->SetTargetApi(r_.api);
   r_.limit = session_.advertised();
   r_.audit_started = true;  // the start checks passed: sizing probes
   Tiers();

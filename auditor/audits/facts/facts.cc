@@ -192,17 +192,16 @@ BehaviourProbe Facts::SendBehaviour(const std::string& kind,
   b.probe = next_probe_++;
   b.kind = kind;
   b.reader = reader == nullptr ? kNoKeyReader : reader->name;
-  json body = {{"model", model_},
-               {"prompt", kBehaviourPrompt},
-               {"max_tokens", max_tokens},
-               {"temperature", 0}};
   const bool stream = kind != kPlainCompletion;
-  if (stream) body["stream"] = true;
-  if (kind == kStreamUsageCompletion) {
-    body["stream_options"] = {{"include_usage", true}};
-  }
+  // The session's body for its API (completions or chat), with the model
+  // facts read; a plain stream without stream_options, to see whether
+  // usage comes unasked.
+  json body = json::parse(session_.Body(kBehaviourPrompt, max_tokens, stream));
+  body["model"] = model_;
+  if (kind != kStreamUsageCompletion) body.erase("stream_options");
+  b.request = session_.RequestLine();
   ProbeRequest req;
-  req.url = session_.url().Api("/completions");
+  req.url = session_.ApiUrl();
   req.body = body.dump();
   if (reader != nullptr) req.headers = session_.Headers(*reader);
   req.timeout = o_.target.request_timeout;
@@ -215,7 +214,7 @@ BehaviourProbe Facts::SendBehaviour(const std::string& kind,
       },
       [&](ProbeResponse r) { b.response = std::move(r); },
       [&] { return sent; });
-  b.completion = ParseCompletion(b.response, stream);
+  b.completion = session_.Parse(b.response, stream);
   metrics_->CountProbe("facts", Outcome(b.completion));
   return b;
 }
@@ -381,10 +380,11 @@ absl::Status Facts::Steps() {
   ReadNodeRoles(run_.before, &run_.table);
   for (const BehaviourProbe& b : run_.behaviour) {
     if (b.reader == kNoKeyReader) {
-      ReadKeylessCompletion(b.kind, b.completion, &run_.table);
+      ReadKeylessCompletion(b.request, b.kind, b.completion, &run_.table);
       if (!tenants().empty()) continue;
     }
-    ReadCompletionFacts(b.kind, b.response, b.completion, &run_.table);
+    ReadCompletionFacts(b.request, b.kind, b.response, b.completion,
+                        &run_.table);
   }
   for (const EndpointRead& r : run_.before) {
     ReadServerHeader(r.headers, &run_.table);
@@ -412,6 +412,8 @@ CampaignResult Facts::Run() {
 void Facts::Finish(const absl::Status& run) {
   r_.ended_us = NowUs();
   r_.model = model_;
+  r_.api = ApiName(session_.api());
+  metrics_->SetTargetApi(r_.api);
   if (run.ok()) {
     r_.detectors = FactsDetectors(run_, r_.findings);
     r_.checks = FactsChecks(run_, r_.findings);

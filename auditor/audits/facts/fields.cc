@@ -392,10 +392,11 @@ bool AnsweredAsStream(const ProbeResponse& r) {
   return absl::StartsWith(body, "data:") || absl::StartsWith(body, "event:");
 }
 
-void ReadCompletionFacts(const std::string& kind, const ProbeResponse& r,
-                         const Completion& c, FactsTable* table) {
+void ReadCompletionFacts(const std::string& request, const std::string& kind,
+                         const ProbeResponse& r, const Completion& c,
+                         FactsTable* table) {
   if (!r.transport.ok() || !c.usable) return;
-  const std::string source = absl::StrCat("POST /v1/completions (", kind, ")");
+  const std::string source = absl::StrCat(request, " (", kind, ")");
   if (kind == kPlainCompletion && c.prompt_tokens >= 0) {
     table->Add("usage", "reported", source + " .usage.prompt_tokens");
   }
@@ -412,10 +413,10 @@ void ReadCompletionFacts(const std::string& kind, const ProbeResponse& r,
              source + " usage in the stream");
 }
 
-void ReadKeylessCompletion(const std::string& kind, const Completion& c,
-                           FactsTable* table) {
+void ReadKeylessCompletion(const std::string& request, const std::string& kind,
+                           const Completion& c, FactsTable* table) {
   const std::string source =
-      absl::StrCat("POST /v1/completions (", kind, ", no key) HTTP ", c.status);
+      absl::StrCat(request, " (", kind, ", no key) HTTP ", c.status);
   if (c.status == 200 && c.usable) {
     table->Add("completion_without_key", "served", source);
   } else if (c.status == 401 || c.status == 403) {

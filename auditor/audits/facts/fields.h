@@ -95,15 +95,17 @@ void ReadServerHeader(const std::map<std::string, std::string>& headers,
 
 // What one behaviour completion (`kind`) states: usage in a plain answer, usage
 // in a stream (without stream_options: "always"; with include_usage: only
-// then), cached tokens.
-void ReadCompletionFacts(const std::string& kind, const ProbeResponse& r,
-                         const Completion& c, FactsTable* table);
+// then), cached tokens. `request`: the request line it was sent with
+// ("POST /v1/chat/completions"), named in each fact's source.
+void ReadCompletionFacts(const std::string& request, const std::string& kind,
+                         const ProbeResponse& r, const Completion& c,
+                         FactsTable* table);
 
 // What a completion sent without a key (`kind`) states:
 // completion_without_key "served" for a usable 200, "refused" for a 401 or
 // 403; nothing for any other answer.
-void ReadKeylessCompletion(const std::string& kind, const Completion& c,
-                           FactsTable* table);
+void ReadKeylessCompletion(const std::string& request, const std::string& kind,
+                           const Completion& c, FactsTable* table);
 
 }  // namespace kvcanary::auditor
 

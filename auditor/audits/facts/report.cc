@@ -279,7 +279,7 @@ DetectorCoverage FactsCoverage(const FactsRun& run) {
   }
   for (const BehaviourProbe& b : run.behaviour) {
     if (b.completion.status == 0) {
-      facts.AddFailure(absl::StrCat("POST /v1/completions (", b.kind,
+      facts.AddFailure(absl::StrCat(b.request, " (", b.kind,
                                     "): no HTTP answer (",
                                     b.completion.error.message(), ")"));
     }

@@ -27,7 +27,8 @@ namespace kvcanary::auditor {
 struct BehaviourProbe {
   int64_t probe = 0;
   std::string kind;
-  std::string reader;  // a tenant, or kNoKeyReader
+  std::string reader;   // a tenant, or kNoKeyReader
+  std::string request;  // the request line, "POST /v1/chat/completions"
   ProbeResponse response;
   Completion completion;
 };

@@ -210,7 +210,13 @@ absl::StatusOr<TtftFloor> FindFloor(const ForensicsOptions& o) {
   const bool fitted = calibrated != nullptr && calibrated->is_boolean() &&
                       calibrated->get<bool>();
   const double per_token_ms = num("per_token_ms");
+  // The API it was measured over; records before it was stored: completions.
+  const json* api_field = FindPath(row.record.body, "api");
+  const std::string api = api_field != nullptr && api_field->is_string()
+                              ? api_field->get<std::string>()
+                              : "completions";
   floor.evidence = {{"campaign", row.record.campaign},
+                    {"api", api},
                     {"seq", row.seq},
                     {"ts", Rfc3339Utc(row.record.ts_us)},
                     {"target", o.calibration_target},
@@ -221,7 +227,8 @@ absl::StatusOr<TtftFloor> FindFloor(const ForensicsOptions& o) {
   const std::string which = absl::StrCat(
       "the latest latency calibration against ", o.calibration_target,
       " in --db (campaign ", row.record.campaign, " at ",
-      Rfc3339Utc(row.record.ts_us), ")");
+      Rfc3339Utc(row.record.ts_us), ", measured over ",
+      api == "chat" ? "chat" : "text", " completions)");
   if (!fitted || per_token_ms <= 0) {
     const json* why = latency ? FindPath(*latency, "failure") : nullptr;
     floor.source = absl::StrCat(

@@ -18,6 +18,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "auditor/detectors/golden.h"
@@ -91,6 +92,13 @@ FakeTargetOptions Fake(Flavor flavor) {
   return o;
 }
 
+// "llamacpp" for llama.cpp: a test name of the flavor.
+std::string FlavorParamName(const ::testing::TestParamInfo<Flavor>& info) {
+  std::string name(testing::FlavorName(info.param));
+  name.erase(std::remove(name.begin(), name.end(), '.'), name.end());
+  return name;
+}
+
 // A well-behaved server of each kind: every detector but trace (no
 // --trace) covered, and clean.
 class WellBehavedTest : public ::testing::TestWithParam<Flavor> {};
@@ -130,13 +138,92 @@ TEST_P(WellBehavedTest, IsCleanWithEveryDetectorCovered) {
 INSTANTIATE_TEST_SUITE_P(Flavors, WellBehavedTest,
                          ::testing::Values(Flavor::kVllm, Flavor::kSglang,
                                            Flavor::kLlamaCpp, Flavor::kTgi),
-                         [](const ::testing::TestParamInfo<Flavor>& info) {
-                           std::string name(testing::FlavorName(info.param));
-                           name.erase(
-                               std::remove(name.begin(), name.end(), '.'),
-                               name.end());
-                           return name;
-                         });
+                         FlavorParamName);
+
+// llama.cpp's slot reuses what each prompt shares with the one before it
+// and reports it as cached: the BOS on every cache-busted prompt (and, with
+// a constant word before the unique digits, that word too). Such a head is
+// no cache hit: the campaign is clean with the latency detector active.
+TEST(CampaignTest, ALlamaCppSlotThatReusesTheSharedHeadIsCleanWithLatency) {
+  FakeTargetOptions fo = Fake(Flavor::kLlamaCpp);
+  fo.slot_prompt_reuse = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "slot-reuse"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  const DetectorCoverage* d = Detector(r, "latency");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
+  EXPECT_GT(target.cached_tokens_served(), 0);
+}
+
+// A stream that dies after its headers — TGI's chat stream drops the
+// validation error of a prompt past the limit and sends only [DONE] — is
+// neither a refusal nor an admission: counted as dropped_stream, never a
+// boundary_accepted finding; the campaign is clean.
+TEST(CampaignTest, AStreamDroppedAfterItsHeadersIsCountedNotJudged) {
+  FakeTargetOptions fo = Fake(Flavor::kTgi);
+  fo.stream_errors_dropped = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "dropped-stream"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(Count(r, "boundary_accepted"), 0) << Explain(r);
+  ASSERT_TRUE(r.by_outcome.count("dropped_stream")) << Explain(r);
+  EXPECT_GT(r.by_outcome.at("dropped_stream"), 0);
+  const DetectorCoverage* d = Detector(r, "boundary");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
+  EXPECT_EQ(d->stats["dropped_streams"], r.by_outcome.at("dropped_stream"));
+}
+
+// Chat completions, chosen by --api=auto where the server has no
+// /v1/completions (hosted providers, gateways) or answers it in a shape
+// nobody documents: the campaign runs every detector that can run in chat,
+// the result names the API, and the verdict is clean.
+class ChatOnlyTest : public ::testing::TestWithParam<Flavor> {};
+
+TEST_P(ChatOnlyTest, IsCleanOverChatWithTheApiNamed) {
+  FakeTargetOptions fo = Fake(GetParam());
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "chat-only"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
+  EXPECT_EQ(r.ToJson()["api"], "chat");
+  EXPECT_NE(
+      metrics.Serialize().find("kvcanary_auditor_target_api{api=\"chat\"} 1"),
+      std::string::npos);
+  EXPECT_EQ(Count(r, "prompt_truncated"), 0);
+  EXPECT_EQ(Count(r, "boundary_accepted"), 0);
+  // What chat cannot do is disabled with its reason; the rest is active
+  // (log-probabilities where the flavor serves them).
+  const bool logprobs =
+      GetParam() != Flavor::kTgi && GetParam() != Flavor::kOllama;
+  for (const DetectorCoverage& d : r.detectors) {
+    SCOPED_TRACE(d.name);
+    if (d.name == "prompt_logprobs") {
+      EXPECT_EQ(d.state, DetectorState::kDisabled);
+      EXPECT_TRUE(absl::StrContains(d.reason, "chat completions have no echo"))
+          << d.reason;
+    } else if (d.name == "trace" || d.name == "kv_events" ||
+               (d.name == "logprob_golden" && !logprobs)) {
+      EXPECT_EQ(d.state, DetectorState::kDisabled);
+    } else {
+      EXPECT_EQ(d.state, DetectorState::kActive) << d.reason;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Flavors, ChatOnlyTest,
+                         ::testing::Values(Flavor::kVllm, Flavor::kSglang,
+                                           Flavor::kLlamaCpp, Flavor::kTgi,
+                                           Flavor::kOllama),
+                         FlavorParamName);
 
 // A server whose greedy text never changes under load but whose
 // log-probabilities move by 0.001 while another request is in flight (what

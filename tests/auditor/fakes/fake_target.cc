@@ -598,6 +598,23 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     Stop();  // this request is still answered; new connections are refused
   }
   if (!Guard(req, res)) return;
+  if (chat && options_.chat_like_reasoning_models) {
+    const json j = json::parse(req.body, nullptr, false);
+    if (j.is_object() && j.contains("max_tokens")) {
+      SendReply(res, Refusal(options_.flavor,
+                             "Unsupported parameter: 'max_tokens' is not "
+                             "supported with this model. Use "
+                             "'max_completion_tokens' instead."));
+      return;
+    }
+    if (j.is_object() && j.contains("temperature") && j["temperature"] != 1) {
+      SendReply(res, Refusal(options_.flavor,
+                             "Unsupported value: 'temperature' does not "
+                             "support 0 with this model. Only the default "
+                             "(1) value is supported."));
+      return;
+    }
+  }
   Request r;
   if (std::string problem = ParseRequest(req.body, chat, options_.flavor, &r);
       !problem.empty()) {
@@ -631,6 +648,21 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     const std::vector<std::string> tokens = ProcessedTokens(r.prompt, plan);
     a.cached_tokens = CacheLookupAndInsert(tokens, CacheSalt(req, r.cache_salt),
                                            r.report_all_blocks);
+  }
+  if (options_.slot_prompt_reuse) {
+    std::vector<std::string> tokens = ProcessedTokens(r.prompt, plan);
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t common = 0;
+    while (common < tokens.size() && common < slot_tokens_.size() &&
+           tokens[common] == slot_tokens_[common]) {
+      ++common;
+    }
+    if (!tokens.empty()) common = std::min(common, tokens.size() - 1);
+    if (static_cast<int>(common) > a.cached_tokens) {
+      cached_tokens_served_ += static_cast<int>(common) - a.cached_tokens;
+      a.cached_tokens = static_cast<int>(common);
+    }
+    slot_tokens_ = std::move(tokens);
   }
   a.pieces = OutputPieces(r.prompt, plan, r.max_tokens, options_.echo);
   a.text = absl::StrJoin(a.pieces, "");
@@ -700,10 +732,12 @@ std::string FakeTarget::SlotsJson() const {
 
 void FakeTarget::Route() {
   const Flavor f = options_.flavor;
-  server_->Post("/v1/completions",
-                [this](const http::Request& req, http::Response& res) {
-                  HandleCompletion(req, res, /*chat=*/false);
-                });
+  if (options_.completions_route != CompletionsRoute::kAbsent) {
+    server_->Post("/v1/completions",
+                  [this](const http::Request& req, http::Response& res) {
+                    HandleCompletion(req, res, /*chat=*/false);
+                  });
+  }
   server_->Post("/v1/chat/completions",
                 [this](const http::Request& req, http::Response& res) {
                   HandleCompletion(req, res, /*chat=*/true);

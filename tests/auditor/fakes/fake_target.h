@@ -81,6 +81,20 @@ enum class OverLimit {
   kErrorInStream,
 };
 
+// What the server's /v1/completions is (docs/targets.md, "Chat
+// completions"); /v1/chat/completions is always served.
+enum class CompletionsRoute {
+  kOpenAi,  // OpenAI's text completions
+  kAbsent,  // no such route: 404 (hosted providers' current models, gateways)
+  // llama.cpp's own shape, as its releases before it adopted OpenAI's
+  // answered there: {"content", "stop", "tokens_evaluated",
+  // "tokens_predicted", "timings", "id_slot"}; a stream of such objects,
+  // the last with "stop": true, and no [DONE].
+  kLlamaNative,
+  // A 200 in a shape nobody documents: {"output": {"text": ...}}.
+  kUnknownShape,
+};
+
 // What a request body's "cache_salt" does to the prefix cache's keys.
 enum class SaltMode {
   kIgnore,  // nothing (servers without salts)
@@ -104,6 +118,15 @@ struct FakeTargetOptions {
   bool advertise_limit = true;  // where this flavor does (false: nowhere)
   OverLimit over_limit = OverLimit::kReject;
   int keep_head_tokens = 4;  // n_keep of kKeepHeadAndTail, BOS included
+  // A refusal inside a 200 stream is dropped: only `data: [DONE]` follows
+  // the headers, whatever the flavor (what TGI's /v1/chat/completions does,
+  // here on every route: a stream that dies after its headers).
+  bool stream_errors_dropped = false;
+  CompletionsRoute completions_route = CompletionsRoute::kOpenAi;
+  // Chat as OpenAI's reasoning models take it: a body with `max_tokens`
+  // is a 400 naming `max_completion_tokens`, and one with a `temperature`
+  // other than 1 a 400 naming `temperature`.
+  bool chat_like_reasoning_models = false;
   // > 0: while another completion request is being handled, this is the
   // most prompt tokens processed instead of limit_tokens, and over_limit
   // applies past it (a server whose window shrinks under load: what the
@@ -155,6 +178,13 @@ struct FakeTargetOptions {
   // (usage.prompt_tokens_details.cached_tokens and timings.cache_n); TGI and
   // Ollama never do. Off by default, as on the real servers.
   bool report_cached_tokens = false;
+  // llama.cpp's `cache_prompt` (on by default since late 2024): the slot
+  // keeps its previous prompt's tokens and evaluates only what follows the
+  // longest common prefix with them (at least the last token), reporting
+  // the rest as cached — a BOS, or a constant first word, on every request
+  // (docs/targets.md, "Cache tiers"). One slot for all requests; off by
+  // default so that other tests measure one cache at a time.
+  bool slot_prompt_reuse = false;
   // llama.cpp: usage.prompt_tokens_details.cached_tokens as builds with
   // usage_json_oaicompat send it; false: only `timings` (prompt_n, cache_n),
   // as earlier builds do (tools/server/server-task.cpp @ 00efb3e1).
@@ -281,6 +311,8 @@ class FakeTarget {
   std::string last_prompt_ ABSL_GUARDED_BY(mu_);  // for llama.cpp /slots
   std::string last_output_ ABSL_GUARDED_BY(mu_);
   int last_prompt_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  // slot_prompt_reuse: the slot's last processed tokens.
+  std::vector<std::string> slot_tokens_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 jitter_rng_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -162,6 +162,7 @@ std::vector<std::string> OverLimitStream(const FakeTargetOptions& o,
                                          int prompt_tokens, bool chat) {
   const std::string message = OverLimitMessage(o, prompt_tokens);
   std::vector<std::string> events;
+  if (o.stream_errors_dropped) return {kDone};
   switch (o.flavor) {
     case Flavor::kVllm:  // completion_stream_generator: except -> data: error
       events.push_back(absl::StrCat(
@@ -263,6 +264,22 @@ std::vector<std::string> StreamEvents(const FakeTargetOptions& o, bool chat,
                                       double ttft_ms) {
   const Flavor f = o.flavor;
   std::vector<json> chunks;
+  if (!chat && o.completions_route == CompletionsRoute::kLlamaNative) {
+    std::vector<std::string> events;
+    for (const std::string& piece : a.pieces) {
+      events.push_back(Sse({{"content", piece}, {"stop", false}}));
+    }
+    events.push_back(Sse({{"content", ""},
+                          {"stop", true},
+                          {"id_slot", 0},
+                          {"tokens_evaluated", a.prompt_tokens},
+                          {"tokens_predicted", a.pieces.size()},
+                          {"timings", Timings(a, ttft_ms)}}));
+    return events;
+  }
+  if (!chat && o.completions_route == CompletionsRoute::kUnknownShape) {
+    return {Sse({{"output", {{"text", a.text}}}}), kDone};
+  }
   for (size_t i = 0; i < a.pieces.size(); ++i) {
     const bool last = i + 1 == a.pieces.size();
     json c = Header(o, chat, id, created, /*chunk=*/true);
@@ -298,6 +315,20 @@ std::vector<std::string> StreamEvents(const FakeTargetOptions& o, bool chat,
 
 json Body(const FakeTargetOptions& o, bool chat, const std::string& id,
           int64_t created, const Answer& a, double ttft_ms) {
+  if (!chat && o.completions_route == CompletionsRoute::kLlamaNative) {
+    return {{"content", a.text},
+            {"stop", true},
+            {"id_slot", 0},
+            {"model", o.model},
+            {"tokens_evaluated", a.prompt_tokens},
+            {"tokens_predicted", a.pieces.size()},
+            {"stop_type", a.finish_reason == "length" ? "limit" : "eos"},
+            {"timings", Timings(a, ttft_ms)}};
+  }
+  if (!chat && o.completions_route == CompletionsRoute::kUnknownShape) {
+    return {{"output", {{"text", a.text}}},
+            {"meta", {{"tokens", a.prompt_tokens}}}};
+  }
   json b = Header(o, chat, id, created, /*chunk=*/false);
   json choice = Choice(chat, false, true, a.text, json(a.finish_reason));
   if (!a.logprobs.is_null()) choice["logprobs"] = a.logprobs;

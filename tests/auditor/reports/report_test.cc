@@ -35,9 +35,10 @@ const std::string kSchema =
 
 json CleanResult() {
   return json::parse(R"({
-  "schema": "kvcanary-campaign-result", "schema_version": 2,
+  "schema": "kvcanary-campaign-result", "schema_version": 3,
   "campaign": "c20261203T101500-1a2b3c4d",
-  "target": "http://127.0.0.1:8000", "model": "stories260K",
+  "target": "http://127.0.0.1:8000", "api": "completions",
+  "model": "stories260K",
   "started_at": "2026-12-03T10:15:00.123Z", "ended_at": "2026-12-03T10:15:12.623Z",
   "elapsed_s": 12.5, "verdict": "clean", "exit_code": 0, "reasons": [],
   "error": null,
@@ -178,8 +179,9 @@ json InconclusiveResult() {
 // An error result as small as the schema allows: the nine core fields.
 json ErrorResult() {
   return json::parse(R"({
-  "schema": "kvcanary-campaign-result", "schema_version": 2, "campaign": "",
-  "target": "http://127.0.0.1:8000", "verdict": "error", "exit_code": 2,
+  "schema": "kvcanary-campaign-result", "schema_version": 3, "campaign": "",
+  "target": "http://127.0.0.1:8000", "api": null, "verdict": "error",
+  "exit_code": 2,
   "reasons": ["GET /v1/models: 401 Unauthorized for tenant acme"],
   "error": {"message": "GET /v1/models: 401 Unauthorized for tenant acme",
             "phase": "start"},
@@ -357,11 +359,16 @@ TEST(CampaignResultSchemaTest, RejectsMistypedFieldsAndUnknownFields) {
   bad_severity["incidents"][0]["severity"] = "catastrophic";
   json typo = CleanResult();
   typo["exitcode"] = 0;
-  json version3 = CleanResult();
-  version3["schema_version"] = 3;
+  json version2 = CleanResult();
+  version2["schema_version"] = 2;
   json no_kinds = FindingsResult();
   no_kinds["incidents"][0].erase("kinds");
-  for (const json& doc : {bad_time, bad_severity, typo, version3, no_kinds}) {
+  json no_api = CleanResult();
+  no_api.erase("api");
+  json other_api = CleanResult();
+  other_api["api"] = "responses";
+  for (const json& doc :
+       {bad_time, bad_severity, typo, version2, no_kinds, no_api, other_api}) {
     std::string errors;
     EXPECT_EQ(Validate(doc, &errors), 1) << doc.dump().substr(0, 300);
   }

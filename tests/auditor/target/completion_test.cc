@@ -146,6 +146,7 @@ TEST(CompletionTest, ErrorEventTypeMapsToAStatusWithoutACode) {
 TEST(CompletionTest, DoneWithoutAnyChunkIsNotAnEmptyAnswer) {
   const Completion c = ParseCompletion(Response(200, "data: [DONE]\n\n"), true);
   EXPECT_FALSE(c.usable);
+  EXPECT_EQ(Outcome(c), "dropped_stream");
   EXPECT_NE(c.error.message().find("no chunk with a choice"),
             std::string::npos);
 }
@@ -243,11 +244,17 @@ TEST(CompletionTest, ErrorMessagesAreCutOnACharacterBoundary) {
   EXPECT_NO_THROW(nlohmann::json(std::string(c.error.message())).dump());
 }
 
-TEST(CompletionTest, StreamWithoutDoneIsNotUsable) {
+// A stream that dies after its headers is not an answer: a dropped stream,
+// counted apart from a 200 body without a completion.
+TEST(CompletionTest, StreamWithoutDoneIsADroppedStreamNotAnAnswer) {
   const Completion c = ParseCompletion(
       Response(200, "data: {\"choices\":[{\"text\":\"a\"}]}\n\n"), true);
   EXPECT_FALSE(c.usable);
-  EXPECT_EQ(Outcome(c), "bad_response");
+  EXPECT_TRUE(c.dropped_stream);
+  EXPECT_EQ(Outcome(c), "dropped_stream");
+  const Completion body = ParseCompletion(Response(200, "{}"), false);
+  EXPECT_FALSE(body.dropped_stream);
+  EXPECT_EQ(Outcome(body), "bad_response");
   EXPECT_NE(c.error.message().find("[DONE]"), std::string::npos);
 }
 

@@ -16,15 +16,15 @@ TEST(CacheProbePrefixTest, AUniqueHeadThenOneRandomLetterPerWord) {
   uint64_t next = 0;
   const auto counting = [&next] { return next++; };
   const std::string p = CacheProbePrefix(&buster, 4, counting);
-  EXPECT_TRUE(std::regex_match(p, std::regex(R"(Ticket \d{10}\. a b c d)")))
+  EXPECT_TRUE(std::regex_match(p, std::regex(R"(\d{10} Ticket\. a b c d)")))
       << p;
   // Letters wrap after z to the capitals, and after Z to a again.
   next = 25;
   EXPECT_TRUE(std::regex_match(CacheProbePrefix(&buster, 3, counting),
-                               std::regex(R"(Ticket \d{10}\. z A B)")));
+                               std::regex(R"(\d{10} Ticket\. z A B)")));
   next = 51;
   EXPECT_TRUE(std::regex_match(CacheProbePrefix(&buster, 2, counting),
-                               std::regex(R"(Ticket \d{10}\. Z a)")));
+                               std::regex(R"(\d{10} Ticket\. Z a)")));
 }
 
 TEST(CacheProbePrefixTest, TwoPrefixesDifferInTheirHead) {

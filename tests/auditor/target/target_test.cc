@@ -11,6 +11,7 @@
 
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -19,6 +20,7 @@
 #include "common/check.h"
 #include "common/http_server.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "tests/auditor/fakes/fake_target.h"
 
 namespace kvcanary::auditor {
@@ -195,6 +197,151 @@ TEST(TargetTest, AWrongKeyForTheLastOfFourTenantsIsNamed) {
   const absl::Status s = target.Discover();
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "'umbrella'")) << s;
+}
+
+// llama.cpp's slot reuses the longest common prefix with its previous
+// prompt and reports it as cached: the BOS every prompt starts with, on
+// every request. Measured once, it is no cache hit; a real repeat is.
+TEST(TargetTest, ASharedHeadIsMeasuredOnceAndCountedUncached) {
+  FakeTargetOptions fo;
+  fo.flavor = Flavor::kLlamaCpp;
+  fo.slot_prompt_reuse = true;
+  FakeTarget fake(fo);
+  TargetOptions o;
+  o.target = fake.url();
+  o.tenants = {{"acme", "sk-a"}};
+  Target target(o);
+  ASSERT_TRUE(target.Discover().ok());
+  EXPECT_EQ(target.shared_head_tokens(), 1);  // the BOS
+  const std::string prompt = "4242424242 Ticket. Once upon a time.";
+  const Completion first = target.SendAlone(o.tenants[0], prompt, 1, false);
+  ASSERT_TRUE(first.usable) << first.error;
+  EXPECT_EQ(first.cached_tokens, 0);
+  EXPECT_EQ(first.shared_head_tokens, 1);
+  const Completion again = target.SendAlone(o.tenants[0], prompt, 1, true);
+  ASSERT_TRUE(again.usable) << again.error;
+  // All but the last token of the repeat, less the shared BOS.
+  EXPECT_EQ(again.cached_tokens, again.prompt_tokens - 2);
+}
+
+// A target that reports no cached tokens costs no request to measure.
+TEST(TargetTest, NoSharedHeadIsMeasuredWhereNoCachedTokensAreReported) {
+  FakeTargetOptions fo;
+  fo.flavor = Flavor::kTgi;
+  FakeTarget fake(fo);
+  TargetOptions o;
+  o.target = fake.url();
+  o.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}};
+  Target target(o);
+  ASSERT_TRUE(target.Discover().ok());
+  EXPECT_EQ(target.shared_head_tokens(), 0);
+  // The two keys' checks (--api=auto's request is the first one's).
+  EXPECT_EQ(fake.completions(), 2);
+}
+
+Target Discovered(const FakeTarget& fake, Api api = Api::kAuto) {
+  TargetOptions o;
+  o.target = fake.url();
+  o.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}};
+  o.api = api;
+  return Target(o);
+}
+
+// --api=auto: completions where the target answers an OpenAI text
+// completion, chat where it has no /v1/completions route or answers it in a
+// shape nobody documents; the reason is kept for the report.
+TEST(TargetTest, AutoChoosesChatWhereCompletionsIsAbsentOrUnreadable) {
+  using testing::CompletionsRoute;
+  for (const auto& [route, api, reason] :
+       std::vector<std::tuple<CompletionsRoute, Api, std::string>>{
+           {CompletionsRoute::kOpenAi, Api::kCompletions, "OpenAI"},
+           {CompletionsRoute::kAbsent, Api::kChat, "HTTP 404"},
+           {CompletionsRoute::kUnknownShape, Api::kChat, "unknown shape"},
+           {CompletionsRoute::kLlamaNative, Api::kCompletions, "llama.cpp"}}) {
+    SCOPED_TRACE(reason);
+    FakeTargetOptions fo;
+    fo.flavor = Flavor::kLlamaCpp;
+    fo.completions_route = route;
+    FakeTarget fake(fo);
+    Target target = Discovered(fake);
+    ASSERT_TRUE(target.Discover().ok());
+    EXPECT_EQ(target.api(), api);
+    EXPECT_TRUE(absl::StrContains(target.api_reason(), reason))
+        << target.api_reason();
+    EXPECT_EQ(target.RequestLine(), api == Api::kChat
+                                        ? "POST /v1/chat/completions"
+                                        : "POST /v1/completions");
+    for (const bool stream : {false, true}) {
+      const Completion c = target.SendAlone(
+          target.options().tenants[1], "Once upon a time there", 2, stream);
+      ASSERT_TRUE(c.usable) << c.error;
+      EXPECT_EQ(c.text, " time there");  // the fake's echo of the tail
+      EXPECT_GT(c.prompt_tokens, 0);
+    }
+  }
+}
+
+// An API named on the command line is used as named: completions against a
+// chat-only server is the start error it always was, naming the request.
+TEST(TargetTest, AnApiNamedIsUsedAsNamed) {
+  FakeTargetOptions fo;
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  FakeTarget fake(fo);
+  Target completions = Discovered(fake, Api::kCompletions);
+  const absl::Status s = completions.Discover();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "HTTP 404")) << s;
+  Target chat = Discovered(fake, Api::kChat);
+  ASSERT_TRUE(chat.Discover().ok());
+  EXPECT_EQ(chat.api_reason(), "--api=chat");
+  EXPECT_EQ(ParseApi("chat").value(), Api::kChat);
+  EXPECT_FALSE(ParseApi("responses").ok());
+}
+
+// One place builds the body for either API: chat sends one user message,
+// log-probabilities as chat asks them, and never `echo` (vLLM's chat `echo`
+// means something else).
+TEST(TargetTest, AChatBodyCarriesMessagesAndChatLogprobsAndNoEcho) {
+  FakeTargetOptions fo;
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  FakeTarget fake(fo);
+  Target target = Discovered(fake);
+  ASSERT_TRUE(target.Discover().ok());
+  const nlohmann::json body = nlohmann::json::parse(target.Body(
+      "Say hi.", 3, /*stream=*/true, {{"logprobs", 5}, {"echo", true}}, "s1"));
+  EXPECT_FALSE(body.contains("prompt"));
+  EXPECT_FALSE(body.contains("echo"));
+  EXPECT_EQ(body["messages"],
+            nlohmann::json::parse(R"([{"role":"user","content":"Say hi."}])"));
+  EXPECT_EQ(body["logprobs"], true);
+  EXPECT_EQ(body["top_logprobs"], 5);
+  EXPECT_EQ(body["max_tokens"], 3);
+  EXPECT_EQ(body["temperature"], 0);
+  EXPECT_EQ(body["stream_options"]["include_usage"], true);
+  EXPECT_EQ(body["cache_salt"], "s1");
+}
+
+// A chat model that refuses max_tokens and temperature 0 (OpenAI's
+// reasoning models) is sent max_completion_tokens and its own temperature,
+// as its 400s ask.
+TEST(TargetTest, ChatAdaptsToATargetRefusingMaxTokensAndTemperature) {
+  FakeTargetOptions fo;
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  fo.chat_like_reasoning_models = true;
+  FakeTarget fake(fo);
+  Target target = Discovered(fake);
+  ASSERT_TRUE(target.Discover().ok());
+  EXPECT_EQ(target.api(), Api::kChat);
+  EXPECT_TRUE(absl::StrContains(target.api_reason(), "max_completion_tokens"))
+      << target.api_reason();
+  const nlohmann::json body =
+      nlohmann::json::parse(target.Body("Say hi.", 3, false));
+  EXPECT_EQ(body["max_completion_tokens"], 3);
+  EXPECT_FALSE(body.contains("max_tokens"));
+  EXPECT_FALSE(body.contains("temperature"));
+  const Completion c =
+      target.SendAlone(target.options().tenants[0], "Say hi now", 2, true);
+  EXPECT_TRUE(c.usable) << c.error;
 }
 
 TEST(TargetTest, TenantsUsedSaysWhichAndAsWhat) {

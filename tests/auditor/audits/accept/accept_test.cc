@@ -278,6 +278,24 @@ TEST(AcceptTest, WellBehavedTargetIsCleanWithEchoCoveredAndRefusalsPastIt) {
   }
 }
 
+// A server without /v1/completions: --api=auto sweeps over chat, every
+// check as over completions, and the result names the API.
+TEST(AcceptTest, AChatOnlyTargetIsSweptOverChat) {
+  FakeTargetOptions fo = Fake();
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r = RunAccept(Options(target.url(), "chat"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
+  for (const char* subject : {"length 98", "length 113", "length 194"}) {
+    const Check* c = FindCheck(r, "refusal", subject);
+    ASSERT_NE(c, nullptr) << subject;
+    EXPECT_EQ(c->state, "passed") << c->message;
+  }
+  EXPECT_EQ(FindCheck(r, "golden", "length 81")->state, "passed");
+}
+
 TEST(AcceptTest, SilentTailKeepingFailsAtTheFirstLengthPastTheLimit) {
   FakeTarget target(Fake(OverLimit::kKeepTail));
   AuditorMetrics metrics;

@@ -123,6 +123,25 @@ TEST(CacheAuditTest, LlamaCppTimingsShowSameTenantHitsAndNoCrossTenantOnes) {
   EXPECT_EQ(r.details["cached_tokens"]["cross_tenant"]["hits"], 0);
 }
 
+// The same, on a server that serves only chat completions: audited over
+// chat (--api=auto), its template-free cache read the same way.
+TEST(CacheAuditTest, AChatOnlyTargetIsAuditedOverChat) {
+  FakeTargetOptions fo = LlamaTimingsOnly();
+  fo.per_key_prompt_cache = true;
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target.url(), "chat-per-key"), &metrics);
+  EXPECT_TRUE(r.findings.empty()) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
+  const DetectorCoverage* cached = Detector(r, "cached_tokens");
+  ASSERT_NE(cached, nullptr);
+  EXPECT_EQ(cached->state, DetectorState::kActive) << cached->reason;
+  EXPECT_GT(r.details["cached_tokens"]["same_tenant"]["hits"].get<int>(), 0);
+  EXPECT_EQ(r.details["cached_tokens"]["cross_tenant"]["hits"], 0);
+}
+
 // Issue 22 (c): a wrong key for the last of four tenants, which
 // cache-audit does not use, still stops it before the first sample.
 TEST(CacheAuditTest, AWrongKeyForTheLastOfFourTenantsIsAnErrorNamingIt) {

@@ -204,6 +204,27 @@ TEST(FactsTest, SlotsWithCountsOnlyIsClean) {
   ExpectValidDocument(r);
 }
 
+// A server without /v1/completions is read over chat: the result names the
+// API, and each fact its completion states names the request it came from.
+TEST(FactsTest, AChatOnlyTargetIsReadOverChatNamingTheRequest) {
+  FakeTargetOptions fo;
+  fo.flavor = Flavor::kLlamaCpp;
+  fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}};
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r = RunFacts(
+      Options(target.url(), {{"acme", "sk-a"}, {"globex", "sk-g"}}, "chat"),
+      &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
+  const std::string doc = r.ToJson().dump();
+  EXPECT_NE(doc.find("POST /v1/chat/completions (plain"), std::string::npos)
+      << doc.substr(0, 2000);
+  EXPECT_EQ(doc.find("POST /v1/completions"), std::string::npos);
+  ExpectValidDocument(r);
+}
+
 // --- A target that reveals nothing, and what it answers after the plant ---
 
 // How a SilentTarget answers; the defaults reveal nothing.
@@ -664,12 +685,12 @@ TEST(FactsFieldsTest, KeylessCompletionIsServedOrRefused) {
   Completion failed;
   failed.status = 503;
   FactsTable t;
-  ReadKeylessCompletion(kPlainCompletion, failed, &t);
+  ReadKeylessCompletion("POST /v1/completions", kPlainCompletion, failed, &t);
   EXPECT_EQ(t.Value("completion_without_key"), kNotRevealed);
-  ReadKeylessCompletion(kPlainCompletion, refused, &t);
+  ReadKeylessCompletion("POST /v1/completions", kPlainCompletion, refused, &t);
   EXPECT_EQ(t.Value("completion_without_key"), "refused");
   FactsTable u;
-  ReadKeylessCompletion(kPlainCompletion, served, &u);
+  ReadKeylessCompletion("POST /v1/completions", kPlainCompletion, served, &u);
   EXPECT_EQ(u.Value("completion_without_key"), "served");
 }
 

@@ -368,6 +368,12 @@ TEST(ForensicsTest, TheFloorComesFromTheLatestCalibrationOfTheTarget) {
   EXPECT_FALSE(floor["from_flag"].get<bool>());
   EXPECT_EQ(floor["calibration"]["campaign"], "c20240501T110000-00000002");
   EXPECT_EQ(floor["calibration"]["target"], "http://10.0.0.5:8000/");
+  // A record from before calibrations named their API was measured over
+  // completions, and the source says so.
+  EXPECT_EQ(floor["calibration"]["api"], "completions");
+  EXPECT_NE(
+      floor["source"].get<std::string>().find("measured over text completions"),
+      std::string::npos);
   EXPECT_NE(
       floor["source"].get<std::string>().find("c20240501T110000-00000002"),
       std::string::npos);

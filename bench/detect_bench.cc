@@ -60,6 +60,13 @@ ABSL_FLAG(std::string, json, "", "Write the figures as JSON here.");
 ABSL_FLAG(std::string, model, "",
           "Model for the engine (llama2.c .bin); empty: the embedded one.");
 ABSL_FLAG(std::string, tokenizer, "", "Tokenizer for --model.");
+ABSL_FLAG(std::string, api, "completions",
+          "completions: the auditor's --api=completions against the engine's "
+          "plain chat rendering; chat: --api=chat against the engine's "
+          "--chat-template=kvcanary (a header and role markers).");
+ABSL_FLAG(std::string, bin_dir, "",
+          "Where kvcanary-engine and kvcanary-auditor are; empty: this "
+          "build's bin/.");
 ABSL_FLAG(bool, fail_on_false_alarm, false,
           "Exit 1 if any campaign against a healthy configuration raised a "
           "finding, or any campaign ended in error (the test of --quick).");
@@ -136,8 +143,8 @@ int Main() {
   }
   std::printf(
       "campaigns: kvcanary-auditor probe --duration=%d (mode salts: "
-      "cache-audit --salts), %d seeds per row; engine: %s\n\n",
-      absl::GetFlag(FLAGS_duration), seeds,
+      "cache-audit --salts), %d seeds per row, --api=%s; engine: %s\n\n",
+      absl::GetFlag(FLAGS_duration), seeds, absl::GetFlag(FLAGS_api).c_str(),
       absl::GetFlag(FLAGS_model).empty() ? "embedded model"
                                          : absl::GetFlag(FLAGS_model).c_str());
   Scorecard card;
@@ -181,5 +188,11 @@ int main(int argc, char** argv) {
       "Detection power: campaigns against `kvcanary-engine up` for a matrix "
       "of configurations; rates with 95% Wilson intervals.");
   absl::ParseCommandLine(argc, argv);
+  const std::string api = absl::GetFlag(FLAGS_api);
+  if (api != "completions" && api != "chat") {
+    std::fprintf(stderr, "kvcanary-bench-detect: --api=%s: want completions "
+                 "or chat\n", api.c_str());
+    return 2;
+  }
   return kvcanary::bench::Main();
 }

@@ -46,7 +46,8 @@ std::vector<std::string> CampaignArgs(const Config& c, const Up& up,
                                      "--tenants=" + dir + "/auditor.json",
                                      "--db=" + tag + ".db",
                                      "--json=" + tag + ".json",
-                                     absl::StrCat("--seed=", seed + 1)};
+                                     absl::StrCat("--seed=", seed + 1),
+                                     "--api=" + absl::GetFlag(FLAGS_api)};
     if (c.evict_tokens > 0) {
       args.push_back(absl::StrCat("--evict-tokens=", c.evict_tokens));
     }
@@ -62,6 +63,7 @@ std::vector<std::string> CampaignArgs(const Config& c, const Up& up,
       "--db=" + tag + ".db",
       "--json=" + tag + ".json",
       "--key-file=" + key,
+      "--api=" + absl::GetFlag(FLAGS_api),
       absl::StrCat("--duration=", absl::GetFlag(FLAGS_duration)),
       "--quiet"};
   if (mode == "trace") {

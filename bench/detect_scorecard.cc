@@ -2,6 +2,7 @@
 // rate and median to its first finding), its rows and totals, and the JSON
 // document beside it.
 #include "bench/detect_scorecard.h"
+#include "bench/detect_flags.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -84,6 +86,7 @@ void Scorecard::PrintTotals(double elapsed_s) const {
 json Scorecard::Document(int duration_s, int seeds, double elapsed_s) const {
   return {{"machine", MachineLine()},
           {"duration_s", duration_s},
+          {"api", absl::GetFlag(FLAGS_api)},
           {"seeds", seeds},
           {"elapsed_s", elapsed_s},
           {"healthy_false_alarms", false_alarms_},

@@ -27,7 +27,10 @@ std::string ReadLine(int fd) {
 
 }  // namespace
 
-std::string BinDir() { return KVCANARY_BIN_DIR; }
+std::string BinDir() {
+  const std::string dir = absl::GetFlag(FLAGS_bin_dir);
+  return dir.empty() ? KVCANARY_BIN_DIR : dir;
+}
 
 Child Spawn(const std::string& bin, const std::vector<std::string>& args,
             bool pipe_out) {
@@ -69,6 +72,9 @@ Up::Up(const Config& c, const std::string& dir) {
   if (!model.empty()) {
     args.push_back("--model=" + model);
     args.push_back("--tokenizer=" + absl::GetFlag(FLAGS_tokenizer));
+  }
+  if (absl::GetFlag(FLAGS_api) == "chat") {
+    args.push_back("--chat-template=kvcanary");
   }
   bool kv_events = false;
   for (const std::string& m : c.modes) kv_events |= m == "kv_events";

@@ -14,7 +14,8 @@
 
 namespace kvcanary::bench {
 
-// Where the build put kvcanary-engine and kvcanary-auditor.
+// Where kvcanary-engine and kvcanary-auditor are: --bin_dir, else where
+// the build put them.
 std::string BinDir();
 
 // A child process; stdout to a pipe (`read_lines`) or to /dev/null.

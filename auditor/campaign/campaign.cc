@@ -52,7 +52,8 @@ Campaign::Campaign(const CampaignOptions& options, AuditorMetrics* metrics)
       key_(options.secret_key.empty() ? RandomHex(32) : options.secret_key),
       session_(TargetOptions{options.target, options.tenants, options.model,
                              options.request_timeout,
-                             options.max_consecutive_failures, options.api}),
+                             options.max_consecutive_failures, options.api,
+                             options.budget_tokens}),
       detectors_(CreateDetectors(options.broken)),
       settings_(Settings(options)),
       scanner_(canaries::kDefaultMinPartialWords) {}

@@ -54,7 +54,12 @@ struct CampaignOptions {
   // Consecutive requests without an HTTP answer before the campaign stops:
   // "target down".
   int max_consecutive_failures = 20;
-  Api api = Api::kAuto;           // --api
+  Api api = Api::kAuto;  // --api
+  // --budget-tokens: the most tokens (prompt + completion, calibration
+  // included) the campaign may spend; 0: no limit. New probes stop once
+  // the next might pass it; the verdict follows coverage, the budget named
+  // where floors were not reached.
+  int64_t budget_tokens = 0;
   int max_ladder_tokens = 16384;  // how far the limit ladder climbs
   bool progress = true;           // progress lines on stderr
   // The target engine's KV-cache event stream (--kv-events): followed from

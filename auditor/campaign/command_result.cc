@@ -30,6 +30,19 @@ void DecideResult(CampaignResult* r, const absl::Status& run,
   r->verdict = v.verdict;
   r->reasons = std::move(v.reasons);
   r->error = std::move(v.error);
+  if (r->budget_reached && r->verdict == Verdict::kInconclusive) {
+    r->reasons.push_back(absl::StrCat(
+        "token budget: ", r->spent_tokens,
+        " of --budget-tokens=", r->budget_tokens,
+        " spent, and new probes stopped before every floor was reached"));
+  }
+}
+
+void NoteSpend(CampaignResult* r, const SpendLedger& spend) {
+  r->spend = spend.tenants();
+  r->budget_tokens = spend.budget();
+  r->spent_tokens = spend.spent();
+  r->budget_reached = spend.stopped();
 }
 
 namespace {
@@ -80,6 +93,7 @@ void SealResult(CampaignResult* r, EvidenceLog* log, json end,
     r->first_seq = log->first_seq();
     r->last_seq = log->last_seq();
   }
+  metrics->CountSpend(r->spend);
   metrics->CampaignEnded(r->verdict, r->error.empty(), r->detectors,
                          absl::ToDoubleSeconds(r->elapsed),
                          static_cast<double>(r->ended_us) / 1e6);

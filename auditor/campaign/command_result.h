@@ -1,8 +1,8 @@
 // The start and the end every auditor command shares (probe, accept, facts,
 // cache-audit, forensics): findings joined and grouped into incidents, the
-// `incident` rows and `campaign_end` appended to the evidence, and the metrics
-// of the verdict. One place, so every command's verdict is recorded the same
-// way.
+// `incident` rows and `campaign_end` appended to the evidence, the tokens
+// spent, and the metrics of the verdict and the spend. One place, so every
+// command's verdict is recorded the same way.
 #ifndef KVCANARY_AUDITOR_CAMPAIGN_COMMAND_RESULT_H_
 #define KVCANARY_AUDITOR_CAMPAIGN_COMMAND_RESULT_H_
 
@@ -13,6 +13,7 @@
 #include "auditor/evidence/log.h"
 #include "auditor/reports/metrics.h"
 #include "auditor/result/result.h"
+#include "auditor/target/spend.h"
 #include "auditor/target/tenants.h"
 #include "nlohmann/json.hpp"
 
@@ -35,6 +36,10 @@ void StartResult(CampaignResult* r, const std::string& command,
 // detectors' gaps.
 void DecideResult(CampaignResult* r, const absl::Status& run,
                   const std::vector<std::string>& problems);
+
+// What `spend` says into `r` (before DecideResult, which names a budget
+// reached where the verdict is inconclusive).
+void NoteSpend(CampaignResult* r, const SpendLedger& spend);
 
 // REQUIRES: DecideResult done, r->ended_us set. `log` may be null (the
 // store could not be opened: nothing to append). `end` holds the command's

@@ -33,6 +33,11 @@ absl::Status Campaign::Bursts() {
   }
   absl::Status error;
   for (int b = 0; b < bursts && error.ok(); ++b) {
+    // A whole burst within the budget, or none.
+    if (!session_.spend().Affordable(size)) {
+      session_.spend().NoteStopped();
+      break;
+    }
     if (b > 0) absl::SleepFor(absl::Seconds(1));
     std::map<uint64_t, Probe> in_flight;
     int sent = 0;

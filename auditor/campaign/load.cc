@@ -1,6 +1,8 @@
 // The campaign's load (Campaign, campaign_internal.h): the mix of probe
 // kinds per tenant the detectors' floors call for, the main loop that
-// sends it at the rate for the duration, and the timed pairs after it.
+// sends it at the rate for the duration (the rate cut, and probes sent
+// again, while the target answers 429/503; new ones stopped by the token
+// budget), and the timed pairs after it.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -8,10 +10,13 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "auditor/campaign/campaign_internal.h"
 #include "auditor/campaign/probe_mix.h"
 #include "auditor/target/multi_client.h"
+#include "auditor/target/rate_limit.h"
 #include "common/random.h"
 #include "common/status_macros.h"
 
@@ -63,11 +68,25 @@ absl::Status Campaign::MainLoop() {
   const bool rate_mode = cal_.NeedsGoldenBaseline();
   ProbeMix mix = Mix(rate_mode);
   std::map<uint64_t, Probe> in_flight;
+  // Each request in flight, to send again after a 429/503 (rate_limit.h).
+  std::map<uint64_t, ProbeRequest> requests;
+  struct Retry {
+    absl::Time at;  // not before
+    Probe probe;
+    ProbeRequest request;
+    Completion last;  // its rate-limited answer
+    int retries = 0;
+  };
+  std::vector<Retry> retries;       // waiting for their time
+  std::map<uint64_t, int> retried;  // probe id -> times sent again
   const auto start = Clock::now();
   const auto deadline = start + absl::ToChronoMilliseconds(o_.duration);
+  const absl::Time deadline_at = absl::Now() + o_.duration;
+  SendRate rate(o_.max_rate, absl::Now());
   uint64_t sent = 0;
   auto last_progress = start;
   absl::Status error;
+  bool budget_stop = false;
   auto in_baseline = [&] {
     if (!rate_mode) return false;
     if (o_.max_probes > 0) {
@@ -75,17 +94,46 @@ absl::Status Campaign::MainLoop() {
     }
     return Clock::now() - start < absl::ToChronoMilliseconds(o_.duration) / 4;
   };
-  auto done = [&] {
-    return !error.ok() || !session_.down().ok() || Clock::now() >= deadline ||
+  // Nothing more to send, retries left waiting abandoned.
+  auto over = [&] {
+    return !error.ok() || !session_.down().ok() || budget_stop ||
+           Clock::now() >= deadline;
+  };
+  auto no_new = [&] {
+    return over() ||
            (o_.max_probes > 0 && sent >= static_cast<uint64_t>(o_.max_probes));
+  };
+  // Within the budget with `more` requests beside those in flight or
+  // waiting; else, once none is left, the budget stops the load.
+  auto affordable = [&](int more) {
+    const int pending = static_cast<int>(in_flight.size() + retries.size());
+    if (session_.spend().Affordable(pending + more)) return true;
+    if (pending == 0) {
+      budget_stop = true;
+      session_.spend().NoteStopped();
+    }
+    return false;
   };
   MultiClient client(o_.concurrency);
   client.Run(
       [&]() -> std::optional<ProbeRequest> {
-        if (done()) return std::nullopt;
-        const double elapsed_s =
-            std::chrono::duration<double>(Clock::now() - start).count();
-        if (sent >= o_.max_rate * elapsed_s + 1) return std::nullopt;
+        if (over()) return std::nullopt;
+        const absl::Time now = absl::Now();
+        auto due = std::find_if(retries.begin(), retries.end(),
+                                [&](const Retry& r) { return r.at <= now; });
+        if (due != retries.end()) {
+          if (!rate.MaySend(now)) return std::nullopt;
+          Retry r = std::move(*due);
+          retries.erase(due);
+          const uint64_t id = static_cast<uint64_t>(r.probe.id);
+          session_.NoteRetry(o_.tenants[r.probe.tenant]);
+          in_flight[id] = std::move(r.probe);
+          requests[id] = r.request;
+          return r.request;
+        }
+        if (no_new() || !affordable(1) || !rate.MaySend(now)) {
+          return std::nullopt;
+        }
         Probe p;
         // Tenants take turns, so pages one frees are reused by the next.
         p.tenant = static_cast<int>(sent % tenants);
@@ -105,18 +153,47 @@ absl::Status Campaign::MainLoop() {
         p.id = next_probe_++;
         ++sent;
         ProbeRequest r = MakeProbe(&p);
+        requests[static_cast<uint64_t>(p.id)] = r;
         in_flight[static_cast<uint64_t>(p.id)] = std::move(p);
         return r;
       },
       [&](ProbeResponse resp) {
-        absl::Status s = OnAnswer(resp, &in_flight);
+        Probe p = std::move(in_flight[resp.id]);
+        in_flight.erase(resp.id);
+        ProbeRequest request = std::move(requests[resp.id]);
+        requests.erase(resp.id);
+        const Completion c = session_.Parse(resp, p.stream);
+        session_.Note(o_.tenants[p.tenant], c);
+        // A provider's "slow down": the rate cut, the probe sent again
+        // after its wait, never judged (Judge records it if it gives up).
+        if (IsRateLimited(c)) {
+          const absl::Time now = absl::Now();
+          int& n = retried[resp.id];
+          const absl::Duration wait = RetryWait(c, n);
+          rate.RateLimited();
+          if (n < kMaxRateLimitRetries && now + wait < deadline_at) {
+            retries.push_back(
+                {now + wait, std::move(p), std::move(request), c, ++n});
+            return;
+          }
+        } else if (c.status != 0) {
+          rate.Answered();
+        }
+        retried.erase(resp.id);
+        absl::Status s = Judge(p, c);
         if (!s.ok() && error.ok()) error = s;
         if (Clock::now() - last_progress > std::chrono::seconds(2)) {
           last_progress = Clock::now();
           Progress("running");
         }
       },
-      done);
+      [&] { return over() || (no_new() && retries.empty()); });
+  // Retries the end left waiting: recorded with the answer they had.
+  for (const Retry& r : retries) {
+    absl::Status s = Judge(r.probe, r.last);
+    if (!s.ok() && error.ok()) error = s;
+  }
+  r_.rate_cuts += rate.cuts();
   RETURN_IF_ERROR(error);
   RETURN_IF_ERROR(session_.down());
   return Flush();
@@ -145,6 +222,11 @@ absl::Status Campaign::TimedPairs() {
   for (int i = 0; i < most; ++i) {
     for (const auto& [kind, n] : pairs) {
       if (i >= n) continue;
+      // Both of the pair within the budget, or neither.
+      if (!session_.spend().Affordable(2)) {
+        session_.spend().NoteStopped();
+        return Flush();
+      }
       Probe judged, control;
       judged.kind = kind;
       control.kind = ProbeKind::kAtLimit;

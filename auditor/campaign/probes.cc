@@ -13,6 +13,7 @@
 #include "auditor/detectors/detector.h"
 #include "auditor/target/completion.h"
 #include "auditor/target/multi_client.h"
+#include "auditor/target/rate_limit.h"
 #include "auditor/target/target.h"
 #include "canaries/templates.h"
 #include "common/clock.h"
@@ -133,7 +134,7 @@ absl::Status Campaign::RecordProbe(const Probe& p, const Completion& c) {
   if (c.usable) {
     ++r_.usable;
   } else if (!(p.kind == ProbeKind::kPastLimit && IsRefusal(c.status)) &&
-             !c.hung_up) {
+             !c.hung_up && !IsRateLimited(c)) {
     error_times_.push_back(probe_times_.back());
   }
   if (c.status == 401 || c.status == 403) ++tenants_[p.tenant].refused;
@@ -170,12 +171,15 @@ absl::Status Campaign::OnAnswer(const ProbeResponse& resp,
   const Probe p = std::move((*in_flight)[resp.id]);
   in_flight->erase(resp.id);
   const Completion c = session_.Parse(resp, p.stream);
-  session_.NoteTransport(c);
+  session_.Note(o_.tenants[p.tenant], c);
   return Judge(p, c);
 }
 
 absl::Status Campaign::Judge(const Probe& p, const Completion& c) {
   RETURN_IF_ERROR(RecordProbe(p, c));
+  // A 429/503 that was not sent again (its retries spent, the load over,
+  // a burst's): no answer for any detector to judge.
+  if (IsRateLimited(c)) return Flush();
   std::vector<Finding> found;  // every detector's, in report order
   for (const auto& d : detectors_) {
     FindingList mine;

@@ -67,6 +67,7 @@ void Campaign::Finish(const absl::Status& run) {
     }
   }
   for (const auto& d : detectors_) d->Report(&r_);
+  NoteSpend(&r_, session_.spend());
   DecideResult(&r_, run,
                run.ok() ? TenantProblems() : std::vector<std::string>{});
   const PlantSizing& sizing = cal_.sizing;

@@ -1,5 +1,6 @@
 #include "auditor/cli/campaign_flags.h"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,7 +24,13 @@ ABSL_FLAG(double, duration, 30, "Seconds a campaign probes at most.");
 ABSL_FLAG(int, max_probes, 0,
           "Probes per campaign at most (0: no cap), the timed pairs after "
           "them not counted (docs/auditor.md).");
-ABSL_FLAG(double, rate, 200, "Probes started per second at most.");
+ABSL_FLAG(double, rate, 200,
+          "Probes started per second at most; cut while the target answers "
+          "429/503 (docs/targets.md, \"Rate limits and budgets\").");
+ABSL_FLAG(int64_t, budget_tokens, 0,
+          "The most tokens (prompt + completion, as the target's usage "
+          "reports them, calibration included) the campaign may spend; 0: "
+          "no limit. New probes stop once the next might pass it.");
 ABSL_FLAG(std::string, floor, "20",
           "Coverage each detector must reach for every tenant before the "
           "verdict can be clean: a count for all, then detector=count "
@@ -57,7 +64,8 @@ absl::Status DetectorOptionsFromFlags(CampaignOptions* o) {
   return absl::OkStatus();
 }
 
-// --duration, --max-probes, --concurrency, --rate and the limit's flags
+// --duration, --max-probes, --concurrency, --rate, --budget-tokens and the
+// limit's flags
 // into `o`.
 absl::Status LoadFromFlags(CampaignOptions* o) {
   for (const auto& [name, value] :
@@ -70,12 +78,13 @@ absl::Status LoadFromFlags(CampaignOptions* o) {
   o->max_probes = absl::GetFlag(FLAGS_max_probes);
   o->concurrency = absl::GetFlag(FLAGS_concurrency);
   o->max_rate = absl::GetFlag(FLAGS_rate);
+  o->budget_tokens = absl::GetFlag(FLAGS_budget_tokens);
   o->max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o->max_ladder_tokens = absl::GetFlag(FLAGS_max_ladder_tokens);
-  if (o->max_probes < 0 || o->max_prompt_tokens < 0 ||
+  if (o->max_probes < 0 || o->max_prompt_tokens < 0 || o->budget_tokens < 0 ||
       o->max_ladder_tokens < 16) {
     return absl::InvalidArgumentError(
-        "--max-probes and --max-prompt-tokens must be >= 0, "
+        "--max-probes, --max-prompt-tokens and --budget-tokens must be >= 0, "
         "--max-ladder-tokens >= 16");
   }
   return absl::OkStatus();
@@ -96,6 +105,7 @@ std::vector<std::string> CampaignFlagNames() {
           "max_probes",
           "concurrency",
           "rate",
+          "budget_tokens",
           "key_file",
           "model",
           "api",

@@ -267,6 +267,42 @@ void AppendCoverage(const json& r, std::string* out) {
                   "</p></section>\n");
 }
 
+// The tokens spent per tenant, its 429/503 answers, and the budget.
+void AppendSpend(const json& r, std::string* out) {
+  const json& spend = Get(r, "spend");
+  if (!spend.is_object() || Get(spend, "tenants").empty()) return;
+  absl::StrAppend(out, "<section><h2>Spend</h2><p>",
+                  Count(Int(Get(spend, "tokens"))), " tokens");
+  if (Get(spend, "budget_tokens").is_number_integer()) {
+    absl::StrAppend(
+        out, " of a ", Count(Int(Get(spend, "budget_tokens"))), "-token budget",
+        Get(spend, "budget_reached") == true ? " (reached: new probes stopped)"
+                                             : "");
+  }
+  const int64_t cuts = Int(Get(spend, "rate_cuts"));
+  if (cuts > 0) {
+    absl::StrAppend(out, "; sending rate cut ", Count(cuts),
+                    " times for 429/503");
+  }
+  absl::StrAppend(out,
+                  ".</p><table><tr><th>Tenant</th><th class=\"n\">Prompt</th>"
+                  "<th class=\"n\">Cached</th><th class=\"n\">Completion</th>"
+                  "<th class=\"n\">Rate-limited</th><th class=\"n\">Retries"
+                  "</th></tr>");
+  for (const auto& [tenant, t] : Get(spend, "tenants").items()) {
+    absl::StrAppend(out, "<tr><td>", Esc(tenant), "</td>");
+    for (const char* k : {"prompt_tokens", "cached_tokens", "completion_tokens",
+                          "rate_limited", "retries"}) {
+      absl::StrAppend(out, "<td class=\"n\">", Count(Int(Get(t, k))), "</td>");
+    }
+    absl::StrAppend(out, "</tr>");
+  }
+  absl::StrAppend(out,
+                  "</table><p class=\"small\">As the target's usage reported "
+                  "them; cached is part of prompt. A 429/503 is sent again "
+                  "after its Retry-After and is no failure.</p></section>\n");
+}
+
 // A command's checks (accept: one per length and check), failed first.
 void AppendChecks(const json& r, std::string* out) {
   const json& checks = Arr(r, "checks");
@@ -566,6 +602,7 @@ std::string HtmlReport(const json& result) {
   AppendChecks(result, &out);
   AppendDetails(result, &out);
   AppendCoverage(result, &out);
+  AppendSpend(result, &out);
   AppendIncidents(result, &out);
   AppendTimeline(result, &out);
   AppendControlsAndTrace(result, &out);

@@ -43,6 +43,19 @@ AuditorMetrics::AuditorMetrics()
                  .Name("kvcanary_auditor_probes_total")
                  .Help("Probes sent, by kind and outcome")
                  .Register(*registry_);
+  tokens_ = &prometheus::BuildCounter()
+                 .Name("kvcanary_auditor_tokens_total")
+                 .Help(
+                     "Tokens the target reported spent on the auditor's "
+                     "requests, by tenant and kind (prompt, cached, "
+                     "completion; cached is part of prompt)")
+                 .Register(*registry_);
+  rate_limited_ = &prometheus::BuildCounter()
+                       .Name("kvcanary_auditor_rate_limited_total")
+                       .Help(
+                           "Answers 429/503 (a provider's rate limit), "
+                           "by tenant; each was sent again after its wait")
+                       .Register(*registry_);
   findings_ = &prometheus::BuildCounter()
                    .Name("kvcanary_auditor_findings_total")
                    .Help("Finding rows, by kind and severity")
@@ -147,6 +160,21 @@ void AuditorMetrics::CountProbe(const std::string& kind,
                                 const std::string& outcome) {
   absl::MutexLock lock(&mu_);
   probes_->Add({{"kind", kind}, {"outcome", outcome}}).Increment();
+}
+
+void AuditorMetrics::CountSpend(
+    const std::map<std::string, TenantSpend>& spend) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [tenant, s] : spend) {
+    tokens_->Add({{"tenant", tenant}, {"kind", "prompt"}})
+        .Increment(static_cast<double>(s.prompt_tokens));
+    tokens_->Add({{"tenant", tenant}, {"kind", "cached"}})
+        .Increment(static_cast<double>(s.cached_tokens));
+    tokens_->Add({{"tenant", tenant}, {"kind", "completion"}})
+        .Increment(static_cast<double>(s.completion_tokens));
+    rate_limited_->Add({{"tenant", tenant}})
+        .Increment(static_cast<double>(s.rate_limited));
+  }
 }
 
 void AuditorMetrics::SetTargetApi(const std::string& api) {

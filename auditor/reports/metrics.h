@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "auditor/result/coverage.h"
+#include "auditor/target/spend.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -47,6 +48,10 @@ class AuditorMetrics {
   // The API the command's requests use ("completions" or "chat"):
   // kvcanary_auditor_target_api{api} 1 for it, 0 for the other.
   void SetTargetApi(const std::string& api);
+  // A command's spend (auditor/target/spend.h) added to
+  // kvcanary_auditor_tokens_total{tenant,kind} and
+  // kvcanary_auditor_rate_limited_total{tenant}.
+  void CountSpend(const std::map<std::string, TenantSpend>& spend);
   // The last campaign's controls (detector -> passed); a detector whose
   // control did not run has no sample, rather than an old one.
   void SetPositiveControls(const std::map<std::string, bool>& passed);
@@ -83,6 +88,8 @@ class AuditorMetrics {
   prometheus::Family<prometheus::Gauge>* detector_floor_;
   prometheus::Family<prometheus::Gauge>* last_verdict_;
   prometheus::Family<prometheus::Gauge>* target_api_;
+  prometheus::Family<prometheus::Counter>* tokens_;
+  prometheus::Family<prometheus::Counter>* rate_limited_;
   prometheus::Family<prometheus::Counter>* campaigns_;
   prometheus::Counter* trace_consumed_;
   prometheus::Counter* trace_dropped_;

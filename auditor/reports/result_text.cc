@@ -73,6 +73,39 @@ void AppendCommandDetails(const CampaignResult& r, int max_lines,
 
 }  // namespace
 
+// What the command spent per tenant, and its budget.
+std::string SpendText(const CampaignResult& r) {
+  if (r.spend.empty()) return "";
+  std::string out = absl::StrCat("tokens: ", r.spent_tokens, " spent");
+  if (r.budget_tokens > 0) {
+    absl::StrAppend(&out, " of a ", r.budget_tokens, "-token budget",
+                    r.budget_reached ? " (reached: new probes stopped)" : "");
+  }
+  if (r.rate_cuts > 0) {
+    absl::StrAppend(&out, "; sending rate cut ", r.rate_cuts,
+                    r.rate_cuts == 1 ? " time" : " times", " for 429/503");
+  }
+  absl::StrAppend(&out, "\n");
+  TextTable table({{"TENANT", TextTable::kLeft, 10},
+                   {"PROMPT", TextTable::kRight},
+                   {"CACHED", TextTable::kRight},
+                   {"COMPLETION", TextTable::kRight},
+                   {"RATE-LIMITED", TextTable::kRight},
+                   {"RETRIES", TextTable::kRight}},
+                  TextTable::Plain(1));
+  for (const auto& [tenant, s] : r.spend) {
+    table.AddRow({tenant, absl::StrCat(s.prompt_tokens),
+                  absl::StrCat(s.cached_tokens),
+                  absl::StrCat(s.completion_tokens),
+                  absl::StrCat(s.rate_limited), absl::StrCat(s.retries)});
+    if (s.unreported > 0) {
+      table.AddNote(
+          1, absl::StrCat(s.unreported, " answers without usage, not counted"));
+    }
+  }
+  return out + table.ToString();
+}
+
 namespace {
 // ", over chat completions" where the result names its API.
 std::string ApiSuffix(const CampaignResult& r) {
@@ -121,6 +154,7 @@ std::string ResultText(const CampaignResult& r, int max_lines) {
                             passed ? "passed" : "FAILED");
     absl::StrAppendFormat(out, "\n%s", DetectorTable(r.detectors).c_str());
   }
+  absl::StrAppend(out, SpendText(r));
   for (const TraceNodeStats& n : r.trace_nodes) {
     absl::StrAppendFormat(
         out,

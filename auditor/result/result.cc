@@ -94,6 +94,14 @@ json CampaignResult::ToJson() const {
                  {"usable", usable},
                  {"by_kind", by_kind},
                  {"by_outcome", by_outcome}};
+  json spent = json::object();
+  for (const auto& [tenant, s] : spend) spent[tenant] = s.ToJson();
+  j["spend"] = {
+      {"tokens", spent_tokens},
+      {"budget_tokens", budget_tokens > 0 ? json(budget_tokens) : json()},
+      {"budget_reached", budget_reached},
+      {"rate_cuts", rate_cuts},
+      {"tenants", std::move(spent)}};
   j["positive_controls"] = positive_controls;
   json ds = json::array();
   for (const DetectorCoverage& d : detectors) ds.push_back(d.ToJson());

@@ -16,6 +16,7 @@
 #include "auditor/result/finding.h"
 #include "auditor/result/incidents.h"
 #include "auditor/target/limits.h"
+#include "auditor/target/spend.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::auditor {
@@ -75,6 +76,12 @@ struct CampaignResult {
   PlantStats plants;
   int64_t probes = 0, usable = 0;
   std::map<std::string, int64_t> by_kind, by_outcome;
+  // What the command spent per tenant (auditor/target/spend.h; NoteSpend).
+  std::map<std::string, TenantSpend> spend;
+  int64_t budget_tokens = 0;    // --budget-tokens; 0: none
+  int64_t spent_tokens = 0;     // SpendLedger::spent()
+  bool budget_reached = false;  // requests were not sent for it
+  int rate_cuts = 0;            // times the campaign's rate was cut (429/503)
   std::map<std::string, bool> positive_controls;
   std::vector<DetectorCoverage> detectors;
   std::vector<Finding> findings;  // raw rows, as recorded

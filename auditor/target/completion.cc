@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "auditor/target/rate_limit.h"
 
 namespace kvcanary::auditor {
 
@@ -117,6 +119,11 @@ Taken Take(const json& j, Completion* c) {
         j["tokens_evaluated"].get<int>() > 0) {
       c->prompt_tokens = j["tokens_evaluated"].get<int>();
     }
+    if (j.contains("tokens_predicted") &&
+        j["tokens_predicted"].is_number_integer() &&
+        j["tokens_predicted"].get<int>() > 0) {
+      c->completion_tokens = j["tokens_predicted"].get<int>();
+    }
     if (j.contains("id_slot") && j["id_slot"].is_number_integer() &&
         c->response_id.empty()) {
       c->response_id = absl::StrCat("slot-", j["id_slot"].get<int>());
@@ -157,6 +164,11 @@ Taken Take(const json& j, Completion* c) {
     if (u.contains("prompt_tokens") && u["prompt_tokens"].is_number_integer() &&
         (u["prompt_tokens"].get<int>() > 0 || c->prompt_tokens < 0)) {
       c->prompt_tokens = u["prompt_tokens"].get<int>();
+    }
+    if (u.contains("completion_tokens") &&
+        u["completion_tokens"].is_number_integer() &&
+        (u["completion_tokens"].get<int>() > 0 || c->completion_tokens < 0)) {
+      c->completion_tokens = u["completion_tokens"].get<int>();
     }
     if (u.contains("prompt_tokens_details") &&
         u["prompt_tokens_details"].is_object() &&
@@ -337,6 +349,7 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
     uint64_t id = 0;
     if (absl::SimpleAtoi(it->second, &id)) c.engine_request = id;
   }
+  c.retry_after = RetryAfterOf(r.headers, absl::Now());
   c.hung_up = r.hung_up;
   if (!r.transport.ok()) {
     c.error = r.transport;
@@ -359,12 +372,14 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream) {
 
 std::string Outcome(const Completion& c) {
   if (c.hung_up) return "hung_up";
+  if (c.not_sent) return "not_sent";
   if (!c.error.ok() && c.status == 0) return "transport_error";
   if (c.status == 200) {
     return c.usable           ? "ok"
            : c.dropped_stream ? "dropped_stream"
                               : "bad_response";
   }
+  if (IsRateLimited(c)) return "rate_limited";
   if (c.status >= 500) return "http_5xx";
   return "http_4xx";
 }

@@ -7,10 +7,12 @@
 #define KVCANARY_AUDITOR_TARGET_COMPLETION_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "auditor/target/answer_logprobs.h"
 #include "auditor/target/multi_client.h"
 #include "nlohmann/json.hpp"
@@ -57,6 +59,9 @@ struct Completion {
   // target sent some (stream chunks put together).
   AnswerLogprobs logprobs;
   int prompt_tokens = -1;  // usage.prompt_tokens; -1: not reported
+  // usage.completion_tokens (llama.cpp's own shape: tokens_predicted); -1:
+  // not reported.
+  int completion_tokens = -1;
   // Prompt tokens served from the target's cache, however it reports them
   // (cached_from), beyond those every request shares (shared_head_tokens,
   // subtracted by Target::Parse); -1: not reported.
@@ -72,12 +77,17 @@ struct Completion {
   bool legacy_shape = false;
   std::string response_id;      // the body's "id" ("" if none)
   uint64_t engine_request = 0;  // kEngineRequestIdHeader; 0: not reported
+  // The answer's Retry-After header (rate_limit.h's ParseRetryAfter).
+  std::optional<absl::Duration> retry_after;
   double ttft_ms = 0;
   double total_ms = 0;
   absl::Status error;  // transport error, or why the answer is not usable
   // The auditor hung up on purpose before the answer ended
   // (ProbeRequest::hang_up_after): no answer, and no sign of a target down.
   bool hung_up = false;
+  // Not sent: the command's token budget was spent (SpendLedger); error
+  // says so. No answer, and no sign of a target down.
+  bool not_sent = false;
 };
 
 // A target's way of saying a prompt is too long: 400, 413 or 422 (also
@@ -105,9 +115,10 @@ Completion ParseCompletion(const ProbeResponse& r, bool stream);
 int ErrorObjectStatus(const nlohmann::json& error,
                       const nlohmann::json& outer = nlohmann::json());
 
-// hung_up (the auditor's own hang-up), ok, dropped_stream (a 200 stream
-// without an answer), bad_response (any other 200 without one), http_4xx,
-// http_5xx or transport_error.
+// hung_up (the auditor's own hang-up), not_sent (the budget), ok,
+// dropped_stream (a 200 stream without an answer), bad_response (any other 200
+// without one), rate_limited (429 or 503, rate_limit.h), http_4xx, http_5xx or
+// transport_error.
 std::string Outcome(const Completion& c);
 
 }  // namespace kvcanary::auditor

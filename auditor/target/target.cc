@@ -8,8 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "auditor/target/http_client.h"
 #include "auditor/target/prompts.h"
+#include "auditor/target/rate_limit.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -52,7 +54,8 @@ std::string RefusalMessage(const Completion& c) {
 
 }  // namespace
 
-Target::Target(TargetOptions options) : o_(std::move(options)) {
+Target::Target(TargetOptions options)
+    : o_(std::move(options)), spend_(o_.budget_tokens) {
   absl::StatusOr<TargetUrl> url = ParseTargetUrl(o_.target);
   if (url.ok()) {
     url_ = *std::move(url);
@@ -258,7 +261,9 @@ ProbeRequest Target::Request(uint64_t id, const AuditTenant& tenant,
   return r;
 }
 
-void Target::NoteTransport(const Completion& c) {
+void Target::Note(const AuditTenant& t, const Completion& c) {
+  if (c.not_sent) return;
+  spend_.Note(t.name, c);
   if (c.hung_up) return;  // the auditor's doing: says nothing either way
   if (Outcome(c) != "transport_error") {
     consecutive_failures_ = 0;
@@ -279,17 +284,31 @@ Completion Target::SendAlone(const AuditTenant& t, const std::string& prompt,
     result.error = down_;
     return result;
   }
-  MultiClient one(1);
-  bool sent = false;
-  one.Run(
-      [&]() -> std::optional<ProbeRequest> {
-        if (sent) return std::nullopt;
-        sent = true;
-        return Request(0, t, prompt, max_tokens, stream, extra);
-      },
-      [&](ProbeResponse r) { result = Parse(r, stream); },
-      [&] { return sent; });
-  NoteTransport(result);
+  for (int retries = 0;; ++retries) {
+    if (!spend_.Affordable(1)) {
+      spend_.NoteStopped();
+      result = Completion();
+      result.not_sent = true;
+      result.error = absl::ResourceExhaustedError(absl::StrCat(
+          "token budget of ", spend_.budget(), " spent (", spend_.spent(),
+          " tokens; the largest answer took ", spend_.largest(), ")"));
+      return result;
+    }
+    if (retries > 0) spend_.NoteRetry(t.name);
+    MultiClient one(1);
+    bool sent = false;
+    one.Run(
+        [&]() -> std::optional<ProbeRequest> {
+          if (sent) return std::nullopt;
+          sent = true;
+          return Request(0, t, prompt, max_tokens, stream, extra);
+        },
+        [&](ProbeResponse r) { result = Parse(r, stream); },
+        [&] { return sent; });
+    Note(t, result);
+    if (!IsRateLimited(result) || retries >= kMaxRateLimitRetries) break;
+    absl::SleepFor(RetryWait(result, retries));
+  }
   return result;
 }
 

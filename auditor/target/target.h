@@ -4,8 +4,9 @@
 // the limit it advertises, EVERY tenant's key checked with a one-token
 // completion before the command's first probe (many servers answer
 // /v1/models without one), request bodies (usage asked for in streams),
-// requests sent alone, and "target down" after too many requests in a row
-// without an HTTP answer.
+// requests sent alone (again after a 429 or 503, rate_limit.h), "target
+// down" after too many requests in a row without an HTTP answer, and the
+// tokens spent per tenant against --budget-tokens (spend.h).
 // Not thread-safe; owned by the command's thread (MultiClient calls back
 // on that thread too).
 #ifndef KVCANARY_AUDITOR_TARGET_TARGET_H_
@@ -24,6 +25,7 @@
 #include "auditor/target/completion.h"
 #include "auditor/target/limits.h"
 #include "auditor/target/multi_client.h"
+#include "auditor/target/spend.h"
 #include "auditor/target/target_url.h"
 #include "auditor/target/tenants.h"
 
@@ -50,6 +52,9 @@ struct TargetOptions {
   // Requests in a row without an HTTP answer before the target is down.
   int max_consecutive_failures = 20;
   Api api = Api::kAuto;
+  // The most tokens (prompt + completion) the command may spend; 0: no
+  // limit. SendAlone sends nothing once the next answer might pass it.
+  int64_t budget_tokens = 0;
 };
 
 class Target {
@@ -123,13 +128,24 @@ class Target {
   int shared_head_tokens() const { return shared_head_; }
   static constexpr int kSharedHeadSamples = 5;
 
-  // One request, alone; an error completion (no request sent) once down.
+  // One request, alone, sent again after each 429/503 answer
+  // (rate_limit.h: after its Retry-After, up to kMaxRateLimitRetries
+  // times); an error completion, no request sent, once down, or (not_sent)
+  // once the budget would not cover another answer as large as the
+  // largest so far.
   Completion SendAlone(const AuditTenant& t, const std::string& prompt,
                        int max_tokens, bool stream,
                        const nlohmann::json& extra = nullptr);
-  // Counts requests in a row without an HTTP answer (call for each answer
-  // of requests sent elsewhere, e.g. through a MultiClient).
-  void NoteTransport(const Completion& c);
+  // An answer to a request of `t`: its tokens and rate limits into
+  // spend(), and requests in a row without an HTTP answer counted (call
+  // for each answer of requests sent elsewhere, e.g. through a
+  // MultiClient, and for each time such a request is sent again, after a
+  // 429, NoteRetry).
+  void Note(const AuditTenant& t, const Completion& c);
+  void NoteRetry(const AuditTenant& t) { spend_.NoteRetry(t.name); }
+  // What the command spent so far, per tenant, and its budget.
+  const SpendLedger& spend() const { return spend_; }
+  SpendLedger& spend() { return spend_; }
   // OK, or "target down at <time>: ..." once too many failed in a row.
   const absl::Status& down() const { return down_; }
 
@@ -163,6 +179,7 @@ class Target {
   bool send_temperature_ = true;  // false: the target refuses temperature 0
   int consecutive_failures_ = 0;
   absl::Status down_;
+  SpendLedger spend_;
 };
 
 // For a command that uses fewer tenants than the file holds: which it used

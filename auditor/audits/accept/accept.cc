@@ -489,6 +489,7 @@ void Accept::Finish(const absl::Status& run) {
     r_.by_outcome = t.by_outcome;
     if (t.load_sent > 0) r_.by_kind["accept_load"] = t.load_sent;
   }
+  NoteSpend(&r_, session_.spend());
   DecideResult(&r_, run, problems);
   SealResult(&r_, log_.get(),
              {{"requests", r_.probes},

@@ -168,7 +168,7 @@ absl::Status AcceptSweep::RunUnderLoad(std::vector<AcceptProbe> probes) {
           const AcceptProbe p = std::move(s->second);
           sweep_in_flight.erase(s);
           const Completion c = session_->Parse(resp, p.stream);
-          session_->NoteTransport(c);
+          session_->Note(sweeper(), c);
           absl::Status st = Observe(p, c);
           if (!st.ok() && error.ok()) error = st;
           return;
@@ -176,7 +176,7 @@ absl::Status AcceptSweep::RunUnderLoad(std::vector<AcceptProbe> probes) {
         const int tenant = load_in_flight[resp.id];
         load_in_flight.erase(resp.id);
         const Completion c = session_->Parse(resp, false);
-        session_->NoteTransport(c);
+        session_->Note(session_->options().tenants[tenant], c);
         absl::Status st = ObserveLoad(tenant, c);
         if (!st.ok() && error.ok()) error = st;
       },

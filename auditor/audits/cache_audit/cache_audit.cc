@@ -205,6 +205,7 @@ void CacheAudit::Finish(const absl::Status& run) {
     }
     r_.checks = CacheAuditChecks(out_);
   }
+  NoteSpend(&r_, session_.spend());
   DecideResult(&r_, run, problems_);
   r_.probes = out_.requests;
   // --salts: each pair run, and the one a failure stopped (pair_ set).

@@ -215,6 +215,7 @@ BehaviourProbe Facts::SendBehaviour(const std::string& kind,
       [&](ProbeResponse r) { b.response = std::move(r); },
       [&] { return sent; });
   b.completion = session_.Parse(b.response, stream);
+  if (reader != nullptr) session_.Note(*reader, b.completion);
   metrics_->CountProbe("facts", Outcome(b.completion));
   return b;
 }
@@ -419,6 +420,7 @@ void Facts::Finish(const absl::Status& run) {
     r_.checks = FactsChecks(run_, r_.findings);
     r_.details = FactsDetails(run_, r_.findings);
   }
+  NoteSpend(&r_, session_.spend());
   DecideResult(&r_, run, {});
   // An inconclusive run must fail a JUnit gate (one case per check) even
   // where no check says why.

@@ -28,6 +28,7 @@
 #include "common/http_server.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/auditor/campaign/campaign_fixtures.h"
 #include "tests/auditor/fakes/fake_target.h"
 #include "tests/shared_files.h"
 #include "tests/temp_path.h"
@@ -40,64 +41,7 @@ using testing::FakeTarget;
 using testing::FakeTargetOptions;
 using testing::Flavor;
 using testing::OverLimit;
-
-std::string Db(const std::string& name) {
-  return testing_paths::UniqueTempPath("kvcanary-campaign", name + ".db");
-}
-
-CampaignOptions Options(const std::string& target, const std::string& name) {
-  CampaignOptions o;
-  o.target = target;
-  o.tenants = {{"acme", "sk-a"}, {"globex", "sk-g"}, {"initech", "sk-i"}};
-  o.db_path = Db(name);
-  o.max_probes = 360;
-  o.duration = absl::Seconds(60);
-  o.concurrency = 8;
-  o.progress = false;
-  o.floors = {{"", 12}};
-  return o;
-}
-
-std::string Explain(const CampaignResult& r) {
-  std::string out = absl::StrCat(VerdictName(r.verdict), ": ",
-                                 absl::StrJoin(r.reasons, "; "), "\n");
-  for (const DetectorCoverage& d : r.detectors) {
-    absl::StrAppend(&out, d.name, " ", DetectorStateName(d.state), " ",
-                    d.reason, " [", d.CoverageText(), "]\n");
-  }
-  absl::StrAppend(&out, IncidentTable(r.incidents, 20));
-  return out;
-}
-
-const DetectorCoverage* Detector(const CampaignResult& r,
-                                 const std::string& name) {
-  for (const DetectorCoverage& d : r.detectors) {
-    if (d.name == name) return &d;
-  }
-  return nullptr;
-}
-
-int Count(const CampaignResult& r, const std::string& kind) {
-  int n = 0;
-  for (const Finding& f : r.findings) n += f.kind == kind;
-  return n;
-}
-
-FakeTargetOptions Fake(Flavor flavor) {
-  FakeTargetOptions o;
-  o.flavor = flavor;
-  o.limit_tokens = 400;
-  // 100 ms of prefill at the limit: a slope a loaded machine cannot hide.
-  o.prefill_us_per_token = 250;
-  return o;
-}
-
-// "llamacpp" for llama.cpp: a test name of the flavor.
-std::string FlavorParamName(const ::testing::TestParamInfo<Flavor>& info) {
-  std::string name(testing::FlavorName(info.param));
-  name.erase(std::remove(name.begin(), name.end(), '.'), name.end());
-  return name;
-}
+using namespace campaign_fixtures;  // NOLINT: the fixtures of every test here
 
 // A well-behaved server of each kind: every detector but trace (no
 // --trace) covered, and clean.
@@ -152,7 +96,7 @@ TEST(CampaignTest, ALlamaCppSlotThatReusesTheSharedHeadIsCleanWithLatency) {
   const CampaignResult r =
       RunCampaign(Options(target.url(), "slot-reuse"), &metrics);
   ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
-  const DetectorCoverage* d = Detector(r, "latency");
+  const DetectorCoverage* d = CoverageOf(r, "latency");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
   EXPECT_GT(target.cached_tokens_served(), 0);
@@ -173,7 +117,7 @@ TEST(CampaignTest, AStreamDroppedAfterItsHeadersIsCountedNotJudged) {
   EXPECT_EQ(Count(r, "boundary_accepted"), 0) << Explain(r);
   ASSERT_TRUE(r.by_outcome.count("dropped_stream")) << Explain(r);
   EXPECT_GT(r.by_outcome.at("dropped_stream"), 0);
-  const DetectorCoverage* d = Detector(r, "boundary");
+  const DetectorCoverage* d = CoverageOf(r, "boundary");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
   EXPECT_EQ(d->stats["dropped_streams"], r.by_outcome.at("dropped_stream"));
@@ -188,6 +132,7 @@ class ChatOnlyTest : public ::testing::TestWithParam<Flavor> {};
 TEST_P(ChatOnlyTest, IsCleanOverChatWithTheApiNamed) {
   FakeTargetOptions fo = Fake(GetParam());
   fo.completions_route = testing::CompletionsRoute::kAbsent;
+  fo.chat_template = true;  // a header and role markers around the prompt
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r =
@@ -225,6 +170,32 @@ INSTANTIATE_TEST_SUITE_P(Flavors, ChatOnlyTest,
                                            Flavor::kOllama),
                          FlavorParamName);
 
+// A chat template's header sits before every prompt's unique part, so a
+// server with a prefix cache reports it cached on every request (vLLM's
+// default): measured once as the shared head, it is no cache hit, and the
+// campaign is clean with latency active.
+TEST(CampaignTest, AChatTemplateHeaderReportedCachedIsCleanWithLatency) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  fo.chat_template = true;
+  fo.shared_prompt_cache = true;
+  fo.report_cached_tokens = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "cached-header"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
+  const DetectorCoverage* d = CoverageOf(r, "latency");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
+  EXPECT_GT(target.cached_tokens_served(), 0);
+  // The header's whole blocks, reported cached on every request.
+  int64_t cached = 0;
+  for (const auto& [tenant, s] : r.spend) cached += s.cached_tokens;
+  EXPECT_GE(cached, 16 * r.usable);
+}
+
 // A server whose greedy text never changes under load but whose
 // log-probabilities move by 0.001 while another request is in flight (what
 // a foreign page in attention does before it flips an argmax): text golden
@@ -240,7 +211,7 @@ TEST(CampaignTest, LogprobsThatMoveUnderLoadAreFoundWhereTextIsNot) {
   EXPECT_GT(Count(r, "logprob_mismatch"), 0) << Explain(r);
   EXPECT_GT(Count(r, "prompt_logprobs_mismatch"), 0) << Explain(r);
   EXPECT_EQ(Count(r, "golden_mismatch"), 0) << Explain(r);
-  const DetectorCoverage* d = Detector(r, "logprob_golden");
+  const DetectorCoverage* d = CoverageOf(r, "logprob_golden");
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->stats["mode"], "exact");
 }
@@ -258,7 +229,7 @@ TEST(CampaignTest, LogprobsNoisyAloneAreJudgedByDistanceRates) {
     AuditorMetrics metrics;
     const CampaignResult r = RunCampaign(
         Options(target.url(), absl::StrCat("logprob-noise-", shift)), &metrics);
-    const DetectorCoverage* d = Detector(r, "logprob_golden");
+    const DetectorCoverage* d = CoverageOf(r, "logprob_golden");
     ASSERT_NE(d, nullptr);
     EXPECT_EQ(d->stats["mode"], "distance") << Explain(r);
     if (shift == 0) {
@@ -348,7 +319,7 @@ TEST(CampaignTest, HeadAndTailKeepingIsMeasuredToItsTrueLimit) {
   // Plants under the measured limit: every one sent came back whole.
   EXPECT_GT(r.plants.accepted_whole, 0);
   EXPECT_EQ(r.plants.accepted_whole, r.plants.sent);
-  const DetectorCoverage* latency = Detector(r, "latency");
+  const DetectorCoverage* latency = CoverageOf(r, "latency");
   ASSERT_NE(latency, nullptr);
   EXPECT_EQ(latency->state, DetectorState::kActive) << latency->reason;
 }
@@ -367,7 +338,7 @@ TEST(CampaignTest, PlantsCutUnderLoadAreFindingsAndNeverCoverage) {
   const CampaignResult r =
       RunCampaign(Options(target.url(), "plants-cut"), &metrics);
   ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
-  const DetectorCoverage* scan = Detector(r, "output_scan");
+  const DetectorCoverage* scan = CoverageOf(r, "output_scan");
   ASSERT_NE(scan, nullptr);
   const int64_t sent = scan->stats["plants_sent"].get<int64_t>();
   const int64_t whole = scan->stats["plants_whole"].get<int64_t>();
@@ -405,7 +376,7 @@ TEST(CampaignTest, PlantsCutAloneAreFindingsAndRebuiltSmaller) {
   o.max_prompt_tokens = 1600;
   const CampaignResult r = RunCampaign(o, &metrics);
   ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
-  const DetectorCoverage* scan = Detector(r, "output_scan");
+  const DetectorCoverage* scan = CoverageOf(r, "output_scan");
   ASSERT_NE(scan, nullptr);
   EXPECT_GT(scan->stats["plants_cut_alone"].get<int>(), 0);
   int plant_rows = 0;
@@ -446,7 +417,7 @@ TEST(CampaignTest, SharedPromptCacheDoesNotFoolTheLatencyCalibration) {
   const CampaignResult r =
       RunCampaign(Options(target.url(), "cache"), &metrics);
   ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
-  const DetectorCoverage* latency = Detector(r, "latency");
+  const DetectorCoverage* latency = CoverageOf(r, "latency");
   ASSERT_NE(latency, nullptr);
   const double per_token_us = latency->stats["per_token_us"];
   // The fake's real cost is 250 us a token; a cache would make it ~0.
@@ -473,7 +444,7 @@ TEST(CampaignTest, AHeadCuttingCachingServerIsNoLatencyFinding) {
   ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
   EXPECT_GT(Count(r, "prompt_truncated"), 0);
   EXPECT_EQ(Count(r, "latency_implausible"), 0) << Explain(r);
-  const DetectorCoverage* latency = Detector(r, "latency");
+  const DetectorCoverage* latency = CoverageOf(r, "latency");
   ASSERT_NE(latency, nullptr);
   EXPECT_GT(latency->stats["cut_then_cached_pairs"].get<int>(), 0)
       << latency->stats.dump();
@@ -605,7 +576,7 @@ TEST(CampaignTest, ATraceNodeThatSendsNothingIsInconclusive) {
   done = true;
   silent.Stop();
   EXPECT_EQ(r.verdict, Verdict::kInconclusive) << Explain(r);
-  const DetectorCoverage* trace = Detector(r, "trace");
+  const DetectorCoverage* trace = CoverageOf(r, "trace");
   ASSERT_NE(trace, nullptr);
   EXPECT_EQ(trace->state, DetectorState::kInconclusive);
   EXPECT_NE(trace->reason.find("0 page reads checked"), std::string::npos)
@@ -654,7 +625,7 @@ TEST_P(BrokenDetectorTest, ItsControlFailsAndTheVerdictIsNotClean) {
   ASSERT_TRUE(r.positive_controls.count(GetParam())) << Explain(r);
   EXPECT_FALSE(r.positive_controls.at(GetParam()));
   EXPECT_NE(r.verdict, Verdict::kClean) << Explain(r);
-  const DetectorCoverage* d = Detector(r, GetParam());
+  const DetectorCoverage* d = CoverageOf(r, GetParam());
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(d->state, DetectorState::kInconclusive);
   EXPECT_NE(d->reason.find("positive control failed"), std::string::npos);
@@ -789,7 +760,7 @@ TEST(GoldenRateTest, NondeterministicTargetWithEqualRatesHasNoGoldenFinding) {
   AuditorMetrics metrics;
   const CampaignResult r =
       RunCampaign(RateOptions(target.url(), "equal"), &metrics);
-  const DetectorCoverage* golden = Detector(r, "golden");
+  const DetectorCoverage* golden = CoverageOf(r, "golden");
   ASSERT_NE(golden, nullptr) << Explain(r);
   ASSERT_FALSE(golden->notes.empty());
   EXPECT_NE(golden->notes[0].find("rate mode"), std::string::npos);

@@ -22,6 +22,9 @@
 #include "tests/auditor/fakes/fake_target_flavors.h"
 
 namespace kvcanary::auditor::testing {
+
+const char kFakeChatHeader[] =
+    "<|system|>\nToday Date: 07 Dec 2026\nYou are a helpful assistant.</s>\n";
 namespace {
 
 using fake_target_internal::Answer;
@@ -88,6 +91,9 @@ struct Request {
   std::optional<std::string> cache_salt;  // the body's "cache_salt"
   int logprobs = -1;                      // alternatives asked for; -1: none
   bool echo = false;                      // completions' echo
+  // Tokens at the end of `prompt` the chat template put there (the
+  // assistant's marker): processed, never continued by the answer.
+  size_t template_tail_tokens = 0;
 };
 
 // Returns the problem ("" if none) and fills *r. Chat messages are joined
@@ -232,6 +238,17 @@ std::vector<std::string> ProcessedTokens(absl::string_view prompt,
   for (size_t i = 0; i < plan.head; ++i) add(i);
   for (size_t i = plan.first; i < plan.last; ++i) add(i);
   return tokens;
+}
+
+// The user's messages as chat_template renders them (Zephyr's and
+// TinyLlama's shape).
+constexpr char kFakeUserMarker[] = "<|user|>\n";
+constexpr char kFakeAssistantMarker[] = "</s>\n<|assistant|>\n";
+
+void RenderChatTemplate(Request* r) {
+  r->prompt = absl::StrCat(kFakeChatHeader, kFakeUserMarker, r->prompt,
+                           kFakeAssistantMarker);
+  r->template_tail_tokens = Tokenize(kFakeAssistantMarker).size();
 }
 
 // The tail of the processed prompt, or filler words.
@@ -598,6 +615,16 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     Stop();  // this request is still answered; new connections are refused
   }
   if (!Guard(req, res)) return;
+  if (options_.rate_limit_every > 0 && n % options_.rate_limit_every == 0) {
+    if (options_.retry_after_s >= 0) {
+      res.set_header("Retry-After", std::to_string(options_.retry_after_s));
+    }
+    SendReply(res,
+              {429, R"({"error":{"message":"Rate limit reached for requests",)"
+                    R"("type":"requests","param":null,)"
+                    R"("code":"rate_limit_exceeded"}})"});
+    return;
+  }
   if (chat && options_.chat_like_reasoning_models) {
     const json j = json::parse(req.body, nullptr, false);
     if (j.is_object() && j.contains("max_tokens")) {
@@ -621,6 +648,7 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     SendReply(res, Refusal(options_.flavor, problem));
     return;
   }
+  if (chat && options_.chat_template) RenderChatTemplate(&r);
   const bool busy = options_.busy_limit_tokens > 0 && others > 0;
   const Plan plan =
       MakePlan(r.prompt, options_,
@@ -664,7 +692,9 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     }
     slot_tokens_ = std::move(tokens);
   }
-  a.pieces = OutputPieces(r.prompt, plan, r.max_tokens, options_.echo);
+  Plan spoken = plan;  // the answer continues the messages, not the markers
+  spoken.last -= std::min(spoken.last - spoken.first, r.template_tail_tokens);
+  a.pieces = OutputPieces(r.prompt, spoken, r.max_tokens, options_.echo);
   a.text = absl::StrJoin(a.pieces, "");
   if (r.logprobs >= 0) {
     double shift = 0;

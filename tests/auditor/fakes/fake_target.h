@@ -235,7 +235,23 @@ struct FakeTargetOptions {
   // is refused as if it were wrong (a key rotated or revoked mid-run).
   int revoke_after_completions = 0;
   std::string revoked_key;
+  // > 0: every such completion request (the 3rd, 6th... for 3) is answered
+  // 429 with OpenAI's rate_limit_exceeded error, as a provider's rate
+  // limit does, with `Retry-After: retry_after_s` (< 0: no header).
+  int rate_limit_every = 0;
+  int retry_after_s = 1;
+  // Chat rendered through a template, as real servers render it (Zephyr's
+  // and TinyLlama's shape): a system header (kFakeChatHeader, 21 tokens
+  // printing today's date), the user's marker, the messages, then the
+  // end-of-turn and the assistant's marker. The
+  // template's tokens count in prompt_tokens, sit in the cache and count
+  // toward the limit; the answer continues the messages' text, as a model
+  // answers the user. false: messages joined by newlines.
+  bool chat_template = false;
 };
+
+// The header chat_template puts before the messages.
+extern const char kFakeChatHeader[];
 
 // The fake's tokenizer: 1 (BOS) + each maximal run of ASCII letters/digits
 // + each other byte that is not ASCII whitespace.

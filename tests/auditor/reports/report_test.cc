@@ -50,7 +50,15 @@ json CleanResult() {
   "probes": {"sent": 612, "usable": 600,
              "by_kind": {"plant": 120, "sniff": 300, "golden": 60, "echo": 60,
                          "boundary": 69, "quiet": 3},
-             "by_outcome": {"ok": 600, "http_4xx": 12}},
+             "by_outcome": {"ok": 600, "http_4xx": 12, "rate_limited": 2}},
+  "spend": {"tokens": 151200, "budget_tokens": 200000, "budget_reached": false,
+            "rate_cuts": 3,
+            "tenants": {"acme": {"prompt_tokens": 40100, "cached_tokens": 1200,
+                                 "completion_tokens": 3900, "unreported_answers": 0,
+                                 "rate_limited": 2, "retries": 2},
+                        "globex": {"prompt_tokens": 98000, "cached_tokens": 0,
+                                   "completion_tokens": 9200, "unreported_answers": 0,
+                                   "rate_limited": 0, "retries": 0}}},
   "positive_controls": {"output_scan": true, "golden": true, "echo": true,
                         "boundary": true, "latency": true, "trace": true},
   "detectors": [
@@ -641,6 +649,26 @@ TEST(HtmlReportTest, EveryStringFromTheDocumentIsEscaped) {
             std::string::npos);
   EXPECT_NE(html.find("&quot;&#39;&amp;&lt;script"), std::string::npos);
   ExpectSelfContained(html);
+}
+
+TEST(HtmlReportTest, SpendShowsEachTenantsTokensAndRateLimits) {
+  const std::string html = HtmlReport(CleanResult());
+  EXPECT_NE(html.find("<h2>Spend</h2><p>151,200 tokens of a 200,000-token "
+                      "budget; sending rate cut 3 times for 429/503"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("<tr><td>acme</td><td class=\"n\">40,100</td>"),
+            std::string::npos);
+}
+
+TEST(CampaignResultSchemaTest, RejectsASpendWithoutItsTenants) {
+  SKIP_WITHOUT_JSONSCHEMA();
+  json doc = CleanResult();
+  doc["spend"].erase("tenants");
+  std::string errors;
+  EXPECT_EQ(Validate(doc, &errors), 1);
+  EXPECT_NE(errors.find("'tenants' is a required property"), std::string::npos)
+      << errors;
 }
 
 TEST(HtmlReportTest, CoverageBelowTheFloorIsHighlighted) {

@@ -263,7 +263,28 @@ TEST(CompletionTest, TransportErrorAndHttpErrors) {
   r.transport = absl::UnavailableError("connection refused");
   EXPECT_EQ(Outcome(ParseCompletion(r, false)), "transport_error");
   EXPECT_EQ(Outcome(ParseCompletion(Response(400, "{}"), false)), "http_4xx");
-  EXPECT_EQ(Outcome(ParseCompletion(Response(503, ""), true)), "http_5xx");
+  EXPECT_EQ(Outcome(ParseCompletion(Response(502, ""), true)), "http_5xx");
+  // A provider's "slow down" is neither (rate_limit.h).
+  EXPECT_EQ(Outcome(ParseCompletion(Response(503, ""), true)), "rate_limited");
+  EXPECT_EQ(Outcome(ParseCompletion(Response(429, "{}"), false)),
+            "rate_limited");
+}
+
+TEST(CompletionTest, ReadsCompletionTokensAndRetryAfter) {
+  ProbeResponse r =
+      Response(200, R"({"choices":[{"text":"hi"}],"usage":{"prompt_tokens":7,)"
+                    R"("completion_tokens":3,"total_tokens":10}})");
+  r.headers["retry-after"] = "2";
+  const Completion c = ParseCompletion(r, false);
+  EXPECT_EQ(c.completion_tokens, 3);
+  EXPECT_EQ(c.retry_after, absl::Seconds(2));
+  // llama.cpp's own shape counts what it generated as tokens_predicted.
+  const Completion legacy = ParseCompletion(
+      Response(200, R"({"content":"hi","stop":true,"tokens_evaluated":7,)"
+                    R"("tokens_predicted":4})"),
+      false);
+  EXPECT_EQ(legacy.completion_tokens, 4);
+  EXPECT_FALSE(legacy.retry_after.has_value());
 }
 
 }  // namespace

@@ -278,11 +278,13 @@ TEST(AcceptTest, WellBehavedTargetIsCleanWithEchoCoveredAndRefusalsPastIt) {
   }
 }
 
-// A server without /v1/completions: --api=auto sweeps over chat, every
-// check as over completions, and the result names the API.
+// A server without /v1/completions, rendering chat through a template
+// (a header and role markers): --api=auto sweeps over chat, every check as
+// over completions, and the result names the API.
 TEST(AcceptTest, AChatOnlyTargetIsSweptOverChat) {
   FakeTargetOptions fo = Fake();
   fo.completions_route = testing::CompletionsRoute::kAbsent;
+  fo.chat_template = true;
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r = RunAccept(Options(target.url(), "chat"), &metrics);

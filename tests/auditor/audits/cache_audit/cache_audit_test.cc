@@ -123,12 +123,15 @@ TEST(CacheAuditTest, LlamaCppTimingsShowSameTenantHitsAndNoCrossTenantOnes) {
   EXPECT_EQ(r.details["cached_tokens"]["cross_tenant"]["hits"], 0);
 }
 
-// The same, on a server that serves only chat completions: audited over
-// chat (--api=auto), its template-free cache read the same way.
+// The same, on a server that serves only chat completions through a
+// template: audited over chat (--api=auto), the template's header (cached
+// for every request of a key) counted as the shared head, its cache read
+// the same way.
 TEST(CacheAuditTest, AChatOnlyTargetIsAuditedOverChat) {
   FakeTargetOptions fo = LlamaTimingsOnly();
   fo.per_key_prompt_cache = true;
   fo.completions_route = testing::CompletionsRoute::kAbsent;
+  fo.chat_template = true;
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r =

@@ -204,13 +204,15 @@ TEST(FactsTest, SlotsWithCountsOnlyIsClean) {
   ExpectValidDocument(r);
 }
 
-// A server without /v1/completions is read over chat: the result names the
-// API, and each fact its completion states names the request it came from.
+// A server without /v1/completions (its chat rendered through a template)
+// is read over chat: the result names the API, and each fact its
+// completion states names the request it came from.
 TEST(FactsTest, AChatOnlyTargetIsReadOverChatNamingTheRequest) {
   FakeTargetOptions fo;
   fo.flavor = Flavor::kLlamaCpp;
   fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}};
   fo.completions_route = testing::CompletionsRoute::kAbsent;
+  fo.chat_template = true;
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r = RunFacts(

@@ -150,6 +150,12 @@ absl::Status Campaign::Calibrated() {
   // Its findings are kept even if the target died during it.
   RETURN_IF_ERROR(AddFindings(cal_.findings, /*flush=*/true));
   RETURN_IF_ERROR(session_.down());
+  if (session_.spend().stopped()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("--budget-tokens=", session_.spend().budget(),
+                     " spent during calibration (", session_.spend().spent(),
+                     " tokens): nothing was probed; raise the budget"));
+  }
   r_.limit = cal_.limit;
   // The API it was measured over (a chat template's tokens are part of
   // every prompt there), and the shared head counted as uncached.

@@ -75,7 +75,6 @@ absl::Status Campaign::MainLoop() {
     Probe probe;
     ProbeRequest request;
     Completion last;  // its rate-limited answer
-    int retries = 0;
   };
   std::vector<Retry> retries;       // waiting for their time
   std::map<uint64_t, int> retried;  // probe id -> times sent again
@@ -172,8 +171,9 @@ absl::Status Campaign::MainLoop() {
           const absl::Duration wait = RetryWait(c, n);
           rate.RateLimited();
           if (n < kMaxRateLimitRetries && now + wait < deadline_at) {
+            ++n;
             retries.push_back(
-                {now + wait, std::move(p), std::move(request), c, ++n});
+                {now + wait, std::move(p), std::move(request), c});
             return;
           }
         } else if (c.status != 0) {

@@ -93,5 +93,22 @@ TEST(RateLimitCampaignTest, ABudgetStopsTheCampaignWithinOneProbeOfIt) {
       << r.reasons.back();
 }
 
+// A budget smaller than calibration needs: nothing is probed, and the
+// campaign is an error naming the budget, never clean or inconclusive.
+TEST(RateLimitCampaignTest, ABudgetSpentDuringCalibrationIsAnError) {
+  FakeTarget target(Fake(Flavor::kVllm));
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "budget-calibration");
+  o.budget_tokens = 2000;
+  const CampaignResult r = RunCampaign(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kError) << Explain(r);
+  EXPECT_TRUE(r.budget_reached);
+  EXPECT_LE(r.spent_tokens, o.budget_tokens);
+  EXPECT_EQ(r.probes, 0);
+  EXPECT_NE(r.error.find("--budget-tokens=2000 spent during calibration"),
+            std::string::npos)
+      << r.error;
+}
+
 }  // namespace
 }  // namespace kvcanary::auditor

@@ -99,7 +99,13 @@ std::vector<Check> StatedChecks(const std::vector<LengthState>& lengths,
   for (const LengthState& l : lengths) {
     const std::string count = Subject(l, PromptKind::kCount);
     if (l.length.past) {
-      out.Add("refusal", count, l.refusal, "not sent");
+      out.Add("refusal", count, l.refusal,
+              l.unanswered == 0
+                  ? "not sent"
+                  : absl::StrCat("every answer was a 200 without one (",
+                                 l.unanswered,
+                                 " dropped or unreadable): neither a refusal "
+                                 "nor an admission"));
       if (l.prompt_tokens.noted) {
         out.Add("prompt_tokens", count, l.prompt_tokens, "not counted");
       }

@@ -40,6 +40,9 @@ struct LengthState {
   std::map<PromptKind, Fill> fills;
   CheckNote prompt_tokens;  // within and past (a 200 with a count)
   CheckNote refusal;        // past only
+  // Past the limit: 200s without an answer (a stream dropped after its
+  // headers), neither a refusal nor an admission.
+  int unanswered = 0;
   CheckNote golden, golden_under_load;
   std::map<PromptKind, CheckNote> echo;  // per position
   int counted = 0, counted_ok = 0;       // answers whose count was compared

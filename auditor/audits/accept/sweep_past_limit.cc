@@ -132,6 +132,7 @@ void AcceptSweep::JudgeRefusal(const AcceptProbe& p, const Completion& c,
     // headers, as TGI's chat stream does past the limit): neither a
     // refusal nor an admission. Counted in by_outcome (dropped_stream,
     // bad_response), never judged.
+    ++l.unanswered;
     return;
   }
   if (s == 0 || OtherClientError(s)) {

@@ -85,8 +85,16 @@ class Campaign {
   // of `in_flight`, the completion parsed and noted, then judged.
   absl::Status OnAnswer(const ProbeResponse& resp,
                         std::map<uint64_t, Probe>* in_flight);
-  // One answer: its evidence row, then every detector's judgement.
+  // One answer: its evidence row, then every detector's judgement (its
+  // prediction moved by the template's shift, Refit).
   absl::Status Judge(const Probe& p, const Completion& c);
+  // template_shift.cc: `p`'s prediction with the tokens every prompt
+  // gained or lost since calibration (a chat template that prints the
+  // date, crossing midnight). A count off by more than the calibrated
+  // tolerance, and by at most kMaxTemplateShift, is re-checked with a
+  // short control alone: off by as much, the shift is uniform — refit and
+  // noted, never a finding; otherwise the detectors judge it.
+  absl::Status Refit(Probe* p, const Completion& c);
   absl::Status RecordProbe(const Probe& p, const Completion& c);
   absl::Status AddFinding(Finding f, bool flush);
   absl::Status AddFindings(std::vector<Finding> found, bool flush);
@@ -115,6 +123,12 @@ class Campaign {
   CacheBuster buster_;
   std::vector<TenantState> tenants_;
   int64_t next_probe_ = 0;
+  // Refit: the template's shift now and before the last refit, the first
+  // probe sent under it, the controls sent, and each refit, for the notes.
+  int shift_ = 0, prev_shift_ = 0;
+  int64_t shift_from_ = 0;
+  int shift_checks_ = 0;
+  std::vector<std::string> shift_notes_;
   std::vector<int64_t> probe_times_, error_times_;  // Unix µs
   CampaignResult r_;
 };

@@ -175,7 +175,9 @@ absl::Status Campaign::OnAnswer(const ProbeResponse& resp,
   return Judge(p, c);
 }
 
-absl::Status Campaign::Judge(const Probe& p, const Completion& c) {
+absl::Status Campaign::Judge(const Probe& sent, const Completion& c) {
+  Probe p = sent;
+  RETURN_IF_ERROR(Refit(&p, c));
   RETURN_IF_ERROR(RecordProbe(p, c));
   // A 429/503 that was not sent again (its retries spent, the load over,
   // a burst's): no answer for any detector to judge.

@@ -64,6 +64,12 @@ void Campaign::Finish(const absl::Status& run) {
                           : std::optional<bool>(c->second);
       rules.findings = findings[name];
       r_.detectors.push_back(JudgedCoverage(*d, rules));
+      // The counts it judged were refit (template_shift.cc).
+      if (name == "boundary") {
+        for (const std::string& n : shift_notes_) {
+          r_.detectors.back().notes.push_back(n);
+        }
+      }
     }
   }
   for (const auto& d : detectors_) d->Report(&r_);

@@ -194,6 +194,36 @@ TEST(CampaignTest, AChatTemplateHeaderReportedCachedIsCleanWithLatency) {
   int64_t cached = 0;
   for (const auto& [tenant, s] : r.spend) cached += s.cached_tokens;
   EXPECT_GE(cached, 16 * r.usable);
+  // Its counts never moved: nothing was refit.
+  for (const std::string& n : CoverageOf(r, "boundary")->notes) {
+    EXPECT_FALSE(absl::StrContains(n, "count moved")) << n;
+  }
+}
+
+// A template that prints today's date crosses midnight mid-campaign: every
+// prompt's count moves by one token at once. A short control alone moves
+// as much, so the campaign refits, notes it on the boundary detector, and
+// stays clean: never a prompt_truncated or prompt_tokens_mismatch.
+TEST(CampaignTest, ATemplateDateThatChangesMidCampaignIsRefitNotAFinding) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  fo.chat_template = true;
+  fo.template_date_change_after = 250;  // after calibration, mid-load
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCampaign(Options(target.url(), "date-change"), &metrics);
+  ASSERT_GT(target.completions(), 300);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(Count(r, "prompt_truncated"), 0);
+  EXPECT_EQ(Count(r, "prompt_tokens_mismatch"), 0);
+  const DetectorCoverage* d = CoverageOf(r, "boundary");
+  ASSERT_NE(d, nullptr);
+  int refits = 0;
+  for (const std::string& n : d->notes) {
+    refits += absl::StrContains(n, "every prompt's count moved by +1 tokens");
+  }
+  EXPECT_EQ(refits, 1) << Explain(r);
 }
 
 // A server whose greedy text never changes under load but whose

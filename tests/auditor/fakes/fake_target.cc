@@ -24,7 +24,13 @@
 namespace kvcanary::auditor::testing {
 
 const char kFakeChatHeader[] =
-    "<|system|>\nToday Date: 07 Dec 2026\nYou are a helpful assistant.</s>\n";
+    "<|system|>\nToday Date: 9 Dec 2026\nYou are a helpful assistant.</s>\n";
+// The day after, its day written digit by digit: the fake's tokenizer
+// runs digits together, Llama's splits them, so "10" is a token more
+// than "9" there, as here.
+const char kFakeChatHeaderNextDay[] =
+    "<|system|>\nToday Date: 1 0 Dec 2026\nYou are a helpful "
+    "assistant.</s>\n";
 namespace {
 
 using fake_target_internal::Answer;
@@ -91,9 +97,10 @@ struct Request {
   std::optional<std::string> cache_salt;  // the body's "cache_salt"
   int logprobs = -1;                      // alternatives asked for; -1: none
   bool echo = false;                      // completions' echo
-  // Tokens at the end of `prompt` the chat template put there (the
-  // assistant's marker): processed, never continued by the answer.
-  size_t template_tail_tokens = 0;
+  // Tokens at the start and the end of `prompt` the chat template put
+  // there (the header and the user's marker; the assistant's marker):
+  // processed, never continued by the answer.
+  size_t template_head_tokens = 0, template_tail_tokens = 0;
 };
 
 // Returns the problem ("" if none) and fills *r. Chat messages are joined
@@ -245,9 +252,13 @@ std::vector<std::string> ProcessedTokens(absl::string_view prompt,
 constexpr char kFakeUserMarker[] = "<|user|>\n";
 constexpr char kFakeAssistantMarker[] = "</s>\n<|assistant|>\n";
 
-void RenderChatTemplate(Request* r) {
-  r->prompt = absl::StrCat(kFakeChatHeader, kFakeUserMarker, r->prompt,
-                           kFakeAssistantMarker);
+void RenderChatTemplate(Request* r, bool next_day) {
+  r->prompt = absl::StrCat(next_day ? kFakeChatHeaderNextDay : kFakeChatHeader,
+                           kFakeUserMarker, r->prompt, kFakeAssistantMarker);
+  r->template_head_tokens =
+      Tokenize(absl::StrCat(next_day ? kFakeChatHeaderNextDay : kFakeChatHeader,
+                            kFakeUserMarker))
+          .size();
   r->template_tail_tokens = Tokenize(kFakeAssistantMarker).size();
 }
 
@@ -648,7 +659,10 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     SendReply(res, Refusal(options_.flavor, problem));
     return;
   }
-  if (chat && options_.chat_template) RenderChatTemplate(&r);
+  if (chat && options_.chat_template) {
+    RenderChatTemplate(&r, options_.template_date_change_after > 0 &&
+                               n > options_.template_date_change_after);
+  }
   const bool busy = options_.busy_limit_tokens > 0 && others > 0;
   const Plan plan =
       MakePlan(r.prompt, options_,
@@ -692,8 +706,11 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     }
     slot_tokens_ = std::move(tokens);
   }
-  Plan spoken = plan;  // the answer continues the messages, not the markers
+  // The answer continues the messages, never the template's tokens.
+  Plan spoken = plan;
   spoken.last -= std::min(spoken.last - spoken.first, r.template_tail_tokens);
+  spoken.first =
+      std::max(spoken.first, std::min(spoken.last, r.template_head_tokens));
   a.pieces = OutputPieces(r.prompt, spoken, r.max_tokens, options_.echo);
   a.text = absl::StrJoin(a.pieces, "");
   if (r.logprobs >= 0) {

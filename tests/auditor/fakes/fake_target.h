@@ -242,16 +242,22 @@ struct FakeTargetOptions {
   int retry_after_s = 1;
   // Chat rendered through a template, as real servers render it (Zephyr's
   // and TinyLlama's shape): a system header (kFakeChatHeader, 21 tokens
-  // printing today's date), the user's marker, the messages, then the
+  // printing the date), the user's marker, the messages, then the
   // end-of-turn and the assistant's marker. The
   // template's tokens count in prompt_tokens, sit in the cache and count
-  // toward the limit; the answer continues the messages' text, as a model
-  // answers the user. false: messages joined by newlines.
+  // toward the limit; the answer continues the messages' text alone (never
+  // the header's date), as a model answers the user. false: messages joined by
+  // newlines.
   bool chat_template = false;
+  // > 0: once that many completion requests have arrived, the header's
+  // date is the next day's, one token longer (kFakeChatHeaderNextDay): a
+  // template that prints today's date, crossing midnight mid-campaign.
+  int template_date_change_after = 0;
 };
 
-// The header chat_template puts before the messages.
+// The header chat_template puts before the messages, and the day after.
 extern const char kFakeChatHeader[];
+extern const char kFakeChatHeaderNextDay[];
 
 // The fake's tokenizer: 1 (BOS) + each maximal run of ASCII letters/digits
 // + each other byte that is not ASCII whitespace.

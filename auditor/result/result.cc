@@ -56,6 +56,16 @@ json CampaignResult::ErrorJson() const {
   return {{"message", error}, {"phase", audit_started ? "audit" : "start"}};
 }
 
+json CampaignResult::SpendJson() const {
+  json tenants_spent = json::object();
+  for (const auto& [tenant, s] : spend) tenants_spent[tenant] = s.ToJson();
+  return {{"tokens", spent_tokens},
+          {"budget_tokens", budget_tokens > 0 ? json(budget_tokens) : json()},
+          {"budget_reached", budget_reached},
+          {"rate_cuts", rate_cuts},
+          {"tenants", std::move(tenants_spent)}};
+}
+
 json CampaignResult::ToJson() const {
   json j = {{"schema", "kvcanary-campaign-result"},
             {"schema_version", 3},
@@ -73,6 +83,8 @@ json CampaignResult::ToJson() const {
     j["elapsed_s"] = absl::ToDoubleSeconds(elapsed);
     j["tenants"] = tenants;
     if (!db_path.empty()) j["evidence"] = {{"db", db_path}};
+    // What it spent before it stopped (a budget spent in calibration).
+    if (!spend.empty()) j["spend"] = SpendJson();
     return j;
   }
   j["model"] = model;
@@ -94,14 +106,7 @@ json CampaignResult::ToJson() const {
                  {"usable", usable},
                  {"by_kind", by_kind},
                  {"by_outcome", by_outcome}};
-  json spent = json::object();
-  for (const auto& [tenant, s] : spend) spent[tenant] = s.ToJson();
-  j["spend"] = {
-      {"tokens", spent_tokens},
-      {"budget_tokens", budget_tokens > 0 ? json(budget_tokens) : json()},
-      {"budget_reached", budget_reached},
-      {"rate_cuts", rate_cuts},
-      {"tenants", std::move(spent)}};
+  j["spend"] = SpendJson();
   j["positive_controls"] = positive_controls;
   json ds = json::array();
   for (const DetectorCoverage& d : detectors) ds.push_back(d.ToJson());

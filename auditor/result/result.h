@@ -101,6 +101,8 @@ struct CampaignResult {
   nlohmann::json ErrorJson() const;
   // The campaign-result document (docs/campaign-result.schema.json).
   nlohmann::json ToJson() const;
+  // Its `spend` object.
+  nlohmann::json SpendJson() const;
 };
 
 // Probes, errors and findings (by their ts_us) in buckets over

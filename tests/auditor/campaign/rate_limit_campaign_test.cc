@@ -108,6 +108,8 @@ TEST(RateLimitCampaignTest, ABudgetSpentDuringCalibrationIsAnError) {
   EXPECT_NE(r.error.find("--budget-tokens=2000 spent during calibration"),
             std::string::npos)
       << r.error;
+  // The error result still says what was spent.
+  EXPECT_EQ(r.ToJson()["spend"]["budget_reached"], true);
 }
 
 }  // namespace

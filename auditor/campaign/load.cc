@@ -17,6 +17,7 @@
 #include "auditor/campaign/probe_mix.h"
 #include "auditor/target/multi_client.h"
 #include "auditor/target/rate_limit.h"
+#include "auditor/target/spend.h"
 #include "common/random.h"
 #include "common/status_macros.h"
 
@@ -63,21 +64,110 @@ ProbeMix Campaign::Mix(bool rate_mode) const {
   return mix;
 }
 
-absl::Status Campaign::MainLoop() {
-  const int tenants = static_cast<int>(o_.tenants.size());
-  const bool rate_mode = cal_.NeedsGoldenBaseline();
-  ProbeMix mix = Mix(rate_mode);
-  std::map<uint64_t, Probe> in_flight;
-  // Each request in flight, to send again after a 429/503 (rate_limit.h).
-  std::map<uint64_t, ProbeRequest> requests;
-  struct Retry {
+namespace {
+
+// The load's probes in flight, and those a 429/503 sent back, each held
+// until its wait has passed (rate_limit.h).
+class InFlight {
+ public:
+  void Start(Probe p, const ProbeRequest& r) {
+    const uint64_t id = static_cast<uint64_t>(p.id);
+    requests_[id] = r;
+    probes_[id] = std::move(p);
+  }
+  // The probe `id` answered, and its request, no longer in flight.
+  std::pair<Probe, ProbeRequest> Finish(uint64_t id) {
+    std::pair<Probe, ProbeRequest> out = {std::move(probes_[id]),
+                                          std::move(requests_[id])};
+    probes_.erase(id);
+    requests_.erase(id);
+    return out;
+  }
+  // Holds `*p` (moved from) to send again after `c`'s wait; false, `*p`
+  // untouched, where its retries are spent or the wait ends after
+  // `deadline` (it is then judged as it is).
+  bool Hold(std::pair<Probe, ProbeRequest>* p, const Completion& c,
+            absl::Time now, absl::Time deadline) {
+    const uint64_t id = static_cast<uint64_t>(p->first.id);
+    int& n = retried_[id];
+    const absl::Duration wait = RetryWait(c, n);
+    if (n >= kMaxRateLimitRetries || now + wait >= deadline) {
+      retried_.erase(id);
+      return false;
+    }
+    ++n;
+    held_.push_back({now + wait, std::move(p->first), std::move(p->second), c});
+    return true;
+  }
+  // A held probe whose wait has passed, back in flight (its request).
+  std::optional<std::pair<const Probe*, ProbeRequest>> Due(absl::Time now) {
+    auto due = std::find_if(held_.begin(), held_.end(),
+                            [&](const Held& h) { return h.at <= now; });
+    if (due == held_.end()) return std::nullopt;
+    Held h = std::move(*due);
+    held_.erase(due);
+    const uint64_t id = static_cast<uint64_t>(h.probe.id);
+    Start(std::move(h.probe), h.request);
+    return std::make_pair(&probes_[id], std::move(h.request));
+  }
+  int pending() const {
+    return static_cast<int>(probes_.size() + held_.size());
+  }
+  // Whether one more request fits in the budget beside those pending;
+  // once none is pending and none fits, the budget is spent (stopped()).
+  bool Affordable(SpendLedger* spend) const {
+    if (spend->Affordable(pending() + 1)) return true;
+    if (pending() == 0) spend->NoteStopped();
+    return false;
+  }
+  bool holding() const { return !held_.empty(); }
+  // Those still held when the load ended, with the answer each had.
+  std::vector<std::pair<Probe, Completion>> TakeHeld() {
+    std::vector<std::pair<Probe, Completion>> out;
+    for (Held& h : held_) out.emplace_back(std::move(h.probe), h.last);
+    held_.clear();
+    return out;
+  }
+
+ private:
+  struct Held {
     absl::Time at;  // not before
     Probe probe;
     ProbeRequest request;
     Completion last;  // its rate-limited answer
   };
-  std::vector<Retry> retries;       // waiting for their time
-  std::map<uint64_t, int> retried;  // probe id -> times sent again
+  std::map<uint64_t, Probe> probes_;
+  std::map<uint64_t, ProbeRequest> requests_;
+  std::vector<Held> held_;
+  std::map<uint64_t, int> retried_;  // probe id -> times sent again
+};
+
+}  // namespace
+
+Probe Campaign::NextLoadProbe(ProbeMix* mix, uint64_t sent, bool baseline) {
+  Probe p;
+  // Tenants take turns, so pages one frees are reused by the next.
+  p.tenant = static_cast<int>(sent % o_.tenants.size());
+  // The same-tenant baseline for golden rates and distances: the first
+  // quarter, every probe from tenant 0, every other one golden (every
+  // fourth scored instead, where scores are judged by distance).
+  p.baseline = baseline;
+  if (p.baseline) p.tenant = 0;
+  if (p.baseline && sent % 2 == 0 && !cal_.golden.empty()) {
+    p.kind = sent % 4 == 2 && cal_.scored.mode == LogprobMode::kDistance
+                 ? ProbeKind::kScore
+                 : ProbeKind::kGolden;
+  } else {
+    p.kind = mix->Next(p.tenant);
+  }
+  p.id = next_probe_++;
+  return p;
+}
+
+absl::Status Campaign::MainLoop() {
+  const bool rate_mode = cal_.NeedsGoldenBaseline();
+  ProbeMix mix = Mix(rate_mode);
+  InFlight flight;
   const auto start = Clock::now();
   const auto deadline = start + absl::ToChronoMilliseconds(o_.duration);
   const absl::Time deadline_at = absl::Now() + o_.duration;
@@ -85,7 +175,6 @@ absl::Status Campaign::MainLoop() {
   uint64_t sent = 0;
   auto last_progress = start;
   absl::Status error;
-  bool budget_stop = false;
   auto in_baseline = [&] {
     if (!rate_mode) return false;
     if (o_.max_probes > 0) {
@@ -93,104 +182,58 @@ absl::Status Campaign::MainLoop() {
     }
     return Clock::now() - start < absl::ToChronoMilliseconds(o_.duration) / 4;
   };
-  // Nothing more to send, retries left waiting abandoned.
+  // Nothing more to send, probes still held abandoned.
   auto over = [&] {
-    return !error.ok() || !session_.down().ok() || budget_stop ||
+    return !error.ok() || !session_.down().ok() || session_.spend().stopped() ||
            Clock::now() >= deadline;
   };
   auto no_new = [&] {
     return over() ||
            (o_.max_probes > 0 && sent >= static_cast<uint64_t>(o_.max_probes));
   };
-  // Within the budget with `more` requests beside those in flight or
-  // waiting; else, once none is left, the budget stops the load.
-  auto affordable = [&](int more) {
-    const int pending = static_cast<int>(in_flight.size() + retries.size());
-    if (session_.spend().Affordable(pending + more)) return true;
-    if (pending == 0) {
-      budget_stop = true;
-      session_.spend().NoteStopped();
-    }
-    return false;
-  };
   MultiClient client(o_.concurrency);
   client.Run(
       [&]() -> std::optional<ProbeRequest> {
-        if (over()) return std::nullopt;
         const absl::Time now = absl::Now();
-        auto due = std::find_if(retries.begin(), retries.end(),
-                                [&](const Retry& r) { return r.at <= now; });
-        if (due != retries.end()) {
-          if (!rate.MaySend(now)) return std::nullopt;
-          Retry r = std::move(*due);
-          retries.erase(due);
-          const uint64_t id = static_cast<uint64_t>(r.probe.id);
-          session_.NoteRetry(o_.tenants[r.probe.tenant]);
-          in_flight[id] = std::move(r.probe);
-          requests[id] = r.request;
-          return r.request;
-        }
-        if (no_new() || !affordable(1) || !rate.MaySend(now)) {
+        if (over() || (flight.holding() && !rate.MaySend(now))) {
           return std::nullopt;
         }
-        Probe p;
-        // Tenants take turns, so pages one frees are reused by the next.
-        p.tenant = static_cast<int>(sent % tenants);
-        // The same-tenant baseline for golden rates and distances: the
-        // first quarter, every probe from tenant 0, every other one golden
-        // (every fourth scored instead, where scores are judged by
-        // distance).
-        p.baseline = in_baseline();
-        if (p.baseline) p.tenant = 0;
-        if (p.baseline && sent % 2 == 0 && !cal_.golden.empty()) {
-          p.kind = sent % 4 == 2 && cal_.scored.mode == LogprobMode::kDistance
-                       ? ProbeKind::kScore
-                       : ProbeKind::kGolden;
-        } else {
-          p.kind = mix.Next(p.tenant);
+        if (auto due = flight.Due(now)) {
+          session_.NoteRetry(o_.tenants[due->first->tenant]);
+          return std::move(due->second);
         }
-        p.id = next_probe_++;
+        if (no_new() || !flight.Affordable(&session_.spend()) ||
+            !rate.MaySend(now)) {
+          return std::nullopt;
+        }
+        Probe p = NextLoadProbe(&mix, sent, in_baseline());
         ++sent;
         ProbeRequest r = MakeProbe(&p);
-        requests[static_cast<uint64_t>(p.id)] = r;
-        in_flight[static_cast<uint64_t>(p.id)] = std::move(p);
+        flight.Start(std::move(p), r);
         return r;
       },
       [&](ProbeResponse resp) {
-        Probe p = std::move(in_flight[resp.id]);
-        in_flight.erase(resp.id);
-        ProbeRequest request = std::move(requests[resp.id]);
-        requests.erase(resp.id);
-        const Completion c = session_.Parse(resp, p.stream);
-        session_.Note(o_.tenants[p.tenant], c);
+        std::pair<Probe, ProbeRequest> answered = flight.Finish(resp.id);
+        const Completion c = session_.Parse(resp, answered.first.stream);
+        session_.Note(o_.tenants[answered.first.tenant], c);
         // A provider's "slow down": the rate cut, the probe sent again
         // after its wait, never judged (Judge records it if it gives up).
         if (IsRateLimited(c)) {
-          const absl::Time now = absl::Now();
-          int& n = retried[resp.id];
-          const absl::Duration wait = RetryWait(c, n);
           rate.RateLimited();
-          if (n < kMaxRateLimitRetries && now + wait < deadline_at) {
-            ++n;
-            retries.push_back(
-                {now + wait, std::move(p), std::move(request), c});
-            return;
-          }
+          if (flight.Hold(&answered, c, absl::Now(), deadline_at)) return;
         } else if (c.status != 0) {
           rate.Answered();
         }
-        retried.erase(resp.id);
-        absl::Status s = Judge(p, c);
+        absl::Status s = Judge(answered.first, c);
         if (!s.ok() && error.ok()) error = s;
         if (Clock::now() - last_progress > std::chrono::seconds(2)) {
           last_progress = Clock::now();
           Progress("running");
         }
       },
-      [&] { return over() || (no_new() && retries.empty()); });
-  // Retries the end left waiting: recorded with the answer they had.
-  for (const Retry& r : retries) {
-    absl::Status s = Judge(r.probe, r.last);
+      [&] { return over() || (no_new() && !flight.holding()); });
+  for (const auto& [p, last] : flight.TakeHeld()) {
+    absl::Status s = Judge(p, last);  // recorded with the answer it had
     if (!s.ok() && error.ok()) error = s;
   }
   r_.rate_cuts += rate.cuts();

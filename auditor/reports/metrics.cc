@@ -43,19 +43,7 @@ AuditorMetrics::AuditorMetrics()
                  .Name("kvcanary_auditor_probes_total")
                  .Help("Probes sent, by kind and outcome")
                  .Register(*registry_);
-  tokens_ = &prometheus::BuildCounter()
-                 .Name("kvcanary_auditor_tokens_total")
-                 .Help(
-                     "Tokens the target reported spent on the auditor's "
-                     "requests, by tenant and kind (prompt, cached, "
-                     "completion; cached is part of prompt)")
-                 .Register(*registry_);
-  rate_limited_ = &prometheus::BuildCounter()
-                       .Name("kvcanary_auditor_rate_limited_total")
-                       .Help(
-                           "Answers 429/503 (a provider's rate limit), "
-                           "by tenant; each was sent again after its wait")
-                       .Register(*registry_);
+  RegisterSpendCounters();
   findings_ = &prometheus::BuildCounter()
                    .Name("kvcanary_auditor_findings_total")
                    .Help("Finding rows, by kind and severity")
@@ -127,6 +115,22 @@ AuditorMetrics::AuditorMetrics()
 
 // The engine streams the auditor follows: trace events and the KV-cache
 // event stream.
+void AuditorMetrics::RegisterSpendCounters() {
+  tokens_ = &prometheus::BuildCounter()
+                 .Name("kvcanary_auditor_tokens_total")
+                 .Help(
+                     "Tokens the target reported spent on the auditor's "
+                     "requests, by tenant and kind (prompt, cached, "
+                     "completion; cached is part of prompt)")
+                 .Register(*registry_);
+  rate_limited_ = &prometheus::BuildCounter()
+                       .Name("kvcanary_auditor_rate_limited_total")
+                       .Help(
+                           "Answers 429/503 (a provider's rate limit), "
+                           "by tenant; each was sent again after its wait")
+                       .Register(*registry_);
+}
+
 void AuditorMetrics::RegisterStreamCounters() {
   auto& trace =
       prometheus::BuildCounter()
@@ -164,16 +168,16 @@ void AuditorMetrics::CountProbe(const std::string& kind,
 
 void AuditorMetrics::CountSpend(
     const std::map<std::string, TenantSpend>& spend) {
+  // Never a tenant label: no tenant name is ever exported as one.
   absl::MutexLock lock(&mu_);
   for (const auto& [tenant, s] : spend) {
-    tokens_->Add({{"tenant", tenant}, {"kind", "prompt"}})
+    tokens_->Add({{"kind", "prompt"}})
         .Increment(static_cast<double>(s.prompt_tokens));
-    tokens_->Add({{"tenant", tenant}, {"kind", "cached"}})
+    tokens_->Add({{"kind", "cached"}})
         .Increment(static_cast<double>(s.cached_tokens));
-    tokens_->Add({{"tenant", tenant}, {"kind", "completion"}})
+    tokens_->Add({{"kind", "completion"}})
         .Increment(static_cast<double>(s.completion_tokens));
-    rate_limited_->Add({{"tenant", tenant}})
-        .Increment(static_cast<double>(s.rate_limited));
+    rate_limited_->Add({}).Increment(static_cast<double>(s.rate_limited));
   }
 }
 

@@ -48,9 +48,9 @@ class AuditorMetrics {
   // The API the command's requests use ("completions" or "chat"):
   // kvcanary_auditor_target_api{api} 1 for it, 0 for the other.
   void SetTargetApi(const std::string& api);
-  // A command's spend (auditor/target/spend.h) added to
-  // kvcanary_auditor_tokens_total{tenant,kind} and
-  // kvcanary_auditor_rate_limited_total{tenant}.
+  // A command's spend (auditor/target/spend.h), all tenants together (no
+  // tenant is ever a label), added to kvcanary_auditor_tokens_total{kind}
+  // and kvcanary_auditor_rate_limited_total.
   void CountSpend(const std::map<std::string, TenantSpend>& spend);
   // The last campaign's controls (detector -> passed); a detector whose
   // control did not run has no sample, rather than an old one.
@@ -78,6 +78,7 @@ class AuditorMetrics {
 
  private:
   void RegisterStreamCounters();
+  void RegisterSpendCounters();  // tokens_, rate_limited_
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* probes_;

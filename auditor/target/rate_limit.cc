@@ -16,7 +16,7 @@
 namespace kvcanary::auditor {
 
 bool IsRateLimited(const Completion& c) {
-  return c.status == 429 || c.status == 503;
+  return c.status == 429 || (c.status == 503 && c.retry_after.has_value());
 }
 
 std::optional<absl::Duration> ParseRetryAfter(absl::string_view value,

@@ -1,8 +1,8 @@
 // A provider's "slow down" (docs/targets.md, "Rate limits and budgets"): a
-// 429 or 503 is retried after its Retry-After (an exponential back-off
-// where it has none), and the campaign's sending rate adapts to it, so a
-// paid, rate-limited API is audited at the pace it allows. Such answers
-// are neither probe results nor a sign of a target down.
+// 429 (or a 503 with a Retry-After) is retried after its wait (an
+// exponential back-off where a 429 names none), and the campaign's sending rate
+// adapts to it, so a paid, rate-limited API is audited at the pace it allows.
+// Such answers are neither probe results nor a sign of a target down.
 #ifndef KVCANARY_AUDITOR_TARGET_RATE_LIMIT_H_
 #define KVCANARY_AUDITOR_TARGET_RATE_LIMIT_H_
 
@@ -23,7 +23,9 @@ inline constexpr int kMaxRateLimitRetries = 6;
 inline constexpr absl::Duration kMaxRetryWait = absl::Seconds(60);
 
 // 429 (also an error inside a 200 answer whose type says rate limit or
-// overloaded) or 503.
+// overloaded), or a 503 that says when to come back (a Retry-After or
+// retry-after-ms header: an overloaded server). A 503 without one is a
+// server that failed (an engine whose node is down), judged as before.
 bool IsRateLimited(const Completion& c);
 
 // A Retry-After header's value (RFC 9110 10.2.3): delay-seconds, or an

@@ -263,9 +263,11 @@ TEST(CompletionTest, TransportErrorAndHttpErrors) {
   r.transport = absl::UnavailableError("connection refused");
   EXPECT_EQ(Outcome(ParseCompletion(r, false)), "transport_error");
   EXPECT_EQ(Outcome(ParseCompletion(Response(400, "{}"), false)), "http_4xx");
-  EXPECT_EQ(Outcome(ParseCompletion(Response(502, ""), true)), "http_5xx");
+  EXPECT_EQ(Outcome(ParseCompletion(Response(503, ""), true)), "http_5xx");
   // A provider's "slow down" is neither (rate_limit.h).
-  EXPECT_EQ(Outcome(ParseCompletion(Response(503, ""), true)), "rate_limited");
+  ProbeResponse overloaded = Response(503, "");
+  overloaded.headers["retry-after"] = "1";
+  EXPECT_EQ(Outcome(ParseCompletion(overloaded, true)), "rate_limited");
   EXPECT_EQ(Outcome(ParseCompletion(Response(429, "{}"), false)),
             "rate_limited");
 }

@@ -60,13 +60,18 @@ TEST(RetryWaitTest, UsesRetryAfterCappedElseBacksOffExponentially) {
   }
 }
 
-TEST(RateLimitedTest, Is429Or503AndHasItsOwnOutcome) {
+TEST(RateLimitedTest, Is429Or503WithAWaitAndHasItsOwnOutcome) {
   Completion c;
-  for (int status : {429, 503}) {
-    c.status = status;
-    EXPECT_TRUE(IsRateLimited(c));
-    EXPECT_EQ(Outcome(c), "rate_limited");
-  }
+  c.status = 429;
+  EXPECT_TRUE(IsRateLimited(c));
+  EXPECT_EQ(Outcome(c), "rate_limited");
+  // A 503 without a wait is a server that failed (an engine's node down).
+  c.status = 503;
+  EXPECT_FALSE(IsRateLimited(c));
+  EXPECT_EQ(Outcome(c), "http_5xx");
+  c.retry_after = absl::Seconds(2);
+  EXPECT_TRUE(IsRateLimited(c));
+  EXPECT_EQ(Outcome(c), "rate_limited");
   for (int status : {200, 400, 500, 502}) {
     c.status = status;
     EXPECT_FALSE(IsRateLimited(c)) << status;

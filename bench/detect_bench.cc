@@ -190,8 +190,10 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::string api = absl::GetFlag(FLAGS_api);
   if (api != "completions" && api != "chat") {
-    std::fprintf(stderr, "kvcanary-bench-detect: --api=%s: want completions "
-                 "or chat\n", api.c_str());
+    std::fprintf(stderr,
+                 "kvcanary-bench-detect: --api=%s: want completions "
+                 "or chat\n",
+                 api.c_str());
     return 2;
   }
   return kvcanary::bench::Main();

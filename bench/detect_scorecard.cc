@@ -2,7 +2,6 @@
 // rate and median to its first finding), its rows and totals, and the JSON
 // document beside it.
 #include "bench/detect_scorecard.h"
-#include "bench/detect_flags.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/detect_flags.h"
 #include "bench/machine.h"
 #include "common/stats.h"
 

@@ -117,8 +117,8 @@ int ErrorObjectStatus(const nlohmann::json& error,
 
 // hung_up (the auditor's own hang-up), not_sent (the budget), ok,
 // dropped_stream (a 200 stream without an answer), bad_response (any other 200
-// without one), rate_limited (429, or 503 with a Retry-After: rate_limit.h), http_4xx, http_5xx or
-// transport_error.
+// without one), rate_limited (429, or 503 with a Retry-After: rate_limit.h),
+// http_4xx, http_5xx or transport_error.
 std::string Outcome(const Completion& c);
 
 }  // namespace kvcanary::auditor

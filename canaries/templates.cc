@@ -61,19 +61,41 @@ std::string CompactPlantPrompt(const std::vector<Marker>& markers) {
   return prompt;
 }
 
-std::string SniffPrompt(uint64_t variant) {
-  return kSniffPrompts[variant % kSniffPromptVariants];
+const char* WordingName(Wording wording) {
+  switch (wording) {
+    case Wording::kStory:
+      return "story";
+    case Wording::kInstruct:
+      return "instruct";
+  }
+  return "?";
 }
 
-std::string EchoPrompt(const Marker& nonce) {
+std::string SniffPrompt(uint64_t variant, Wording wording) {
+  const char* text = kSniffPrompts[variant % kSniffPromptVariants];
+  if (wording == Wording::kInstruct) {
+    return absl::StrCat("Continue the text: ", text);
+  }
+  return text;
+}
+
+std::string EchoPrompt(const Marker& nonce, Wording wording) {
+  if (wording == Wording::kInstruct) {
+    CHECK(!nonce.words.empty()) << nonce.id;
+    return absl::StrCat(kRepeatExactly, " ", nonce.text);
+  }
   const std::string& who = FirstWord(nonce);
   return absl::StrCat("Once upon a time, there was a ", who, ". The ", who,
                       " was happy. The ", who, " said: ", nonce.text,
                       ". Then the ", who, " said again: ", nonce.text, ". The");
 }
 
-std::string GoldenPrompt(uint64_t variant) {
-  return kGoldenPrompts[variant % kGoldenPromptVariants];
+std::string GoldenPrompt(uint64_t variant, Wording wording) {
+  const char* text = kGoldenPrompts[variant % kGoldenPromptVariants];
+  if (wording == Wording::kInstruct) {
+    return absl::StrCat("Continue this story: ", text);
+  }
+  return text;
 }
 
 }  // namespace kvcanary::canaries

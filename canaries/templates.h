@@ -13,6 +13,18 @@
 
 namespace kvcanary::canaries {
 
+// How the prompts a model must answer are worded. kStory: a story to
+// continue, what a text-completion (or small story) model does with a
+// prompt. kInstruct: the same text behind an instruction ("Repeat
+// exactly: ..."), what a chat model follows where it answers a story
+// instead of continuing it. Calibration picks one per campaign by which
+// wording gets a nonce echoed alone (auditor/campaign/calibrate.h).
+enum class Wording { kStory, kInstruct };
+const char* WordingName(Wording wording);  // "story", "instruct"
+
+// What every kInstruct echo prompt starts with.
+inline constexpr char kRepeatExactly[] = "Repeat exactly, and nothing else:";
+
 // Number of distinct SniffPrompt / GoldenPrompt texts; variants wrap around.
 inline constexpr int kSniffPromptVariants = 8;
 inline constexpr int kGoldenPromptVariants = 8;
@@ -34,18 +46,22 @@ std::string CompactPlantPrompt(const std::vector<Marker>& markers);
 // Prompts that invite continuation or repetition, e.g. "Then the"; a leak
 // puts foreign KV in the context they continue. variant % kSniffPromptVariants
 // picks the text.
-std::string SniffPrompt(uint64_t variant);
+// kInstruct: "Continue the text: " before it.
+std::string SniffPrompt(uint64_t variant, Wording wording = Wording::kStory);
 
 // A story whose character is the nonce's first word and which quotes the
 // nonce's text twice, ending where a model that read it names the character
 // again: greedy stories260K writes the first nonce word for 79% of nonces,
 // while an unrelated prompt's output holds it 0.6% of the time
-// (docs/canaries.md). REQUIRES: nonce.words non-empty (CHECKed).
-std::string EchoPrompt(const Marker& nonce);
+// (docs/canaries.md). kInstruct: kRepeatExactly, then the nonce's text,
+// which an instruction-following model repeats.
+// REQUIRES: nonce.words non-empty (CHECKed).
+std::string EchoPrompt(const Marker& nonce, Wording wording = Wording::kStory);
 
 // Fixed prompts whose greedy answer is recorded alone first and compared
-// under load. variant % kGoldenPromptVariants picks the text.
-std::string GoldenPrompt(uint64_t variant);
+// under load. variant % kGoldenPromptVariants picks the text. kInstruct:
+// "Continue this story: " before it.
+std::string GoldenPrompt(uint64_t variant, Wording wording = Wording::kStory);
 
 }  // namespace kvcanary::canaries
 

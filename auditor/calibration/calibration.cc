@@ -1,5 +1,6 @@
 #include "auditor/calibration/calibration.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/sha256.h"
 
 namespace kvcanary::auditor {
@@ -36,6 +37,10 @@ json LogprobCalibration::ToEvidence() const {
           {"variants", variants}};
 }
 
+std::string Calibration::GoldenPromptOf(int v) const {
+  return absl::StrCat(golden_prefix, " ", canaries::GoldenPrompt(v, wording));
+}
+
 json Calibration::ToEvidence() const {
   json plants_json = json::object();
   for (size_t t = 0; t < plants.size(); ++t) {
@@ -65,6 +70,7 @@ json Calibration::ToEvidence() const {
               {"at_limit_units", at_limit_units},
               {"past_limit_units", past_limit_units},
               {"boundary_failure", boundary_failure},
+              {"wording", canaries::WordingName(wording)},
               {"golden_variants", golden.size()},
               {"golden_by_rate", golden_by_rate},
               {"golden_failure", golden_failure},

@@ -19,6 +19,7 @@
 #include "auditor/target/answer_logprobs.h"
 #include "auditor/target/limits.h"
 #include "canaries/marker.h"
+#include "canaries/templates.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcanary::auditor {
@@ -48,6 +49,9 @@ struct LogprobCalibration {
   LogprobMode mode = LogprobMode::kOff;
   // variant -> the positions answered alone (the first of two).
   std::map<int, std::vector<AnswerLogprob>> alone;
+  // variant -> positions answered alone again after a template shift
+  // (Campaign::Refit): accepted as alone is.
+  std::map<int, std::vector<std::vector<AnswerLogprob>>> also;
   std::set<int> by_distance;
   // Why mode is kOff: the target refused the parameter or returned none.
   std::string disabled;
@@ -90,9 +94,21 @@ struct Calibration {
   int past_limit_units = 0;            // 0: no past-limit probe (limit unknown)
   std::string boundary_failure;
 
+  // How golden, echo and sniff prompts are worded: kStory, or kInstruct
+  // where a chat target echoes a nonce only when told to (Echo, calibrate.cc).
+  canaries::Wording wording = canaries::Wording::kStory;
   std::string golden_prefix;          // per campaign
   std::map<int, std::string> golden;  // variant -> answer alone
-  std::set<int> golden_by_rate;       // variants that differ even alone
+  // variant -> its prompt's tokens alone, the count a golden probe is
+  // expected to have (Campaign::Refit re-checks it).
+  std::map<int, int> golden_tokens;
+  // Answers alone measured again after a template shift (Campaign::Refit):
+  // a model that reads the template's date may answer differently alone,
+  // and an answer it gave alone is no divergence.
+  std::map<int, std::vector<std::string>> golden_also;
+  // Golden variant v's prompt: the prefix, then the text in `wording`.
+  std::string GoldenPromptOf(int v) const;
+  std::set<int> golden_by_rate;  // variants that differ even alone
   std::string golden_failure;
   // Golden answers asked with logprobs (logprob_golden) and the golden
   // prompts scored with echo + logprobs (prompt_logprobs).

@@ -32,8 +32,8 @@ class Calibrator {
     c_.plants.assign(o_.tenants.size(), {});
     Units();
     Limit();
-    Golden();
     Echo();
+    Golden();
     Plants();
     Latency();
     return std::move(c_);
@@ -184,8 +184,7 @@ class Calibrator {
   void Golden() {
     c_.golden_prefix = buster_.Next();
     for (int v = 0; v < kGoldenVariants; ++v) {
-      const std::string prompt =
-          absl::StrCat(c_.golden_prefix, " ", canaries::GoldenPrompt(v));
+      const std::string prompt = c_.GoldenPromptOf(v);
       const Completion a = Send(first(), prompt, kGoldenMaxTokens, false);
       const Completion b = Send(first(), prompt, kGoldenMaxTokens, false);
       if (!a.usable) {
@@ -207,6 +206,7 @@ class Calibrator {
         return;
       }
       c_.golden[v] = a.text;
+      if (a.prompt_tokens > 0) c_.golden_tokens[v] = a.prompt_tokens;
       if (a.text != second.text) c_.golden_by_rate.insert(v);
     }
     bool any_text = false;
@@ -221,29 +221,47 @@ class Calibrator {
     }
   }
 
+  // Whether tenant i's nonce k echoes alone in `wording`; sets the nonce.
+  bool Echoes(size_t i, int k, canaries::Wording wording, bool* any_text) {
+    const canaries::Marker nonce = canaries::DeriveNonce(
+        o_.secret_key, o_.tenants[i].name, o_.campaign_id, k);
+    const Completion c =
+        Send(o_.tenants[i], canaries::EchoPrompt(nonce, wording),
+             kEchoMaxTokens, false);
+    *any_text = *any_text || (c.usable && !c.text.empty());
+    if (!c.usable || CheckEcho(nonce, c.text, o_.tenants[i].name)) {
+      return false;
+    }
+    c_.nonces[i] = nonce;
+    return true;
+  }
+
+  // The first tenant picks the wording: story, then (chat) instruct where
+  // no story nonce echoed; the others try theirs in it.
   void Echo() {
+    using canaries::Wording;
     int echoing = 0;
     bool any_text = false;
+    std::vector<Wording> wordings = {Wording::kStory};
+    if (o_.chat) wordings.push_back(Wording::kInstruct);
+    for (Wording w : wordings) {
+      for (int k = 0; k < o_.nonce_candidates && !c_.nonces[0]; ++k) {
+        if (Echoes(0, k, w, &any_text)) c_.wording = w;
+      }
+    }
     for (size_t i = 0; i < o_.tenants.size(); ++i) {
       for (int k = 0; k < o_.nonce_candidates && !c_.nonces[i]; ++k) {
-        const canaries::Marker nonce = canaries::DeriveNonce(
-            o_.secret_key, o_.tenants[i].name, o_.campaign_id, k);
-        const Completion c = Send(o_.tenants[i], canaries::EchoPrompt(nonce),
-                                  kEchoMaxTokens, false);
-        any_text = any_text || (c.usable && !c.text.empty());
-        if (c.usable &&
-            !CheckEcho(nonce, c.text, o_.tenants[i].name).has_value()) {
-          c_.nonces[i] = nonce;
-        }
+        Echoes(i, k, c_.wording, &any_text);
       }
       echoing += c_.nonces[i].has_value();
     }
     // Disabled only for a model that writes text without the nonce; one
     // that writes nothing at all has not shown what it does.
     if (echoing == 0 && any_text) {
-      c_.echo_disabled =
-          absl::StrCat("the model does not echo a nonce alone (",
-                       o_.nonce_candidates, " tried per tenant)");
+      c_.echo_disabled = absl::StrCat(
+          "the model does not echo a nonce alone (", o_.nonce_candidates,
+          " tried per tenant",
+          o_.chat ? "; the first also told to repeat it exactly" : "", ")");
     } else if (echoing == 0) {
       c_.echo_failure = "the target answered every echo prompt with no text";
     }

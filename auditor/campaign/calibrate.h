@@ -1,7 +1,7 @@
 // The campaign's calibration, alone (one request at a time, before any
 // load): how the target counts prompt tokens, its input limit (advertised
-// or measured), golden answers, which nonces echo, plants sized to the
-// limit and measured whole, and the prefill cost per token — what
+// or measured), which nonces echo and in which wording, golden answers, plants
+// sized to the limit and measured whole, and the prefill cost per token — what
 // auditor/calibration/calibration.h holds for the detectors. Every request
 // whose timing or cache state matters carries a unique prefix, so no
 // prompt cache can serve it. Failures are recorded per detector, never
@@ -41,6 +41,10 @@ struct CalibrationOptions {
   int plants_per_tenant = 8;
   int nonce_candidates = 8;
   int latency_rounds = 5;
+  // Requests go through chat completions: echo is tried in each wording
+  // (canaries::Wording), story first, and golden and sniff prompts follow
+  // the one that echoed.
+  bool chat = false;
 };
 
 // The marker of (tenant, counter) in a campaign: plants use counters from

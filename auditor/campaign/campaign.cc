@@ -136,6 +136,7 @@ absl::Status Campaign::Calibrated() {
   co.flag_limit = o_.max_prompt_tokens;
   co.advertised = session_.advertised();
   co.max_ladder_tokens = o_.max_ladder_tokens;
+  co.chat = session_.api() == Api::kChat;
   cal_ = Calibrate(co, [this](const AuditTenant& t, const std::string& prompt,
                               int max_tokens, bool stream) {
     return session_.SendAlone(t, prompt, max_tokens, stream);

@@ -98,6 +98,10 @@ class Campaign {
   // short control alone: off by as much, the shift is uniform — refit and
   // noted, never a finding; otherwise the detectors judge it.
   absl::Status Refit(Probe* p, const Completion& c);
+  // After a refit: each golden variant alone again, as the first tenant;
+  // an answer that changed is added to cal_.golden_also (`changed` counts
+  // them).
+  absl::Status RebaselineGolden(int* changed);
   absl::Status RecordProbe(const Probe& p, const Completion& c);
   absl::Status AddFinding(Finding f, bool flush);
   absl::Status AddFindings(std::vector<Finding> found, bool flush);

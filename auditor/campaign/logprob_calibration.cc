@@ -2,7 +2,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "canaries/templates.h"
 
 namespace kvcanary::auditor {
 namespace {
@@ -34,8 +33,7 @@ LogprobCalibration Measure(const AuditTenant& tenant, const SendAloneWith& send,
   LogprobCalibration out;
   const std::string what = extra.dump();
   for (const auto& [v, text] : c.golden) {
-    const std::string prompt =
-        absl::StrCat(c.golden_prefix, " ", canaries::GoldenPrompt(v));
+    const std::string prompt = c.GoldenPromptOf(v);
     const Completion a = send(tenant, prompt, max_tokens, false, extra);
     const Completion b = send(tenant, prompt, max_tokens, false, extra);
     *requests += 2;

@@ -45,15 +45,18 @@ std::string Campaign::ProbePrompt(Probe* p, int* max_tokens) {
       break;
     }
     case ProbeKind::kSniff:
-      prompt = canaries::SniffPrompt(p->id);
+      prompt = canaries::SniffPrompt(p->id, cal_.wording);
       break;
     case ProbeKind::kGolden: {
       // Every tenant goes through every variant in turn.
       auto it = cal_.golden.begin();
       std::advance(it, n.golden_cursor++ % cal_.golden.size());
       p->golden_variant = it->first;
-      prompt = absl::StrCat(cal_.golden_prefix, " ",
-                            canaries::GoldenPrompt(it->first));
+      prompt = cal_.GoldenPromptOf(it->first);
+      if (auto t = cal_.golden_tokens.find(it->first);
+          t != cal_.golden_tokens.end()) {
+        p->predicted = t->second;
+      }
       *max_tokens = kGoldenMaxTokens;
       break;
     }
@@ -61,13 +64,12 @@ std::string Campaign::ProbePrompt(Probe* p, int* max_tokens) {
       auto it = cal_.scored.alone.begin();
       std::advance(it, n.score_cursor++ % cal_.scored.alone.size());
       p->golden_variant = it->first;
-      prompt = absl::StrCat(cal_.golden_prefix, " ",
-                            canaries::GoldenPrompt(it->first));
+      prompt = cal_.GoldenPromptOf(it->first);
       *max_tokens = kScoreMaxTokens;
       break;
     }
     case ProbeKind::kEcho:
-      prompt = canaries::EchoPrompt(*cal_.nonces[p->tenant]);
+      prompt = canaries::EchoPrompt(*cal_.nonces[p->tenant], cal_.wording);
       p->marker_ids.push_back(cal_.nonces[p->tenant]->id);
       *max_tokens = kEchoMaxTokens;
       break;

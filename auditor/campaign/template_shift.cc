@@ -2,13 +2,17 @@
 // campaign_internal.h): a chat template that prints today's date gains or
 // loses a token at midnight, and every prompt's count moves with it. A
 // uniform shift — a short control alone moved by as much — is refit and
-// noted; a count that moved alone (a prompt cut, a prompt padded) is left
-// to the detectors.
+// noted, and golden's answers alone measured again (a model that reads
+// the date may answer differently); a count that moved alone (a prompt cut, a
+// prompt padded) is left to the detectors.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "auditor/campaign/campaign_internal.h"
+#include "auditor/campaign/logprob_calibration.h"
 #include "auditor/target/prompts.h"
 #include "common/status_macros.h"
 
@@ -56,16 +60,47 @@ absl::Status Campaign::Refit(Probe* p, const Completion& c) {
   shift_ += d;
   shift_from_ = next_probe_;
   p->predicted = now + d;
+  int rebaselined = 0;
+  RETURN_IF_ERROR(RebaselineGolden(&rebaselined));
   shift_notes_.push_back(absl::StrCat(
       "every prompt's count moved by ", d > 0 ? "+" : "", d,
       " tokens at probe ", p->id, " (a short control alone moved as much: ",
       k.prompt_tokens, " for ", expected,
-      "), as a chat template that prints the date does; refit, no finding"));
+      "), as a chat template that prints the date does; refit, no finding",
+      rebaselined > 0 ? absl::StrCat("; ", rebaselined,
+                                     " golden answers alone changed with it "
+                                     "and are accepted beside the first")
+                      : ""));
   return Record("template_shift", {{"probe", p->id},
                                    {"tokens", d},
                                    {"shift", shift_},
                                    {"control_prompt_tokens", k.prompt_tokens},
-                                   {"control_expected", expected}});
+                                   {"control_expected", expected},
+                                   {"golden_rebaselined", rebaselined}});
+}
+
+absl::Status Campaign::RebaselineGolden(int* changed) {
+  LogprobCalibration& lp = cal_.golden_logprobs;
+  const bool logprobs = lp.mode != LogprobMode::kOff;
+  for (const auto& [v, first] : cal_.golden) {
+    const Completion a = session_.SendAlone(
+        o_.tenants[0], cal_.GoldenPromptOf(v), kGoldenMaxTokens, false,
+        logprobs ? GoldenLogprobsFields() : nlohmann::json(nullptr));
+    RETURN_IF_ERROR(session_.down());
+    if (!a.usable) continue;
+    if (logprobs && lp.alone.count(v) > 0 && a.logprobs.present &&
+        a.logprobs.malformed.empty() && a.logprobs.positions != lp.alone[v]) {
+      lp.also[v].push_back(a.logprobs.positions);
+    }
+    std::vector<std::string>& also = cal_.golden_also[v];
+    if (a.text == first ||
+        std::find(also.begin(), also.end(), a.text) != also.end()) {
+      continue;
+    }
+    also.push_back(a.text);
+    ++*changed;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace kvcanary::auditor::campaign_internal

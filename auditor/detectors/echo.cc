@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "auditor/detectors/registry.h"
+#include "canaries/templates.h"
 #include "common/sha256.h"
 
 namespace kvcanary::auditor {
@@ -114,7 +115,8 @@ class EchoDetector : public DetectorOf<EchoDetector> {
             absl::StrCat("no nonce of ", view().tenants[t], " echoed alone"));
       }
     }
-    d.stats = {{"tenants_with_echoing_nonce", echoing}};
+    d.stats = {{"tenants_with_echoing_nonce", echoing},
+               {"wording", canaries::WordingName(cal.wording)}};
     return d;
   }
 

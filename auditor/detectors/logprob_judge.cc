@@ -82,11 +82,27 @@ std::optional<DistanceRates::Verdict> DistanceRates::Judge() const {
   return v;
 }
 
+LogprobDiff LogprobDetector::Closest(
+    int variant, const std::vector<AnswerLogprob>& got) const {
+  const LogprobCalibration& cal = calibrated();
+  LogprobDiff best = CompareLogprobs(cal.alone.at(variant), got);
+  auto also = cal.also.find(variant);
+  if (best.same || also == cal.also.end()) return best;
+  for (const std::vector<AnswerLogprob>& alone : also->second) {
+    LogprobDiff d = CompareLogprobs(alone, got);
+    if (d.same || LogprobDistance(d) < LogprobDistance(best)) {
+      best = std::move(d);
+    }
+    if (best.same) break;
+  }
+  return best;
+}
+
 std::optional<Finding> LogprobDetector::JudgeOne(
     int variant, const std::string& tenant,
     const std::vector<AnswerLogprob>& got) const {
   const LogprobCalibration& cal = calibrated();
-  const LogprobDiff d = CompareLogprobs(cal.alone.at(variant), got);
+  const LogprobDiff d = Closest(variant, got);
   const Names n = names();
   Finding f;
   f.detector = n.detector;
@@ -143,9 +159,8 @@ void LogprobDetector::Judge(const Probe& p, const Completion& c,
       JudgeOne(p.golden_variant, tenant_name(p.tenant), c.logprobs.positions);
   if (cal.by_distance.count(p.golden_variant) > 0 &&
       (!f.has_value() || f->kind != names().fewer)) {
-    rates_.Add(p.baseline,
-               LogprobDistance(CompareLogprobs(cal.alone.at(p.golden_variant),
-                                               c.logprobs.positions)));
+    rates_.Add(p.baseline, LogprobDistance(Closest(p.golden_variant,
+                                                   c.logprobs.positions)));
   }
   if (!f.has_value()) return;
   // A foreign marker the output scan found in the same answer.

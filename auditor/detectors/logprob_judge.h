@@ -84,6 +84,9 @@ class LogprobDetector : public Detector {
   virtual const LogprobCalibration& calibrated() const = 0;
 
  private:
+  // `got` against variant's positions alone, or against those measured
+  // again after a template shift where one of them is nearer.
+  LogprobDiff Closest(int variant, const std::vector<AnswerLogprob>& got) const;
   // The finding (if any) for one answer's positions against variant's.
   std::optional<Finding> JudgeOne(int variant, const std::string& tenant,
                                   const std::vector<AnswerLogprob>& got) const;

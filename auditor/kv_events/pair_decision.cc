@@ -471,6 +471,31 @@ PairResult Judge(PairResult r, const std::vector<const BlockEntry*>& plant,
                       r.isolated, r.not_stored, r.same_hash));
 }
 
+// A's last blocks, after the last one B stored again under its own
+// hashes, that B did not store at all: tokens A's prompt had after P that
+// B's does not (a chat template's closing markers: B's prompt goes on with
+// its witness instead). In a chained prefix cache a block after one of B's
+// own can never be A's block served to B, so they are dropped from the
+// pair, not judged (`tail_blocks` counts them).
+void DropPromptTail(std::vector<const BlockEntry*>* plant, PlantFate* fate,
+                    PairResult& r) {
+  size_t end = r.blocks.size();
+  while (end > 0 && r.blocks[end - 1].outcome == "not_stored" &&
+         !r.blocks[end - 1].moved) {
+    --end;
+  }
+  if (end == r.blocks.size() || end == 0 ||
+      r.blocks[end - 1].outcome != "isolated") {
+    return;
+  }
+  r.tail_blocks = static_cast<int>(r.blocks.size() - end);
+  r.not_stored -= r.tail_blocks;
+  r.blocks.resize(end);
+  plant->resize(end);
+  fate->copy.resize(end);
+  fate->before_probe.resize(end);
+}
+
 }  // namespace
 
 PairResult DecidePair(const PairObservation& o) {
@@ -485,7 +510,14 @@ PairResult DecidePair(const PairObservation& o) {
   }
   CheckBlocks(plant, fate, o.after, r);
   r.witness_stored = WitnessStored(plant, o.probe);
-  return NoteTierHashes(Judge(std::move(r), plant, o));
+  DropPromptTail(&plant, &fate, r);
+  r = NoteTierHashes(Judge(std::move(r), plant, o));
+  if (r.tail_blocks > 0) {
+    absl::StrAppend(&r.reason, " (A's last ", r.tail_blocks,
+                    " blocks held tokens after P that B's prompt does not, "
+                    "as a chat template's closing markers: not judged)");
+  }
+  return r;
 }
 
 json PairResult::ToJson() const {
@@ -509,6 +541,7 @@ json PairResult::ToJson() const {
           {"isolated", isolated},
           {"not_stored", not_stored},
           {"same_hash", same_hash},
+          {"tail_blocks", tail_blocks},
           {"hit_signal", hit_signal},
           {"witness_stored", witness_stored},
           {"evicted", evicted},

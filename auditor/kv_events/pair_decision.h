@@ -57,6 +57,9 @@ struct PairResult {
   std::string reason;  // why, in a sentence
   std::vector<BlockCheck> blocks;
   int isolated = 0, not_stored = 0, same_hash = 0;
+  // A's last blocks B's prompt could not hold (tokens after P, as a chat
+  // template's closing markers), after one B stored again: not judged.
+  int tail_blocks = 0;
   bool hit_signal = false;      // B's cached tokens or timing says it hit
   bool witness_stored = false;  // B's suffix stored: the stream saw B
   bool evicted = false;         // an eviction step ran before B's probe

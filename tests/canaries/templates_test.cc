@@ -78,5 +78,21 @@ TEST(EchoPromptTest, QuotesTheNonceAndEndsOnTheStoryCharacter) {
   EXPECT_EQ(prompt.substr(prompt.size() - 5), ". The");
 }
 
+// The instruction wording: the same texts behind an instruction a chat
+// model follows, the nonce's text once, right after kRepeatExactly.
+TEST(WordingTest, InstructionWordingWrapsTheSameTexts) {
+  const Marker nonce = DeriveNonce("k", "t", "c", 5);
+  EXPECT_EQ(EchoPrompt(nonce, Wording::kInstruct),
+            std::string(kRepeatExactly) + " " + nonce.text);
+  for (uint64_t v = 0; v < 3; ++v) {
+    EXPECT_EQ(GoldenPrompt(v, Wording::kInstruct),
+              "Continue this story: " + GoldenPrompt(v));
+    EXPECT_EQ(SniffPrompt(v, Wording::kInstruct),
+              "Continue the text: " + SniffPrompt(v));
+  }
+  EXPECT_STREQ(WordingName(Wording::kStory), "story");
+  EXPECT_STREQ(WordingName(Wording::kInstruct), "instruct");
+}
+
 }  // namespace
 }  // namespace kvcanary::canaries

@@ -3,7 +3,8 @@
 // isolated with same-salt hits proven; vLLM's salt (block 0's hash, no
 // tenant) is forgeable; salts ignored share across salts of one tenant; a
 // gateway whose body salt overrides its tenant header is found; a second
-// tier that drops the salt leaks what spilled. Timing-sensitive: label
+// tier that drops the salt leaks what spilled; each over chat completions
+// through a template as over text completions. Timing-sensitive: label
 // `timing`.
 #include <string>
 
@@ -117,6 +118,48 @@ TEST(CacheAuditSaltsFakeTest, VllmSaltsAreForgeable) {
     EXPECT_EQ(f.writer, "acme");
     EXPECT_EQ(f.reader, "globex (acme's salt)");
   }
+}
+
+// The same checks over chat completions, on servers that serve only them
+// through a template whose header every request of a salt shares: the
+// header is the shared head, the salts' verdicts are the same as over text
+// completions.
+FakeTargetOptions ChatOnly(FakeTargetOptions fo) {
+  fo.completions_route = testing::CompletionsRoute::kAbsent;
+  fo.chat_template = true;
+  return fo;
+}
+
+TEST(CacheAuditSaltsFakeTest, ScopedSaltsOverChatAreIsolated) {
+  FakeTargetOptions fo = ChatOnly(Fake(SaltMode::kScoped));
+  fo.tenant_header = "x-tenant";
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "scoped-chat", /*gateway=*/true), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
+  for (const char* check :
+       {"salt_tenants", "salt_salts", "salt_forged", "salt_gateway"}) {
+    EXPECT_EQ(LevelOf(r, check), "same-tenant") << check;
+  }
+  for (const Check& c : r.checks) EXPECT_EQ(c.state, "passed") << c.check;
+}
+
+TEST(CacheAuditSaltsFakeTest, VllmSaltsOverChatAreForgeable) {
+  FakeTargetOptions fo = ChatOnly(Fake(SaltMode::kVllm));
+  fo.per_key_prompt_cache = false;
+  fo.shared_prompt_cache = true;
+  fo.report_cached_tokens = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "vllm-chat"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
+  EXPECT_EQ(LevelOf(r, "salt_tenants"), "same-tenant");
+  EXPECT_EQ(LevelOf(r, "salt_forged"), "cross-tenant");
+  for (const Finding& f : r.findings) EXPECT_EQ(f.kind, "salt_forgeable");
 }
 
 TEST(CacheAuditSaltsFakeTest, IgnoredSaltsShareAcrossOneTenantsSalts) {
@@ -241,6 +284,32 @@ TEST(CacheAuditSaltsFakeTest, AHealthyStatedSecondTierIsCheckedByDefault) {
   const CampaignResult r =
       RunCacheAudit(Options(target, "tier-default-ok"), &metrics);
   ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_GT(r.details["checks"]["salt_tenants"]["evict"]["requests"].get<int>(),
+            0);
+}
+
+// --evict-tokens over chat: the fillers that push a prime out of the first
+// tier go through the template too, and a tier that drops the salt is
+// found as over text completions; a healthy one is clean.
+TEST(CacheAuditSaltsFakeTest, FillersOverChatFindATierDroppingSalts) {
+  FakeTarget target(ChatOnly(SglangTiers(/*drops_salt=*/true)));
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "tier-chat"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
+  EXPECT_EQ(LevelOf(r, "salt_tenants"), "cross-tenant");
+  EXPECT_GT(r.details["checks"]["salt_tenants"]["evict"]["requests"].get<int>(),
+            0);
+}
+
+TEST(CacheAuditSaltsFakeTest, AHealthyStatedSecondTierOverChatIsClean) {
+  FakeTarget target(ChatOnly(SglangTiers(/*drops_salt=*/false)));
+  AuditorMetrics metrics;
+  const CampaignResult r =
+      RunCacheAudit(Options(target, "tier-chat-ok"), &metrics);
+  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  EXPECT_EQ(r.api, "chat");
   EXPECT_GT(r.details["checks"]["salt_tenants"]["evict"]["requests"].get<int>(),
             0);
 }

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "canaries/templates.h"
 #include "common/check.h"
 #include "common/http_server.h"
 #include "nlohmann/json.hpp"
@@ -33,6 +34,7 @@ const char kFakeChatHeaderNextDay[] =
     "assistant.</s>\n";
 namespace {
 
+using canaries::kRepeatExactly;
 using fake_target_internal::Answer;
 using fake_target_internal::Body;
 using fake_target_internal::json;
@@ -659,10 +661,10 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
     SendReply(res, Refusal(options_.flavor, problem));
     return;
   }
-  if (chat && options_.chat_template) {
-    RenderChatTemplate(&r, options_.template_date_change_after > 0 &&
-                               n > options_.template_date_change_after);
-  }
+  const bool told_to_repeat = absl::StartsWith(r.prompt, kRepeatExactly);
+  const bool next_day = options_.template_date_change_after > 0 &&
+                        n > options_.template_date_change_after;
+  if (chat && options_.chat_template) RenderChatTemplate(&r, next_day);
   const bool busy = options_.busy_limit_tokens > 0 && others > 0;
   const Plan plan =
       MakePlan(r.prompt, options_,
@@ -711,7 +713,14 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
   spoken.last -= std::min(spoken.last - spoken.first, r.template_tail_tokens);
   spoken.first =
       std::max(spoken.first, std::min(spoken.last, r.template_head_tokens));
-  a.pieces = OutputPieces(r.prompt, spoken, r.max_tokens, options_.echo);
+  a.pieces =
+      OutputPieces(r.prompt, spoken, r.max_tokens,
+                   options_.echo && (!chat || !options_.instruction_model ||
+                                     told_to_repeat));
+  if (chat && options_.chat_template && options_.answer_names_date &&
+      !a.pieces.empty()) {
+    a.pieces[0] = next_day ? " Thursday" : " Wednesday";
+  }
   a.text = absl::StrJoin(a.pieces, "");
   if (r.logprobs >= 0) {
     double shift = 0;

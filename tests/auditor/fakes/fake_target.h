@@ -253,6 +253,14 @@ struct FakeTargetOptions {
   // date is the next day's, one token longer (kFakeChatHeaderNextDay): a
   // template that prints today's date, crossing midnight mid-campaign.
   int template_date_change_after = 0;
+  // With chat_template: the answer's first word is the header's weekday
+  // (" Wednesday", the next day " Thursday"), as a model that reads the
+  // date greets with it: answers alone change when the date does.
+  bool answer_names_date = false;
+  // Chat as an instruction-tuned model answers: only a message that starts
+  // with canaries::kRepeatExactly gets its tail back; every other message
+  // (a story to continue, a nonce inside a story) gets filler words.
+  bool instruction_model = false;
 };
 
 // The header chat_template puts before the messages, and the day after.

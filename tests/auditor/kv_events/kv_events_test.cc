@@ -292,6 +292,36 @@ TEST(KvEventsDecidePairTest, BStoringTheSameTokensUnderOtherHashesIsIsolated) {
   EXPECT_EQ(r.isolated, 3);
 }
 
+// Over chat, A's last block holds a template's closing markers after P
+// (tokens 112-115), which B's prompt does not: B stores its copies of A's
+// first three, then its witness chained to them. The closing block is no
+// block of A's that B could have been served: not judged, and the pair is
+// isolated.
+TEST(KvEventsDecidePairTest, ATemplatesClosingBlockAfterBsOwnIsNotJudged) {
+  PairBuilder p;
+  p.Plant({Stored({1, 2, 3, 4}, {}, 100)});
+  p.Probe({Stored({11, 12, 13}, {}, 100), Stored({15}, 13, 500)});
+  p.Control({Stored({21}, {}, 900)});
+  const PairResult r = DecidePair(p.Observe());
+  EXPECT_EQ(r.verdict, PairVerdict::kIsolated) << r.reason;
+  EXPECT_EQ(r.isolated, 3);
+  EXPECT_EQ(r.not_stored, 0);
+  EXPECT_EQ(r.tail_blocks, 1);
+  EXPECT_NE(r.reason.find("closing markers"), std::string::npos) << r.reason;
+}
+
+// A block B did not store BEFORE one it stored again is still judged: the
+// pair is mixed, never isolated.
+TEST(KvEventsDecidePairTest, AMissingBlockBeforeBsOwnStillMakesThePairMixed) {
+  PairBuilder p;
+  p.Plant({Stored({1, 2, 3}, {}, 100)});
+  p.Probe({Stored({12}, 1, 104), Stored({13}, 12, 108), Stored({15}, 13, 500)});
+  p.Control({Stored({21}, {}, 900)});
+  const PairResult r = DecidePair(p.Observe());
+  EXPECT_NE(r.verdict, PairVerdict::kIsolated) << r.reason;
+  EXPECT_EQ(r.tail_blocks, 0);
+}
+
 TEST(KvEventsDecidePairTest, BStoringNothingForTheSameTokensIsShared) {
   PairBuilder p;
   p.Plant({Stored({1, 2, 3}, {}, 100)});

@@ -298,6 +298,27 @@ TEST(AcceptTest, AChatOnlyTargetIsSweptOverChat) {
   EXPECT_EQ(FindCheck(r, "golden", "length 81")->state, "passed");
 }
 
+// A /v1/completions answering a non-OpenAI 200: llama.cpp's own shape
+// swept over it, an unknown one over chat; each clean, the API named.
+TEST(AcceptTest, ANonOpenAiCompletionsBodyIsSweptOverTheApiAutoChose) {
+  for (const auto& [route, api] :
+       {std::pair{testing::CompletionsRoute::kLlamaNative, "completions"},
+        std::pair{testing::CompletionsRoute::kUnknownShape, "chat"}}) {
+    SCOPED_TRACE(api);
+    FakeTargetOptions fo = Fake();
+    fo.flavor = Flavor::kLlamaCpp;
+    fo.completions_route = route;
+    fo.chat_template = true;
+    FakeTarget target(fo);
+    AuditorMetrics metrics;
+    const CampaignResult r =
+        RunAccept(Options(target.url(), absl::StrCat("shape-", api)), &metrics);
+    ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+    EXPECT_EQ(r.exit_code(), 0);
+    EXPECT_EQ(r.api, api);
+  }
+}
+
 TEST(AcceptTest, SilentTailKeepingFailsAtTheFirstLengthPastTheLimit) {
   FakeTarget target(Fake(OverLimit::kKeepTail));
   AuditorMetrics metrics;

@@ -145,6 +145,34 @@ TEST(CacheAuditTest, AChatOnlyTargetIsAuditedOverChat) {
   EXPECT_EQ(r.details["cached_tokens"]["cross_tenant"]["hits"], 0);
 }
 
+// A /v1/completions answering a non-OpenAI 200: audited over llama.cpp's
+// own shape (its timings the cached-token signal), or over chat where the
+// shape is unknown; no finding, the cached-token check active, the API
+// named.
+TEST(CacheAuditTest, ANonOpenAiCompletionsBodyIsAuditedOverTheApiAutoChose) {
+  for (const auto& [route, api] :
+       {std::pair{testing::CompletionsRoute::kLlamaNative, "completions"},
+        std::pair{testing::CompletionsRoute::kUnknownShape, "chat"}}) {
+    SCOPED_TRACE(api);
+    FakeTargetOptions fo = LlamaTimingsOnly();
+    fo.per_key_prompt_cache = true;
+    fo.completions_route = route;
+    fo.chat_template = true;
+    FakeTarget target(fo);
+    AuditorMetrics metrics;
+    const CampaignResult r = RunCacheAudit(
+        Options(target.url(), std::string("shape-") + api), &metrics);
+    EXPECT_TRUE(r.findings.empty()) << Explain(r);
+    EXPECT_EQ(r.api, api);
+    // (Timing stays undecided at this suite's --max-samples; the timing
+    // label's tests decide it.)
+    const DetectorCoverage* cached = Detector(r, "cached_tokens");
+    ASSERT_NE(cached, nullptr);
+    EXPECT_EQ(cached->state, DetectorState::kActive) << cached->reason;
+    EXPECT_EQ(r.details["cached_tokens"]["cross_tenant"]["hits"], 0);
+  }
+}
+
 // Issue 22 (c): a wrong key for the last of four tenants, which
 // cache-audit does not use, still stops it before the first sample.
 TEST(CacheAuditTest, AWrongKeyForTheLastOfFourTenantsIsAnErrorNamingIt) {

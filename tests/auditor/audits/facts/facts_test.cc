@@ -227,6 +227,31 @@ TEST(FactsTest, AChatOnlyTargetIsReadOverChatNamingTheRequest) {
   ExpectValidDocument(r);
 }
 
+// A /v1/completions answering a non-OpenAI 200: read over llama.cpp's own
+// shape, or over chat where the shape is unknown; the API named.
+TEST(FactsTest, ANonOpenAiCompletionsBodyIsReadOverTheApiAutoChose) {
+  for (const auto& [route, api] :
+       {std::pair{testing::CompletionsRoute::kLlamaNative, "completions"},
+        std::pair{testing::CompletionsRoute::kUnknownShape, "chat"}}) {
+    SCOPED_TRACE(api);
+    FakeTargetOptions fo;
+    fo.flavor = Flavor::kLlamaCpp;
+    fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}};
+    fo.completions_route = route;
+    fo.chat_template = true;
+    FakeTarget target(fo);
+    AuditorMetrics metrics;
+    const CampaignResult r =
+        RunFacts(Options(target.url(), {{"acme", "sk-a"}, {"globex", "sk-g"}},
+                         std::string("shape-") + api),
+                 &metrics);
+    EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+    EXPECT_EQ(r.exit_code(), 0);
+    EXPECT_EQ(r.api, api);
+    ExpectValidDocument(r);
+  }
+}
+
 // --- A target that reveals nothing, and what it answers after the plant ---
 
 // How a SilentTarget answers; the defaults reveal nothing.

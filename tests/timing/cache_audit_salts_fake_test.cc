@@ -124,14 +124,8 @@ TEST(CacheAuditSaltsFakeTest, VllmSaltsAreForgeable) {
 // through a template whose header every request of a salt shares: the
 // header is the shared head, the salts' verdicts are the same as over text
 // completions.
-FakeTargetOptions ChatOnly(FakeTargetOptions fo) {
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
-  return fo;
-}
-
 TEST(CacheAuditSaltsFakeTest, ScopedSaltsOverChatAreIsolated) {
-  FakeTargetOptions fo = ChatOnly(Fake(SaltMode::kScoped));
+  FakeTargetOptions fo = testing::ChatOnly(Fake(SaltMode::kScoped));
   fo.tenant_header = "x-tenant";
   FakeTarget target(fo);
   AuditorMetrics metrics;
@@ -147,7 +141,7 @@ TEST(CacheAuditSaltsFakeTest, ScopedSaltsOverChatAreIsolated) {
 }
 
 TEST(CacheAuditSaltsFakeTest, VllmSaltsOverChatAreForgeable) {
-  FakeTargetOptions fo = ChatOnly(Fake(SaltMode::kVllm));
+  FakeTargetOptions fo = testing::ChatOnly(Fake(SaltMode::kVllm));
   fo.per_key_prompt_cache = false;
   fo.shared_prompt_cache = true;
   fo.report_cached_tokens = true;
@@ -292,7 +286,7 @@ TEST(CacheAuditSaltsFakeTest, AHealthyStatedSecondTierIsCheckedByDefault) {
 // tier go through the template too, and a tier that drops the salt is
 // found as over text completions; a healthy one is clean.
 TEST(CacheAuditSaltsFakeTest, FillersOverChatFindATierDroppingSalts) {
-  FakeTarget target(ChatOnly(SglangTiers(/*drops_salt=*/true)));
+  FakeTarget target(testing::ChatOnly(SglangTiers(/*drops_salt=*/true)));
   AuditorMetrics metrics;
   const CampaignResult r =
       RunCacheAudit(Options(target, "tier-chat"), &metrics);
@@ -304,7 +298,7 @@ TEST(CacheAuditSaltsFakeTest, FillersOverChatFindATierDroppingSalts) {
 }
 
 TEST(CacheAuditSaltsFakeTest, AHealthyStatedSecondTierOverChatIsClean) {
-  FakeTarget target(ChatOnly(SglangTiers(/*drops_salt=*/false)));
+  FakeTarget target(testing::ChatOnly(SglangTiers(/*drops_salt=*/false)));
   AuditorMetrics metrics;
   const CampaignResult r =
       RunCacheAudit(Options(target, "tier-chat-ok"), &metrics);

@@ -153,23 +153,18 @@ TEST_F(KvEventsFakeTest, HitsReportedAsStoresAreSharedWithCachedTokens) {
             "same_hash");
 }
 
-// Over chat through a template: the header every request of a key
-// shares is stored (and, reporting hits, reported again) for every
-// request; it is no block of A's plant that B could be judged on, and the
-// pairs are decided on the plant's own blocks, isolated or shared as over
-// text completions.
-FakeTargetOptions ChatOnly(FakeTargetOptions fo) {
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
-  return fo;
-}
-
+// Over chat through a template: the header every request of a key shares
+// is stored under each key's own hashes (and, reporting hits, reported
+// again), and A's plant ends in the template's closing markers, blocks
+// B's prompt (P, then its witness) never holds: those are dropped
+// (tail_blocks), and the pairs are decided on the plant's own blocks,
+// isolated or shared as over text completions.
 TEST_F(KvEventsFakeTest, OverChatATemplateHeaderInEveryRequestIsNotSharing) {
   FakeTargetOptions fo;
   fo.per_key_prompt_cache = true;
   fo.report_cached_tokens = true;
   fo.events_report_hits = true;
-  Start(ChatOnly(fo));
+  Start(testing::ChatOnly(fo));
   const CampaignResult r = Audit("chat-per-key");
   ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
   EXPECT_EQ(r.api, "chat");
@@ -179,7 +174,7 @@ TEST_F(KvEventsFakeTest, OverChatATemplateHeaderInEveryRequestIsNotSharing) {
 TEST_F(KvEventsFakeTest, OverChatACacheSharedByEveryKeyIsAFinding) {
   FakeTargetOptions fo;
   fo.shared_prompt_cache = true;
-  Start(ChatOnly(fo));
+  Start(testing::ChatOnly(fo));
   const CampaignResult r = Audit("chat-shared");
   ASSERT_EQ(r.verdict, Verdict::kFindings) << Explain(r);
   EXPECT_EQ(KvFindings(r), 3) << Explain(r);

@@ -27,9 +27,8 @@ using namespace campaign_fixtures;  // NOLINT: the fixtures of every test here
 class ChatOnlyTest : public ::testing::TestWithParam<Flavor> {};
 
 TEST_P(ChatOnlyTest, IsCleanOverChatWithTheApiNamed) {
-  FakeTargetOptions fo = Fake(GetParam());
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;  // a header and role markers around the prompt
+  // A header and role markers around the prompt.
+  FakeTargetOptions fo = testing::ChatOnly(Fake(GetParam()));
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r =
@@ -72,9 +71,7 @@ INSTANTIATE_TEST_SUITE_P(Flavors, ChatOnlyTest,
 // default): measured once as the shared head, it is no cache hit, and the
 // campaign is clean with latency active.
 TEST(CampaignTest, AChatTemplateHeaderReportedCachedIsCleanWithLatency) {
-  FakeTargetOptions fo = Fake(Flavor::kVllm);
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
+  FakeTargetOptions fo = testing::ChatOnly(Fake(Flavor::kVllm));
   fo.shared_prompt_cache = true;
   fo.report_cached_tokens = true;
   FakeTarget target(fo);
@@ -97,41 +94,13 @@ TEST(CampaignTest, AChatTemplateHeaderReportedCachedIsCleanWithLatency) {
   }
 }
 
-// A template that prints today's date crosses midnight mid-campaign: every
-// prompt's count moves by one token at once. A short control alone moves
-// as much, so the campaign refits, notes it on the boundary detector, and
-// stays clean: never a prompt_truncated or prompt_tokens_mismatch.
-TEST(CampaignTest, ATemplateDateThatChangesMidCampaignIsRefitNotAFinding) {
-  FakeTargetOptions fo = Fake(Flavor::kVllm);
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
-  fo.template_date_change_after = 250;  // after calibration, mid-load
-  FakeTarget target(fo);
-  AuditorMetrics metrics;
-  const CampaignResult r =
-      RunCampaign(Options(target.url(), "date-change"), &metrics);
-  ASSERT_GT(target.completions(), 300);
-  ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
-  EXPECT_EQ(Count(r, "prompt_truncated"), 0);
-  EXPECT_EQ(Count(r, "prompt_tokens_mismatch"), 0);
-  const DetectorCoverage* d = CoverageOf(r, "boundary");
-  ASSERT_NE(d, nullptr);
-  int refits = 0;
-  for (const std::string& n : d->notes) {
-    refits += absl::StrContains(n, "every prompt's count moved by +1 tokens");
-  }
-  EXPECT_EQ(refits, 1) << Explain(r);
-}
-
 // A chat model that answers a story instead of continuing it, and repeats
 // only what it is told to: no story nonce echoes, so calibration words the
 // probes as instructions ("Repeat exactly, and nothing else: ...") and
 // echo runs in that wording; clean, every detector as over chat.
 TEST(CampaignTest,
      AnInstructionModelGetsInstructionWordingChosenByCalibration) {
-  FakeTargetOptions fo = Fake(Flavor::kVllm);
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
+  FakeTargetOptions fo = testing::ChatOnly(Fake(Flavor::kVllm));
   fo.instruction_model = true;
   FakeTarget target(fo);
   AuditorMetrics metrics;
@@ -150,9 +119,7 @@ TEST(CampaignTest,
 
 // Over chat, a story model keeps the story wording it echoes in.
 TEST(CampaignTest, AStoryModelOverChatKeepsStoryWording) {
-  FakeTargetOptions fo = Fake(Flavor::kVllm);
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
+  FakeTargetOptions fo = testing::ChatOnly(Fake(Flavor::kVllm));
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r =
@@ -163,31 +130,47 @@ TEST(CampaignTest, AStoryModelOverChatKeepsStoryWording) {
   EXPECT_EQ(echo->stats["wording"], "story");
 }
 
-// The same, with a model whose answer greets with the header's weekday:
-// golden's answers alone change with the date, are measured again at the
-// refit, and the new ones are no divergence.
-TEST(CampaignTest, GoldenAnswersThatChangeWithTheTemplateDateAreRebaselined) {
-  FakeTargetOptions fo = Fake(Flavor::kVllm);
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
-  fo.answer_names_date = true;
-  fo.template_date_change_after = 250;
+// A template that prints today's date crosses midnight mid-campaign: every
+// prompt's count moves by one token at once. A short control alone moves
+// as much, so the campaign refits, notes it on the boundary detector, and
+// stays clean: never a prompt_truncated or prompt_tokens_mismatch. Where
+// the model reads the date (its answer greets with the header's weekday),
+// golden's answers alone change too: they are measured again at the
+// refit, and the new ones are no divergence (before, every golden variant
+// was a golden_mismatch and a logprob_mismatch).
+class TemplateDateTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(TemplateDateTest, ADateThatChangesMidCampaignIsRefitNotAFinding) {
+  const bool model_reads_date = GetParam();
+  FakeTargetOptions fo = testing::ChatOnly(Fake(Flavor::kVllm));
+  fo.answer_names_date = model_reads_date;
+  fo.template_date_change_after = 250;  // after calibration, mid-load
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r =
-      RunCampaign(Options(target.url(), "date-answer"), &metrics);
+      RunCampaign(Options(target.url(), "date-change"), &metrics);
   ASSERT_GT(target.completions(), 300);
   ASSERT_EQ(r.verdict, Verdict::kClean) << Explain(r);
-  EXPECT_EQ(Count(r, "golden_mismatch"), 0);
-  EXPECT_EQ(Count(r, "logprob_mismatch"), 0);
+  for (const char* kind : {"prompt_truncated", "prompt_tokens_mismatch",
+                           "golden_mismatch", "logprob_mismatch"}) {
+    EXPECT_EQ(Count(r, kind), 0) << kind;
+  }
   const DetectorCoverage* d = CoverageOf(r, "boundary");
   ASSERT_NE(d, nullptr);
-  int rebaselined = 0;
+  int refits = 0, rebaselined = 0;
   for (const std::string& n : d->notes) {
+    refits += absl::StrContains(n, "every prompt's count moved by +1 tokens");
     rebaselined += absl::StrContains(n, "golden answers alone changed");
   }
-  EXPECT_EQ(rebaselined, 1) << Explain(r);
+  EXPECT_EQ(refits, 1) << Explain(r);
+  EXPECT_EQ(rebaselined, model_reads_date ? 1 : 0) << Explain(r);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, TemplateDateTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return std::string(p.param ? "reads_the_date"
+                                                      : "ignores_the_date");
+                         });
 
 // A /v1/completions that answers a 200 in a shape other than OpenAI's:
 // llama.cpp's own (its releases before the OpenAI shape), read as text

@@ -32,6 +32,12 @@ const char kFakeChatHeader[] =
 const char kFakeChatHeaderNextDay[] =
     "<|system|>\nToday Date: 1 0 Dec 2026\nYou are a helpful "
     "assistant.</s>\n";
+FakeTargetOptions ChatOnly(FakeTargetOptions o) {
+  o.completions_route = CompletionsRoute::kAbsent;
+  o.chat_template = true;
+  return o;
+}
+
 namespace {
 
 using canaries::kRepeatExactly;

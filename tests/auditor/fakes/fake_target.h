@@ -263,6 +263,10 @@ struct FakeTargetOptions {
   bool instruction_model = false;
 };
 
+// `o` with no /v1/completions route and chat rendered through the
+// template (chat_template): a server that serves only chat completions.
+FakeTargetOptions ChatOnly(FakeTargetOptions o);
+
 // The header chat_template puts before the messages, and the day after.
 extern const char kFakeChatHeader[];
 extern const char kFakeChatHeaderNextDay[];

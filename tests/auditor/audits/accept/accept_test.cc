@@ -283,8 +283,7 @@ TEST(AcceptTest, WellBehavedTargetIsCleanWithEchoCoveredAndRefusalsPastIt) {
 // over completions, and the result names the API.
 TEST(AcceptTest, AChatOnlyTargetIsSweptOverChat) {
   FakeTargetOptions fo = Fake();
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
+  fo = testing::ChatOnly(fo);
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r = RunAccept(Options(target.url(), "chat"), &metrics);
@@ -296,6 +295,26 @@ TEST(AcceptTest, AChatOnlyTargetIsSweptOverChat) {
     EXPECT_EQ(c->state, "passed") << c->message;
   }
   EXPECT_EQ(FindCheck(r, "golden", "length 81")->state, "passed");
+}
+
+// Every flavour's chat-only fake, through its template: clean, the API
+// named (what each refuses and how is the flavour's own).
+TEST(AcceptTest, EveryFlavoursChatOnlyFakeIsSweptCleanOverChat) {
+  for (Flavor flavor : {Flavor::kVllm, Flavor::kSglang, Flavor::kLlamaCpp,
+                        Flavor::kTgi, Flavor::kOllama}) {
+    SCOPED_TRACE(testing::FlavorName(flavor));
+    FakeTargetOptions fo = Fake();
+    fo.flavor = flavor;
+    FakeTarget target(testing::ChatOnly(fo));
+    AuditorMetrics metrics;
+    const CampaignResult r =
+        RunAccept(Options(target.url(),
+                          absl::StrCat("chat-", testing::FlavorName(flavor))),
+                  &metrics);
+    EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+    EXPECT_EQ(r.exit_code(), 0);
+    EXPECT_EQ(r.api, "chat");
+  }
 }
 
 // A /v1/completions answering a non-OpenAI 200: llama.cpp's own shape

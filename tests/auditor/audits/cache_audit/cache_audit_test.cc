@@ -130,8 +130,7 @@ TEST(CacheAuditTest, LlamaCppTimingsShowSameTenantHitsAndNoCrossTenantOnes) {
 TEST(CacheAuditTest, AChatOnlyTargetIsAuditedOverChat) {
   FakeTargetOptions fo = LlamaTimingsOnly();
   fo.per_key_prompt_cache = true;
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
+  fo = testing::ChatOnly(fo);
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r =
@@ -143,6 +142,28 @@ TEST(CacheAuditTest, AChatOnlyTargetIsAuditedOverChat) {
   EXPECT_EQ(cached->state, DetectorState::kActive) << cached->reason;
   EXPECT_GT(r.details["cached_tokens"]["same_tenant"]["hits"].get<int>(), 0);
   EXPECT_EQ(r.details["cached_tokens"]["cross_tenant"]["hits"], 0);
+}
+
+// Every flavour's chat-only fake with a cache per key, through its
+// template: no finding, the API named (timing stays undecided at this
+// suite's --max-samples).
+TEST(CacheAuditTest, EveryFlavoursChatOnlyFakeHasNoFindingOverChat) {
+  for (Flavor flavor : {Flavor::kVllm, Flavor::kSglang, Flavor::kLlamaCpp,
+                        Flavor::kTgi, Flavor::kOllama}) {
+    SCOPED_TRACE(testing::FlavorName(flavor));
+    FakeTargetOptions fo = LlamaTimingsOnly();
+    fo.flavor = flavor;
+    fo.per_key_prompt_cache = true;
+    FakeTarget target(testing::ChatOnly(fo));
+    AuditorMetrics metrics;
+    const CampaignResult r = RunCacheAudit(
+        Options(target.url(),
+                absl::StrCat("chat-", testing::FlavorName(flavor))),
+        &metrics);
+    EXPECT_TRUE(r.findings.empty()) << Explain(r);
+    EXPECT_NE(r.verdict, Verdict::kError) << Explain(r);
+    EXPECT_EQ(r.api, "chat");
+  }
 }
 
 // A /v1/completions answering a non-OpenAI 200: audited over llama.cpp's

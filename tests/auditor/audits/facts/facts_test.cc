@@ -211,8 +211,7 @@ TEST(FactsTest, AChatOnlyTargetIsReadOverChatNamingTheRequest) {
   FakeTargetOptions fo;
   fo.flavor = Flavor::kLlamaCpp;
   fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}};
-  fo.completions_route = testing::CompletionsRoute::kAbsent;
-  fo.chat_template = true;
+  fo = testing::ChatOnly(fo);
   FakeTarget target(fo);
   AuditorMetrics metrics;
   const CampaignResult r = RunFacts(
@@ -225,6 +224,27 @@ TEST(FactsTest, AChatOnlyTargetIsReadOverChatNamingTheRequest) {
       << doc.substr(0, 2000);
   EXPECT_EQ(doc.find("POST /v1/completions"), std::string::npos);
   ExpectValidDocument(r);
+}
+
+// Every flavour's chat-only fake, through its template: clean, the API
+// named.
+TEST(FactsTest, EveryFlavoursChatOnlyFakeIsReadCleanOverChat) {
+  for (Flavor flavor : {Flavor::kVllm, Flavor::kSglang, Flavor::kLlamaCpp,
+                        Flavor::kTgi, Flavor::kOllama}) {
+    SCOPED_TRACE(testing::FlavorName(flavor));
+    FakeTargetOptions fo;
+    fo.flavor = flavor;
+    fo.api_keys = {{"sk-a", "acme"}, {"sk-g", "globex"}};
+    FakeTarget target(testing::ChatOnly(fo));
+    AuditorMetrics metrics;
+    const CampaignResult r =
+        RunFacts(Options(target.url(), {{"acme", "sk-a"}, {"globex", "sk-g"}},
+                         absl::StrCat("chat-", testing::FlavorName(flavor))),
+                 &metrics);
+    EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+    EXPECT_EQ(r.exit_code(), 0);
+    EXPECT_EQ(r.api, "chat");
+  }
 }
 
 // A /v1/completions answering a non-OpenAI 200: read over llama.cpp's own

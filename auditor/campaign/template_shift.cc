@@ -26,6 +26,18 @@ constexpr int kMaxTemplateShift = 8;
 // by the detectors, not re-checked forever.
 constexpr int kMaxShiftChecks = 12;
 
+// Adds `value` to `also` unless it is `first` or already there; whether
+// it was added.
+template <typename T>
+bool AddIfNew(const T& first, const T& value, std::vector<T>* also) {
+  if (value == first ||
+      std::find(also->begin(), also->end(), value) != also->end()) {
+    return false;
+  }
+  also->push_back(value);
+  return true;
+}
+
 }  // namespace
 
 absl::Status Campaign::Refit(Probe* p, const Completion& c) {
@@ -89,16 +101,10 @@ absl::Status Campaign::RebaselineGolden(int* changed) {
     RETURN_IF_ERROR(session_.down());
     if (!a.usable) continue;
     if (logprobs && lp.alone.count(v) > 0 && a.logprobs.present &&
-        a.logprobs.malformed.empty() && a.logprobs.positions != lp.alone[v]) {
-      lp.also[v].push_back(a.logprobs.positions);
+        a.logprobs.malformed.empty()) {
+      AddIfNew(lp.alone.at(v), a.logprobs.positions, &lp.also[v]);
     }
-    std::vector<std::string>& also = cal_.golden_also[v];
-    if (a.text == first ||
-        std::find(also.begin(), also.end(), a.text) != also.end()) {
-      continue;
-    }
-    also.push_back(a.text);
-    ++*changed;
+    *changed += AddIfNew(first, a.text, &cal_.golden_also[v]);
   }
   return absl::OkStatus();
 }

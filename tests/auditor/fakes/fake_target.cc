@@ -289,8 +289,11 @@ std::vector<std::string> OutputPieces(absl::string_view prompt, const Plan& p,
     }
     return pieces;
   }
-  static constexpr const char* kFiller[] = {"the",   "quick", "brown", "fox",
-                                            "jumps", "over",  "lazy",  "dog"};
+  // No word of MarkerWordList(): a filler answer never echoes a nonce or
+  // carries a marker word by chance (with "fox" and "dog", about one
+  // 4-word nonce in 32 was "echoed" by filler).
+  static constexpr const char* kFiller[] = {"the",   "quick", "brown", "one",
+                                            "jumps", "over",  "lazy",  "days"};
   for (int i = 0; i < max_tokens; ++i) {
     pieces.push_back(absl::StrCat(" ", kFiller[i % 8]));
   }

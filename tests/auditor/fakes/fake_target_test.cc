@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "auditor/target/http_client.h"
+#include "canaries/marker.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -400,7 +401,13 @@ TEST(FakeTargetTest, AnswersAreDeterministicAndEchoTheNonce) {
   json short_echo = echo;
   short_echo["max_tokens"] = 8;
   EXPECT_EQ(Parse(Complete(f, short_echo))["choices"][0]["text"],
-            " the quick brown fox jumps over lazy dog");
+            " the quick brown one jumps over lazy days");
+  // No filler word is a marker word: filler never passes an echo check.
+  for (absl::string_view w : absl::StrSplit(
+           std::string(Parse(Complete(f, short_echo))["choices"][0]["text"]),
+           ' ', absl::SkipEmpty())) {
+    EXPECT_EQ(canaries::MarkerWordIndex(w), -1) << w;
+  }
 }
 
 TEST(FakeTargetTest, UsageInStreamsFollowsTheFlavor) {

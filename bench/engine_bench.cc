@@ -129,9 +129,11 @@ double Prefill(const Setup& s, WatermarkMode mode) {
 // prefilled first (not timed), then every sequence decodes until the context
 // reaches decode_positions.
 double Decode(const Setup& s, int seqs, WatermarkMode mode,
-              ScrubPolicy scrub = ScrubPolicy::kNone) {
+              ScrubPolicy scrub = ScrubPolicy::kNone,
+              Numerics numerics = Numerics::kInvariant) {
   EngineOptions options = Options(mode, seqs);
   options.scrub = scrub;
+  options.numerics = numerics;
   Engine engine(&s.model, options);
   SamplingParams sp;
   sp.max_tokens = s.decode_positions - 4 + 1;
@@ -473,6 +475,18 @@ void MeasureBatch(const Setup& s, int seqs, const OneSeqCosts& one) {
   }
   Row(absl::StrFormat("scrub zero / none (%d seqs)", seqs),
       Ratio(b_zero / b_none));
+  // --numerics=variant's split-K kernel (docs/exactness.md) against the
+  // default's, interleaved.
+  double b_inv = 0, b_var = 0;
+  for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+    b_inv = std::max(b_inv, Decode(s, seqs, WatermarkMode::kEnforce));
+    b_var = std::max(b_var, Decode(s, seqs, WatermarkMode::kEnforce,
+                                   ScrubPolicy::kNone, Numerics::kVariant));
+  }
+  Row(absl::StrFormat("decode %d seqs aggregate, numerics variant", seqs),
+      Rate(b_var));
+  Row(absl::StrFormat("numerics variant / invariant (%d seqs)", seqs),
+      Ratio(b_var / b_inv));
   Breakdown(s, seqs, one, single, b_enf);
 }
 

@@ -1,5 +1,6 @@
 #include "engine/core/engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -53,7 +54,8 @@ Engine::Engine(const Model* model, const EngineOptions& options)
                  &pool_, prefix_cache_.get()),
       runner_(model, &pool_, &threads_,
               ModelRunnerOptions{options.watermark, options.trace,
-                                 options.faults.has(Fault::kNoScrubReuse)}) {
+                                 options.faults.has(Fault::kNoScrubReuse),
+                                 options.numerics}) {
   if (prefix_cache_ != nullptr && options.host_tier_pages > 0) {
     prefix_cache_->EnableHostTier(options.host_tier_pages,
                                   options.faults.has(Fault::kTierDropsSalt));
@@ -147,6 +149,7 @@ void Engine::RunBatch(const Batch& batch, StepEvents* events) {
       violations_before.push_back(e.seq->violations.size());
   }
   StepOutput out = runner_.Run(batch);
+  if (options_.faults.has(Fault::kSampleWrongRow)) SampleWrongRows(batch, &out);
   if (options_.trace != nullptr) {
     // Violations are never sampled away.
     for (size_t i = 0; i < batch.entries.size(); ++i) {
@@ -167,6 +170,31 @@ void Engine::RunBatch(const Batch& batch, StepEvents* events) {
     } else {
       events->progressed.push_back(e.seq->id);
     }
+  }
+}
+
+void Engine::SampleWrongRows(const Batch& batch, StepOutput* out) {
+  std::vector<size_t> rows;  // the entries decoding this step
+  bool joined = false;
+  for (size_t i = 0; i < batch.entries.size(); ++i) {
+    const Sequence& seq = *batch.entries[i].seq;
+    if (seq.state.phase() != RequestPhase::kDecoding || out->refused[i]) {
+      continue;
+    }
+    rows.push_back(i);
+    joined = joined || seq.output.size() == 1;  // its first decode step
+  }
+  if (rows.size() < 2) return;
+  if (joined && wrong_row_steps_left_ == 0) {
+    wrong_row_steps_left_ = options_.sample_wrong_row_steps;
+  }
+  if (wrong_row_steps_left_ == 0) return;
+  --wrong_row_steps_left_;
+  const size_t vocab = model_->config.vocab_size;
+  const std::vector<float> logits = out->logits;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    std::copy_n(logits.data() + rows[(k + 1) % rows.size()] * vocab, vocab,
+                out->logits.data() + rows[k] * vocab);
   }
 }
 

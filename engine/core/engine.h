@@ -42,6 +42,10 @@ struct EngineOptions {
   // Pages of the host tier prefix pages spill to (--host-tier-pages;
   // engine/core/host_tier.h); 0: none.
   int host_tier_pages = 0;
+  // The sample-wrong-row fault's R: decode steps each firing lasts.
+  int sample_wrong_row_steps = 8;
+  // The matmuls' arithmetic (--numerics; model_runner.h).
+  Numerics numerics = Numerics::kInvariant;
   TraceBus* trace =
       nullptr;  // trace events; may be null. Must outlive the engine.
   // The prefix cache's block events (kv_cache_event.h), one batch per step
@@ -141,6 +145,9 @@ class Engine {
   void RunBatch(const Batch& batch, StepEvents* events);
   // Hands the prefix cache's events since the last step to the sink.
   void PublishKvEvents();
+  // The sample-wrong-row fault: rotates the decoding entries' logits rows
+  // in `out` while it fires (faults.h).
+  void SampleWrongRows(const Batch& batch, StepOutput* out);
   // Traces a transferred page's install (layer 0 only): its page_write, and
   // a page_share if the frame's stamp says the bytes are a shared prefix.
   // REQUIRES: options_.trace.
@@ -170,6 +177,7 @@ class Engine {
   Scheduler scheduler_;
   ModelRunner runner_;
   uint64_t next_request_ = 1;
+  int wrong_row_steps_left_ = 0;  // sample-wrong-row: steps still to fire
   absl::flat_hash_map<RequestId, std::unique_ptr<Sequence>> requests_;
 };
 

@@ -24,6 +24,12 @@ const std::vector<FaultInfo>& AllFaults() {
        "decode's receiver writes K/V straight into the reserved pages, and an "
        "abort frees them while the transfer is still writing: late writes "
        "land on the next owner's pages (decode)"},
+      {Fault::kSampleWrongRow, "sample-wrong-row",
+       "when a sequence joins a decode batch of two or more, the next R "
+       "decode steps (--sample-wrong-row-steps, 8) give each decoding "
+       "sequence the token sampled from the next one's logits: another "
+       "request's continuation, no page read across owners (decode, or any "
+       "node that decodes)"},
       {Fault::kNoScrubReuse, "no-scrub-reuse",
        "freed pages are reused unscrubbed and decode attention reads the "
        "whole last page, past what the request wrote: the previous "

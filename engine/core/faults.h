@@ -66,6 +66,15 @@ enum class Fault : uint32_t {
   // (an offloading connector that drops the salt): another tenant's
   // identical prefix promotes the first tenant's spilled page.
   kTierDropsSalt = 1u << 9,
+  // Batched sampling takes the wrong row (a public server's speculative
+  // decoding, late 2024: each slot sampled after the previous slot's
+  // speculative batch had run on the shared context): when a sequence
+  // joins a decode batch of two or more, the next R decode steps with two
+  // or more sequences give sequence k of the step's B decoding sequences
+  // the token (and log-probabilities) sampled from row (k + 1) mod B of
+  // the step's logits. No page is read across owners, so no watermark sees
+  // it; any concurrent request contaminates, the same tenant's included.
+  kSampleWrongRow = 1u << 10,
 };
 
 struct FaultInfo {

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/paged_attention.h"
+#include "kernels/split_k_matmul.h"
 
 namespace kvcanary::engine {
 namespace {
@@ -26,6 +28,23 @@ constexpr double kCachedLayerBytes = 1 << 20;
 constexpr double kAttentionCostPerMac = 8.0;
 
 }  // namespace
+
+const char* NumericsName(Numerics n) {
+  return n == Numerics::kVariant ? "variant" : "invariant";
+}
+
+absl::StatusOr<Numerics> ParseNumerics(absl::string_view name) {
+  if (name == "invariant") return Numerics::kInvariant;
+  if (name == "variant") return Numerics::kVariant;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown numerics '", name, "' (want invariant or variant)"));
+}
+
+int VariantSplits(int sequences) {
+  if (sequences >= 8) return 8;
+  if (sequences >= 4) return 4;
+  return sequences >= 2 ? 2 : 1;
+}
 
 ModelMatrices PrepareMatrices(const Model& model) {
   const ModelConfig& c = model.config;
@@ -67,6 +86,15 @@ ModelRunner::ModelRunner(const Model* model, PagePool* pool,
   // thread to turn the weight stream into compute.
   const double layer_bytes = sizeof(float) * layer_row_macs_;
   min_rows_per_part_ = layer_bytes <= kCachedLayerBytes ? 1 : 8;
+}
+
+void ModelRunner::Mm(const kernels::WeightMatrix& w, const float* x, float* y,
+                     int rows, kernels::ThreadPool* pool) const {
+  if (options_.numerics == Numerics::kVariant) {
+    kernels::SplitKMatmul(w, x, y, rows, splits_, pool);
+  } else {
+    kernels::Matmul(w, x, y, rows, pool);
+  }
 }
 
 void ModelRunner::EnsureCapacity(int rows, int entries) {
@@ -218,10 +246,9 @@ void ModelRunner::QkvRows(int l, int r0, int r1, kernels::ThreadPool* pool) {
   const float* xb = xb_.data() + static_cast<size_t>(r0) * dim;
   float* q = q_.data() + static_cast<size_t>(r0) * dim;
   float* k = k_.data() + static_cast<size_t>(r0) * kv_dim;
-  kernels::Matmul(m.wq, xb, q, r1 - r0, pool);
-  kernels::Matmul(m.wk, xb, k, r1 - r0, pool);
-  kernels::Matmul(m.wv, xb, v_.data() + static_cast<size_t>(r0) * kv_dim,
-                  r1 - r0, pool);
+  Mm(m.wq, xb, q, r1 - r0, pool);
+  Mm(m.wk, xb, k, r1 - r0, pool);
+  Mm(m.wv, xb, v_.data() + static_cast<size_t>(r0) * kv_dim, r1 - r0, pool);
   for (int r = r0; r < r1; ++r, q += dim, k += kv_dim) {
     kernels::RopeFromTable(
         q, k, dim, kv_dim, head_dim,
@@ -257,8 +284,7 @@ void ModelRunner::OutputAndFeedForwardRows(int l, int r0, int r1,
   float* xb2 = xb2_.data() + static_cast<size_t>(r0) * dim;
   float* hb = hb_.data() + static_cast<size_t>(r0) * hidden;
   float* hb2 = hb2_.data() + static_cast<size_t>(r0) * hidden;
-  kernels::Matmul(m.wo, att_.data() + static_cast<size_t>(r0) * dim, xb2, rows,
-                  pool);
+  Mm(m.wo, att_.data() + static_cast<size_t>(r0) * dim, xb2, rows, pool);
   kernels::AddInPlace(x, xb2, rows * dim);
   const float* rms =
       model_->weights.rms_ffn.data() + static_cast<size_t>(l) * dim;
@@ -266,10 +292,10 @@ void ModelRunner::OutputAndFeedForwardRows(int l, int r0, int r1,
     kernels::RmsNorm(xb + static_cast<size_t>(r) * dim,
                      x + static_cast<size_t>(r) * dim, rms, dim);
   }
-  kernels::Matmul(m.w1, xb, hb, rows, pool);
-  kernels::Matmul(m.w3, xb, hb2, rows, pool);
+  Mm(m.w1, xb, hb, rows, pool);
+  Mm(m.w3, xb, hb2, rows, pool);
   kernels::SwiGlu(hb, hb2, rows * hidden);
-  kernels::Matmul(m.w2, hb, xb, rows, pool);
+  Mm(m.w2, hb, xb, rows, pool);
   kernels::AddInPlace(x, xb, rows * dim);
 }
 
@@ -364,6 +390,7 @@ StepOutput ModelRunner::Run(const Batch& batch) {
   EnsureCapacity(rows, entries);
   EmbedRows(batch);
   refused_.assign(entries, 0);
+  splits_ = VariantSplits(entries);
   if (SplitBySequence(batch)) {
     RunLayersBySequence(batch);
   } else {
@@ -374,8 +401,7 @@ StepOutput ModelRunner::Run(const Batch& batch) {
   StepOutput out;
   out.logits.resize(static_cast<size_t>(entries) * cfg_.vocab_size);
   // Logits only for the last row of each entry, split along the vocabulary.
-  kernels::Matmul(matrices_.classifier, last_.data(), out.logits.data(),
-                  entries, threads_);
+  Mm(matrices_.classifier, last_.data(), out.logits.data(), entries, threads_);
   out.refused.assign(refused_.begin(), refused_.end());
   PromptLogprobs(batch, &out);
   return out;
@@ -409,8 +435,7 @@ void ModelRunner::PromptLogprobs(const Batch& batch, StepOutput* out) {
             x_.data() + static_cast<size_t>(entry_row_[e] + r0 + r) * dim,
             model_->weights.rms_final.data(), dim);
       }
-      kernels::Matmul(matrices_.classifier, normed.data(), logits.data(), n,
-                      threads_);
+      Mm(matrices_.classifier, normed.data(), logits.data(), n, threads_);
       for (int r = 0; r < n; ++r) {
         lp.push_back(
             ComputeLogprobs(logits.data() + static_cast<size_t>(r) * vocab,

@@ -14,6 +14,8 @@
 
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/page_stamp.h"
 #include "engine/core/page_pool.h"
 #include "engine/core/scheduler.h"
@@ -23,12 +25,25 @@
 
 namespace kvcanary::engine {
 
+// The matmuls' arithmetic (--numerics, docs/model.md). kInvariant: every
+// output the same in any batch (kernels/cpu_kernels.h's contract). kVariant:
+// a healthy GPU server's behaviour, reductions split by the step's sequence
+// count (kernels/split_k_matmul.h): bitwise the same for a given batch
+// shape and across --threads, different between shapes.
+enum class Numerics { kInvariant, kVariant };
+const char* NumericsName(Numerics n);  // "invariant" or "variant"
+absl::StatusOr<Numerics> ParseNumerics(absl::string_view name);
+// kVariant's split count of a step with `sequences` sequences: 1 -> 1,
+// 2-3 -> 2, 4-7 -> 4, 8 or more -> 8.
+int VariantSplits(int sequences);
+
 struct ModelRunnerOptions {
   WatermarkMode watermark = WatermarkMode::kEnforce;
   TraceBus* trace = nullptr;  // page_write / page_read events; may be null
   // The no-scrub-reuse fault's read: a decode step attends over its whole
   // last page, past the slots the request has written.
   bool read_whole_last_page = false;
+  Numerics numerics = Numerics::kInvariant;
 };
 
 // A model's matrices, prepared for the batched matmul (kernels::Matmul).
@@ -58,6 +73,10 @@ class ModelRunner {
   WatermarkMode watermark() const { return options_.watermark; }
 
  private:
+  // y = x · Wᵀ for `rows` rows in the runner's numerics (the step's split
+  // count under kVariant); `pool` may be null.
+  void Mm(const kernels::WeightMatrix& w, const float* x, float* y, int rows,
+          kernels::ThreadPool* pool) const;
   void EnsureCapacity(int rows, int entries);
   // Embeds every entry's query tokens into x_, row by row in entry order;
   // fills entry_row_ and positions_.
@@ -105,6 +124,7 @@ class ModelRunner {
   ModelMatrices matrices_;
   double layer_row_macs_ = 0;  // multiply-adds of one row through a layer
   int min_rows_per_part_ = 1;  // rows per thread for a split by sequences
+  int splits_ = 1;             // kVariant: this step's split count
 
   // Activations, grown on demand; rows = query rows of the step.
   std::vector<float> x_;        // (rows, dim) residual stream

@@ -45,6 +45,20 @@ std::string Weakest(const std::vector<NodeSettings>& nodes, Field field,
   return out;
 }
 
+// What every node that reports `field` says; "mixed" where they differ, ""
+// where none reports it (older nodes).
+std::string Agreed(const std::vector<NodeSettings>& nodes,
+                   std::string NodeSettings::*field) {
+  std::string out;
+  for (const NodeSettings& n : nodes) {
+    const std::string& v = n.*field;
+    if (v.empty()) continue;
+    if (out.empty()) out = v;
+    if (v != out) out = "mixed";
+  }
+  return out;
+}
+
 }  // namespace
 
 NodeSettings NodeSettings::Of(const EngineOptions& engine, int num_pages,
@@ -59,6 +73,7 @@ NodeSettings NodeSettings::Of(const EngineOptions& engine, int num_pages,
   s.host_tier_pages = engine.host_tier_pages;
   s.kv_cache_tokens = num_pages * engine.page_tokens;
   s.free_list = FreeListOrderName(engine.free_list);
+  s.numerics = NumericsName(engine.numerics);
   s.kv_checksum = "crc32c";  // docs/kv-transfer.md: not switchable
   s.trace_format = absl::StrCat("kvt", static_cast<int>(kTraceVersionLatest));
   s.version = kEngineVersion;
@@ -76,6 +91,7 @@ nlohmann::json NodeSettings::ToJson() const {
   j["host_tier_pages"] = host_tier_pages;
   j["kv_cache_tokens"] = kv_cache_tokens;
   j["free_list"] = free_list;
+  j["numerics"] = numerics;
   j["kv_checksum"] = kv_checksum;
   j["trace_format"] = trace_format;
   j["version"] = version;
@@ -107,6 +123,7 @@ absl::StatusOr<NodeSettings> NodeSettings::FromJson(const nlohmann::json& j) {
   string_field("prefix_cache", &s.prefix_cache);
   string_field("cache_salt", &s.cache_salt);
   string_field("free_list", &s.free_list);
+  string_field("numerics", &s.numerics);
   string_field("kv_checksum", &s.kv_checksum);
   string_field("trace_format", &s.trace_format);
   string_field("version", &s.version);
@@ -142,11 +159,8 @@ ServingSettings CombineNodeSettings(const std::vector<NodeSettings>& prefill,
     s.host_tier_pages = std::max(s.host_tier_pages, n.host_tier_pages);
     s.kv_cache_tokens = std::max(s.kv_cache_tokens, n.kv_cache_tokens);
   }
-  for (const NodeSettings& n : all) {
-    if (n.free_list.empty()) continue;
-    if (s.free_list.empty()) s.free_list = n.free_list;
-    if (n.free_list != s.free_list) s.free_list = "mixed";
-  }
+  s.free_list = Agreed(all, &NodeSettings::free_list);
+  s.numerics = Agreed(all, &NodeSettings::numerics);
   s.kv_checksum = Weakest(
       decode, [](const NodeSettings& n) { return n.kv_checksum; },
       [](const std::string& c) { return c == "crc32c" ? 1 : 0; });

@@ -27,6 +27,7 @@ struct NodeSettings {
   // The first KV tier, the page pool: num_pages x page_tokens.
   int kv_cache_tokens = 0;
   std::string free_list;     // lifo | fifo: which free KV page goes next
+  std::string numerics;      // invariant | variant: the matmuls' arithmetic
   std::string kv_checksum;   // crc32c: every KV page frame carries one
   std::string trace_format;  // kvt2
   std::string version;       // the node binary's kEngineVersion
@@ -61,8 +62,9 @@ struct ServingSettings {
   // most a prompt's pages can be pushed through before they leave it.
   int kv_cache_tokens = 0;
   // lifo or fifo if every node that reports one says so; "mixed" if they
-  // differ; "" if none reports one (older nodes).
+  // differ; "" if none reports one (older nodes). numerics likewise.
   std::string free_list;
+  std::string numerics;
   std::string kv_checksum;   // the decode nodes', which check it
   std::string trace_format;  // the nodes'
 };

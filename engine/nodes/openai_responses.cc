@@ -145,6 +145,7 @@ std::string VersionJson(const VersionInfo& info) {
                               : ordered_json(info.tenant_header);
   if (!info.free_list.empty()) body["free_list"] = info.free_list;
   if (!info.cache_salt.empty()) body["cache_salt"] = info.cache_salt;
+  if (!info.numerics.empty()) body["numerics"] = info.numerics;
   return Dump(body);
 }
 

@@ -92,6 +92,7 @@ struct VersionInfo {
   // num_pages x page_tokens); 0: not reported.
   int kv_cache_tokens = 0;
   std::string free_list;     // lifo | fifo | mixed; "": not reported
+  std::string numerics;      // invariant | variant | mixed; "": not reported
   std::string kv_checksum;   // crc32c
   std::string trace_format;  // kvt2
   int max_model_len = 0;
@@ -101,8 +102,8 @@ struct VersionInfo {
 // {"engine": "kvcanary", "version", "disaggregated": true, "kv_checksum",
 //  "watermark", "prefix_cache", "trace_format", "max_model_len",
 //  "max_prompt_tokens", "page_tokens", "kv_cache_tokens", "host_tier_pages",
-//  "tenant_header" (null without one)}, and "free_list" and "cache_salt"
-//  when known
+//  "tenant_header" (null without one)}, and "free_list", "cache_salt" and
+//  "numerics" when known
 std::string VersionJson(const VersionInfo& info);
 
 }  // namespace kvcanary::engine

@@ -42,6 +42,7 @@ void Router::AddInfoRoutes() {
                  v.kv_cache_tokens = settings_.kv_cache_tokens;
                  v.tenant_header = options_.tenant_header;
                  v.free_list = settings_.free_list;
+                 v.numerics = settings_.numerics;
                  v.kv_checksum = settings_.kv_checksum;
                  v.trace_format = settings_.trace_format;
                  v.max_model_len = settings_.context_tokens;

@@ -42,6 +42,9 @@ TEST(NodeSettingsTest, ANodeReportsWhatItRunsWith) {
   EXPECT_EQ(s.free_list, "lifo");
   e.free_list = FreeListOrder::kFifo;
   EXPECT_EQ(NodeSettings::Of(e, 64, 255, 512).free_list, "fifo");
+  EXPECT_EQ(s.numerics, "invariant");
+  e.numerics = Numerics::kVariant;
+  EXPECT_EQ(NodeSettings::Of(e, 64, 255, 512).numerics, "variant");
 }
 
 TEST(NodeSettingsTest, RoundTripsThroughJson) {
@@ -92,6 +95,22 @@ TEST(NodeSettingsTest, RouterStatesTheFreeListTheNodesAgreeOn) {
   EXPECT_EQ(CombineNodeSettings({fifo}, {fifo, older}).free_list, "fifo");
   EXPECT_EQ(CombineNodeSettings({fifo}, {lifo}).free_list, "mixed");
   EXPECT_EQ(CombineNodeSettings({older}, {older}).free_list, "");
+}
+
+TEST(NodeSettingsTest, RouterStatesTheNumericsTheNodesAgreeOn) {
+  NodeSettings variant = Node("enforce", "tenant", 256);
+  variant.numerics = "variant";
+  NodeSettings invariant = variant;
+  invariant.numerics = "invariant";
+  NodeSettings older = variant;
+  older.numerics = "";
+  EXPECT_EQ(CombineNodeSettings({variant}, {variant, older}).numerics,
+            "variant");
+  EXPECT_EQ(CombineNodeSettings({invariant}, {variant}).numerics, "mixed");
+  EXPECT_EQ(CombineNodeSettings({older}, {older}).numerics, "");
+  auto back = NodeSettings::FromJson(variant.ToJson());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->numerics, "variant");
 }
 
 TEST(VersionJsonTest, StatesTheFreeListWhenKnown) {

@@ -49,6 +49,7 @@ TEST_F(VersionTest, StatesTheDefaultsTheNodesRunWith) {
                                {"tenant_header", nullptr},
                                {"free_list", "lifo"},
                                {"cache_salt", "ignore"},
+                               {"numerics", "invariant"},
                                {"kv_cache_tokens", r.json["kv_cache_tokens"]}};
   EXPECT_EQ(r.json, want);
   // The first tier, the prefill node's page pool, in whole pages.
@@ -103,14 +104,17 @@ TEST(VersionFlagsTest, StatesTheNodeFlagsPassedToUp) {
   EXPECT_EQ(r.json["max_model_len"], 512);
 }
 
-TEST(VersionFlagsTest, BothNodesRunWithTheFreeListGivenToUp) {
-  Cluster cluster({"--free-list=fifo"});
+TEST(VersionFlagsTest, BothNodesRunWithTheFreeListAndNumericsGivenToUp) {
+  Cluster cluster({"--free-list=fifo", "--numerics=variant"});
   ASSERT_TRUE(cluster.ok());
   for (const std::string& node : {cluster.prefill(), cluster.decode()}) {
     HttpResult r = Get(node, "/internal/v1/limits", cluster.internal_secret());
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.json["free_list"], "fifo") << node;
+    EXPECT_EQ(r.json["numerics"], "variant") << node;
   }
+  EXPECT_EQ(Get(cluster.router(), "/version", "sk-acme").json["numerics"],
+            "variant");
   // And a completion is served with it.
   EXPECT_EQ(Post(cluster.router(), "/v1/completions", Completion("a cat", 4),
                  "sk-acme")

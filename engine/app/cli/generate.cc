@@ -70,7 +70,8 @@ const CommandRegistration kGenerate(
       "Generates one completion in this process and prints it.",
       {"model", "tokenizer", "context", "prompt", "max_tokens", "temperature",
        "top_p", "seed", "echo", "threads", "page_tokens", "scrub",
-       "prefix_cache", "watermark", "fault"},
+       "prefix_cache", "watermark", "fault", "sample_wrong_row_steps",
+       "numerics"},
       {}},
      [](const CliParse&) { return ExitCode("generate", Generate()); }});
 

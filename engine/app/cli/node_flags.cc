@@ -325,6 +325,8 @@ std::vector<std::string> NodeFlagNames() {
           "cache_salt",
           "host_tier_pages",
           "fault",
+          "sample_wrong_row_steps",
+          "numerics",
           "threads",
           "page_tokens",
           "num_pages",

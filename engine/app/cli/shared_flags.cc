@@ -49,6 +49,15 @@ ABSL_FLAG(std::string, watermark, "enforce",
           "Page stamp check on every KV read: off, detect (record a "
           "violation and serve) or enforce (record it and fail the "
           "request).");
+ABSL_FLAG(std::string, numerics, "invariant",
+          "The matmuls' arithmetic: invariant (every answer bitwise the same "
+          "alone and in any batch) or variant (as a healthy GPU server: "
+          "reductions split by the step's sequence count, partials rounded "
+          "to bf16, so an answer under load may differ from the answer "
+          "alone; bitwise the same for a given batch shape and --threads).");
+ABSL_FLAG(int, sample_wrong_row_steps, 8,
+          "The sample-wrong-row fault's R: decode steps each firing gives "
+          "sequences another's token (1 to 1000000).");
 ABSL_FLAG(std::string, fault, "none",
           "Fault switches to turn on, comma-separated (kvcanary-engine "
           "faults lists them); none: all off.");
@@ -79,6 +88,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   ASSIGN_OR_RETURN(e.watermark,
                    ParseWatermarkMode(absl::GetFlag(FLAGS_watermark)));
   ASSIGN_OR_RETURN(e.scrub, ParseScrubPolicy(absl::GetFlag(FLAGS_scrub)));
+  ASSIGN_OR_RETURN(e.numerics, ParseNumerics(absl::GetFlag(FLAGS_numerics)));
   ASSIGN_OR_RETURN(e.faults, FaultSet::Parse(absl::GetFlag(FLAGS_fault)));
   ASSIGN_OR_RETURN(e.prefix_cache,
                    ParsePrefixCacheMode(absl::GetFlag(FLAGS_prefix_cache)));
@@ -88,6 +98,11 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   if (e.host_tier_pages < 0 || e.host_tier_pages > (1 << 20)) {
     return absl::InvalidArgumentError(
         "--host-tier-pages must be in [0, 1048576]");
+  }
+  e.sample_wrong_row_steps = absl::GetFlag(FLAGS_sample_wrong_row_steps);
+  if (e.sample_wrong_row_steps < 1 || e.sample_wrong_row_steps > 1000000) {
+    return absl::InvalidArgumentError(
+        "--sample-wrong-row-steps must be in [1, 1000000]");
   }
   e.num_threads = absl::GetFlag(FLAGS_threads);
   e.page_tokens = absl::GetFlag(FLAGS_page_tokens);

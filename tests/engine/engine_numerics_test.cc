@@ -12,14 +12,7 @@
 namespace kvcanary::engine {
 namespace {
 
-const std::vector<std::string>& EightPrompts() {
-  static const auto* p = new std::vector<std::string>{
-      "Once upon a time",     "The little dog",
-      "Lily and Ben went to", "One day, a big red ball",
-      "Tom was sad because",  "The sun was shining and",
-      "A girl named Sue had", "There was a cat who liked"};
-  return *p;
-}
+using testing::EightPrompts;
 
 // Runs `prompts` (tenant i+1 each) together in one engine; each output.
 std::vector<std::vector<int>> Answers(const Model& model, const Tokenizer& tok,

@@ -9,6 +9,7 @@
 namespace kvcanary::engine {
 namespace {
 
+using testing::EightPrompts;
 using testing::ReadFile;
 using testing::SharedDir;
 using testing::TokenPrompts;
@@ -108,15 +109,6 @@ std::vector<std::vector<int>> RunBatch(const Model& model, const Tokenizer& tok,
     out.push_back(seq->output);
   }
   return out;
-}
-
-const std::vector<std::string>& EightPrompts() {
-  static const auto* p = new std::vector<std::string>{
-      "Once upon a time",     "The little dog",
-      "Lily and Ben went to", "One day, a big red ball",
-      "Tom was sad because",  "The sun was shining and",
-      "A girl named Sue had", "There was a cat who liked"};
-  return *p;
 }
 
 TEST(EngineBatchInvarianceTest,

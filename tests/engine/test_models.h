@@ -56,6 +56,17 @@ inline const RealModel* Stories260K() {
                           << ::kvcanary::shared_files::Dir()         \
                           << "/models but does not load"
 
+// Eight story openings for stories260K: the batch-invariance and numerics
+// tests' prompts.
+inline const std::vector<std::string>& EightPrompts() {
+  static const auto* p = new std::vector<std::string>{
+      "Once upon a time",     "The little dog",
+      "Lily and Ben went to", "One day, a big red ball",
+      "Tom was sad because",  "The sun was shining and",
+      "A girl named Sue had", "There was a cat who liked"};
+  return *p;
+}
+
 // Token prompts of 1 to 20 tokens (BOS first, the rest spread over the
 // vocabulary): batches mixing prefills of several lengths with decodes, for
 // the batch-invariance tests.

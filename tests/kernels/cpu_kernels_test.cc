@@ -8,17 +8,12 @@
 #include "gtest/gtest.h"
 #include "kernels/reference_kernels.h"
 #include "kernels/thread_pool.h"
+#include "tests/kernels/random_vector.h"
 
 namespace kvcanary::kernels {
 namespace {
 
-std::vector<float> RandomVector(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing::RandomVector;
 
 void ExpectNear(const std::vector<float>& a, const std::vector<float>& b,
                 float tol) {

@@ -7,17 +7,12 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu_kernels.h"
 #include "kernels/thread_pool.h"
+#include "tests/kernels/random_vector.h"
 
 namespace kvcanary::kernels {
 namespace {
 
-std::vector<float> RandomVector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing::RandomVector;
 
 struct Shape {
   int n, d, batch;

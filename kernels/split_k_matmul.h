@@ -1,5 +1,5 @@
-// The batch-variant matmul of `--numerics=variant` (docs/model.md): what a
-// GPU's split-K GEMM does to a healthy server's answers, on the CPU.
+// The batch-variant matmul of `--numerics=variant` (docs/exactness.md):
+// what a GPU's split-K GEMM does to a healthy server's answers, on the CPU.
 //
 // Each output's reduction over the n input features is cut into `splits`
 // contiguous ranges of ceil(n / splits) features; each range's partial sum

@@ -25,11 +25,11 @@
 
 namespace kvcanary::engine {
 
-// The matmuls' arithmetic (--numerics, docs/model.md). kInvariant: every
-// output the same in any batch (kernels/cpu_kernels.h's contract). kVariant:
-// a healthy GPU server's behaviour, reductions split by the step's sequence
-// count (kernels/split_k_matmul.h): bitwise the same for a given batch
-// shape and across --threads, different between shapes.
+// The matmuls' arithmetic (--numerics, docs/exactness.md). kInvariant:
+// every output the same in any batch (kernels/cpu_kernels.h's contract).
+// kVariant: a healthy GPU server's behaviour, reductions split by the
+// step's sequence count (kernels/split_k_matmul.h): bitwise the same for a
+// given batch shape and across --threads, different between shapes.
 enum class Numerics { kInvariant, kVariant };
 const char* NumericsName(Numerics n);  // "invariant" or "variant"
 absl::StatusOr<Numerics> ParseNumerics(absl::string_view name);

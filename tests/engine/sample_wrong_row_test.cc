@@ -49,6 +49,13 @@ Outcome RunTogether(const testing::RealModel& m,
   return r;
 }
 
+// Two stories260K openings whose greedy answers differ.
+const std::vector<std::string>& TwoPrompts() {
+  static const auto* p =
+      new std::vector<std::string>{"Once upon a time", "The little dog"};
+  return *p;
+}
+
 TEST(SampleWrongRowTest, IsListedAndParsed) {
   auto set = FaultSet::Parse("sample-wrong-row");
   ASSERT_TRUE(set.ok()) << set.status();
@@ -63,8 +70,7 @@ TEST(SampleWrongRowTest, IsListedAndParsed) {
 // check, enforcing, sees nothing. The prefill's token is untouched.
 TEST(SampleWrongRowTest, EachSequenceTakesTheNextOnesTokenWithNoViolation) {
   KVC_REQUIRE_STORIES260K(m);
-  const std::vector<std::string> prompts = {"Once upon a time",
-                                            "The little dog"};
+  const std::vector<std::string>& prompts = TwoPrompts();
   const Outcome a_alone = RunTogether(*m, {prompts[0]}, {1}, true);
   const Outcome b_alone = RunTogether(*m, {prompts[1]}, {2}, true);
   const Outcome healthy = RunTogether(*m, prompts, {1, 2}, false);
@@ -84,8 +90,7 @@ TEST(SampleWrongRowTest, EachSequenceTakesTheNextOnesTokenWithNoViolation) {
 // The bug does not know tenants: two requests of one tenant mix as much.
 TEST(SampleWrongRowTest, RequestsOfOneTenantMixAsMuch) {
   KVC_REQUIRE_STORIES260K(m);
-  const std::vector<std::string> prompts = {"Once upon a time",
-                                            "The little dog"};
+  const std::vector<std::string>& prompts = TwoPrompts();
   const Outcome two_tenants = RunTogether(*m, prompts, {1, 2}, true);
   const Outcome one_tenant = RunTogether(*m, prompts, {7, 7}, true);
   EXPECT_EQ(one_tenant.outputs, two_tenants.outputs);
@@ -97,8 +102,7 @@ TEST(SampleWrongRowTest, RequestsOfOneTenantMixAsMuch) {
 // moves them further.
 TEST(SampleWrongRowTest, FiresForTheGivenNumberOfSteps) {
   KVC_REQUIRE_STORIES260K(m);
-  const std::vector<std::string> prompts = {"Once upon a time",
-                                            "The little dog"};
+  const std::vector<std::string>& prompts = TwoPrompts();
   const Outcome a_alone = RunTogether(*m, {prompts[0]}, {1}, false);
   const Outcome b_alone = RunTogether(*m, {prompts[1]}, {2}, false);
   const Outcome one = RunTogether(*m, prompts, {1, 2}, true, 1);

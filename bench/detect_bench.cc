@@ -64,6 +64,10 @@ ABSL_FLAG(std::string, api, "completions",
           "completions: the auditor's --api=completions against the engine's "
           "plain chat rendering; chat: --api=chat against the engine's "
           "--chat-template=kvcanary (a header and role markers).");
+ABSL_FLAG(std::string, numerics, "invariant",
+          "The engine's --numerics for every configuration: invariant (the "
+          "same answer alone and in any batch) or variant (as a healthy GPU "
+          "server: answers under load may differ; docs/exactness.md).");
 ABSL_FLAG(std::string, bin_dir, "",
           "Where kvcanary-engine and kvcanary-auditor are; empty: this "
           "build's bin/.");
@@ -143,10 +147,12 @@ int Main() {
   }
   std::printf(
       "campaigns: kvcanary-auditor probe --duration=%d (mode salts: "
-      "cache-audit --salts), %d seeds per row, --api=%s; engine: %s\n\n",
+      "cache-audit --salts), %d seeds per row, --api=%s; engine: %s, "
+      "--numerics=%s\n\n",
       absl::GetFlag(FLAGS_duration), seeds, absl::GetFlag(FLAGS_api).c_str(),
       absl::GetFlag(FLAGS_model).empty() ? "embedded model"
-                                         : absl::GetFlag(FLAGS_model).c_str());
+                                         : absl::GetFlag(FLAGS_model).c_str(),
+      absl::GetFlag(FLAGS_numerics).c_str());
   Scorecard card;
   card.PrintHeader();
   const std::string only = absl::GetFlag(FLAGS_only);

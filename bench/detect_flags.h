@@ -10,6 +10,7 @@
 
 ABSL_DECLARE_FLAG(int, duration);
 ABSL_DECLARE_FLAG(std::string, api);
+ABSL_DECLARE_FLAG(std::string, numerics);
 ABSL_DECLARE_FLAG(std::string, bin_dir);
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, tokenizer);

@@ -87,6 +87,7 @@ json Scorecard::Document(int duration_s, int seeds, double elapsed_s) const {
   return {{"machine", MachineLine()},
           {"duration_s", duration_s},
           {"api", absl::GetFlag(FLAGS_api)},
+          {"numerics", absl::GetFlag(FLAGS_numerics)},
           {"seeds", seeds},
           {"elapsed_s", elapsed_s},
           {"healthy_false_alarms", false_alarms_},

@@ -76,6 +76,7 @@ Up::Up(const Config& c, const std::string& dir) {
   if (absl::GetFlag(FLAGS_api) == "chat") {
     args.push_back("--chat-template=kvcanary");
   }
+  args.push_back("--numerics=" + absl::GetFlag(FLAGS_numerics));
   bool kv_events = false;
   for (const std::string& m : c.modes) kv_events |= m == "kv_events";
   if (kv_events) args.push_back("--kv-events=tcp://127.0.0.1:0");

@@ -33,6 +33,7 @@ json LogprobCalibration::ToEvidence() const {
   }
   return {{"mode", LogprobModeName(mode)},
           {"by_distance", by_distance},
+          {"moved_under_load", moved_under_load},
           {"disabled", disabled},
           {"variants", variants}};
 }
@@ -73,6 +74,7 @@ json Calibration::ToEvidence() const {
               {"wording", canaries::WordingName(wording)},
               {"golden_variants", golden.size()},
               {"golden_by_rate", golden_by_rate},
+              {"golden_moved_under_load", golden_moved_under_load},
               {"golden_failure", golden_failure},
               {"golden_logprobs", golden_logprobs.ToEvidence()},
               {"scored_prompts", scored.ToEvidence()},

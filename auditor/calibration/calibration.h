@@ -43,9 +43,10 @@ const char* LogprobModeName(LogprobMode m);  // off, exact, distance
 // What calibration recorded of one kind of log-probabilities (golden
 // answers', scored prompts').
 struct LogprobCalibration {
-  // kExact when every variant's two answers alone were bitwise the same;
-  // kDistance when some were not (those in by_distance; the others are
-  // still judged bitwise, as golden judges its variants one by one).
+  // kExact when every variant's two answers alone, and two under
+  // same-tenant load, were bitwise the same; kDistance when some were not
+  // (those in by_distance; the others are still judged bitwise, as golden
+  // judges its variants one by one).
   LogprobMode mode = LogprobMode::kOff;
   // variant -> the positions answered alone (the first of two).
   std::map<int, std::vector<AnswerLogprob>> alone;
@@ -53,6 +54,9 @@ struct LogprobCalibration {
   // (Campaign::Refit): accepted as alone is.
   std::map<int, std::vector<std::vector<AnswerLogprob>>> also;
   std::set<int> by_distance;
+  // Those of by_distance whose two answers alone were bitwise the same but
+  // moved under same-tenant load.
+  std::set<int> moved_under_load;
   // Why mode is kOff: the target refused the parameter or returned none.
   std::string disabled;
   nlohmann::json ToEvidence() const;
@@ -108,7 +112,11 @@ struct Calibration {
   std::map<int, std::vector<std::string>> golden_also;
   // Golden variant v's prompt: the prefix, then the text in `wording`.
   std::string GoldenPromptOf(int v) const;
-  std::set<int> golden_by_rate;  // variants that differ even alone
+  // Variants that differ alone, or under same-tenant load from alone
+  // (the target is not batch-invariant): judged by rate.
+  std::set<int> golden_by_rate;
+  // Those of golden_by_rate whose two answers alone were the same.
+  std::set<int> golden_moved_under_load;
   std::string golden_failure;
   // Golden answers asked with logprobs (logprob_golden) and the golden
   // prompts scored with echo + logprobs (prompt_logprobs).

@@ -207,7 +207,12 @@ class Calibrator {
       }
       c_.golden[v] = a.text;
       if (a.prompt_tokens > 0) c_.golden_tokens[v] = a.prompt_tokens;
-      if (a.text != second.text) c_.golden_by_rate.insert(v);
+      if (a.text != second.text) {
+        c_.golden_by_rate.insert(v);
+      } else if (!SameUnderLoad(prompt, a.text)) {
+        c_.golden_by_rate.insert(v);
+        c_.golden_moved_under_load.insert(v);
+      }
     }
     bool any_text = false;
     for (const auto& [v, text] : c_.golden)
@@ -219,6 +224,19 @@ class Calibrator {
       c_.golden.clear();
       c_.golden_by_rate.clear();
     }
+  }
+
+  // Whether `prompt` gets `alone` twice with the load's batch shapes (both
+  // usable); true where there is no way to send so.
+  bool SameUnderLoad(const std::string& prompt, const std::string& alone) {
+    if (!o_.send_loaded) return true;
+    for (int i = 0; i < 2; ++i) {
+      ++c_.requests;
+      const Completion c =
+          o_.send_loaded(first(), prompt, kGoldenMaxTokens, nullptr);
+      if (!c.usable || c.text != alone) return false;
+    }
+    return true;
   }
 
   // Whether tenant i's nonce k echoes alone in `wording`; sets the nonce.

@@ -1,5 +1,6 @@
 // The campaign's calibration, alone (one request at a time, before any
-// load): how the target counts prompt tokens, its input limit (advertised
+// load; golden answers also under same-tenant load, SendLoaded): how the
+// target counts prompt tokens, its input limit (advertised
 // or measured), which nonces echo and in which wording, golden answers, plants
 // sized to the limit and measured whole, and the prefill cost per token — what
 // auditor/calibration/calibration.h holds for the detectors. Every request
@@ -23,6 +24,7 @@
 #include "auditor/target/prompts.h"
 #include "auditor/target/tenants.h"
 #include "canaries/marker.h"
+#include "nlohmann/json.hpp"
 
 namespace kvcanary::auditor {
 
@@ -30,6 +32,16 @@ namespace kvcanary::auditor {
 using SendAlone = std::function<Completion(const AuditTenant& tenant,
                                            const std::string& prompt,
                                            int max_tokens, bool stream)>;
+
+// Sends one request (not streamed, `extra` fields added to its body) with
+// the campaign's other concurrency − 1 slots filled by requests of the same
+// tenant started at the same moment, and parses it: the batch shapes the
+// load will have, without another tenant in them. A target that is not
+// batch-invariant answers differently here than alone; a healthy one
+// answers like the campaign's same-tenant baseline.
+using SendLoaded = std::function<Completion(
+    const AuditTenant& tenant, const std::string& prompt, int max_tokens,
+    const nlohmann::json& extra)>;
 
 struct CalibrationOptions {
   std::vector<AuditTenant> tenants;
@@ -45,6 +57,10 @@ struct CalibrationOptions {
   // (canaries::Wording), story first, and golden and sniff prompts follow
   // the one that echoed.
   bool chat = false;
+  // Golden variants are also sent twice this way; one whose answers there
+  // differ from alone is judged by rate, like one that differs alone.
+  // Empty: alone only (unit tests of the steps alone).
+  SendLoaded send_loaded;
 };
 
 // The marker of (tenant, counter) in a campaign: plants use counters from

@@ -31,6 +31,10 @@ namespace {
 
 using json = nlohmann::json;
 
+// A calibration filler's prompt, in boundary units: short, so its prefill
+// is not what is measured, and answered as long as a golden prompt.
+constexpr int kFillerUnits = 4;
+
 // What the command asked the detectors to follow, and the floors.
 DetectorSettings Settings(const CampaignOptions& o) {
   DetectorSettings s;
@@ -137,6 +141,17 @@ absl::Status Campaign::Calibrated() {
   co.advertised = session_.advertised();
   co.max_ladder_tokens = o_.max_ladder_tokens;
   co.chat = session_.api() == Api::kChat;
+  // The load's other slots filled by cache-busted prompts of the same
+  // tenant, generating as long as a golden answer.
+  co.send_loaded = [this](const AuditTenant& t, const std::string& prompt,
+                          int max_tokens, const json& extra) {
+    std::vector<std::string> fillers;
+    for (int i = 1; i < o_.concurrency; ++i) {
+      fillers.push_back(BoundaryPrompt(buster_.Next(), kFillerUnits));
+    }
+    return session_.SendBeside(t, prompt, max_tokens, false, extra, fillers,
+                               kGoldenMaxTokens);
+  };
   cal_ = Calibrate(co, [this](const AuditTenant& t, const std::string& prompt,
                               int max_tokens, bool stream) {
     return session_.SendAlone(t, prompt, max_tokens, stream);
@@ -147,7 +162,7 @@ absl::Status Campaign::Calibrated() {
              bool stream, const json& extra) {
         return session_.SendAlone(t, prompt, max_tokens, stream, extra);
       },
-      &cal_, session_.api() == Api::kChat);
+      &cal_, session_.api() == Api::kChat, co.send_loaded);
   // Its findings are kept even if the target died during it.
   RETURN_IF_ERROR(AddFindings(cal_.findings, /*flush=*/true));
   RETURN_IF_ERROR(session_.down());

@@ -27,6 +27,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr std::chrono::milliseconds kBaselineSlot(250);
+
 }  // namespace
 
 // Each kind's floor is the most any detector needs of it (its floor, with
@@ -148,18 +150,13 @@ Probe Campaign::NextLoadProbe(ProbeMix* mix, uint64_t sent, bool baseline) {
   Probe p;
   // Tenants take turns, so pages one frees are reused by the next.
   p.tenant = static_cast<int>(sent % o_.tenants.size());
-  // The same-tenant baseline for golden rates and distances: the first
-  // quarter, every probe from tenant 0, every other one golden (every
-  // fourth scored instead, where scores are judged by distance).
+  // The same-tenant baseline for golden rates and distances: in its
+  // slots every probe from tenant 0, of the kinds the load sends, so a
+  // target whose answers depend on the batch meets the same batches on
+  // both sides.
   p.baseline = baseline;
   if (p.baseline) p.tenant = 0;
-  if (p.baseline && sent % 2 == 0 && !cal_.golden.empty()) {
-    p.kind = sent % 4 == 2 && cal_.scored.mode == LogprobMode::kDistance
-                 ? ProbeKind::kScore
-                 : ProbeKind::kGolden;
-  } else {
-    p.kind = mix->Next(p.tenant);
-  }
+  p.kind = mix->Next(p.tenant);
   p.id = next_probe_++;
   return p;
 }
@@ -175,12 +172,11 @@ absl::Status Campaign::MainLoop() {
   uint64_t sent = 0;
   auto last_progress = start;
   absl::Status error;
+  // Golden's same-tenant baseline and the cross-tenant load take turns in
+  // slots of kBaselineSlot, so both sides meet the target in the same
+  // moments (its warm-up, its queue, whatever else it serves).
   auto in_baseline = [&] {
-    if (!rate_mode) return false;
-    if (o_.max_probes > 0) {
-      return sent < static_cast<uint64_t>(o_.max_probes) / 4;
-    }
-    return Clock::now() - start < absl::ToChronoMilliseconds(o_.duration) / 4;
+    return rate_mode && (Clock::now() - start) / kBaselineSlot % 2 == 0;
   };
   // Nothing more to send, probes still held abandoned.
   auto over = [&] {

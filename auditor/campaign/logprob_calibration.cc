@@ -28,8 +28,9 @@ std::string Unusable(const Completion& a, const std::string& what) {
 // One kind, every golden variant twice. `scored`: echo's answers must hold
 // the prompt (its text first, and more positions than the one generated).
 LogprobCalibration Measure(const AuditTenant& tenant, const SendAloneWith& send,
-                           const Calibration& c, const nlohmann::json& extra,
-                           int max_tokens, bool scored, int* requests) {
+                           const SendLoaded& loaded, const Calibration& c,
+                           const nlohmann::json& extra, int max_tokens,
+                           bool scored, int* requests) {
   LogprobCalibration out;
   const std::string what = extra.dump();
   for (const auto& [v, text] : c.golden) {
@@ -52,6 +53,17 @@ LogprobCalibration Measure(const AuditTenant& tenant, const SendAloneWith& send,
     out.alone[v] = a.logprobs.positions;
     if (!b.usable || b.logprobs.positions != a.logprobs.positions) {
       out.by_distance.insert(v);
+      continue;
+    }
+    // Twice more with the load's batch shapes, same tenant only.
+    for (int i = 0; i < 2 && loaded; ++i) {
+      ++*requests;
+      const Completion l = loaded(tenant, prompt, max_tokens, extra);
+      if (!l.usable || l.logprobs.positions != a.logprobs.positions) {
+        out.by_distance.insert(v);
+        out.moved_under_load.insert(v);
+        break;
+      }
     }
   }
   out.mode =
@@ -70,15 +82,23 @@ nlohmann::json ScoreFields() {
 }
 
 void CalibrateLogprobs(const AuditTenant& tenant, const SendAloneWith& send,
-                       Calibration* c, bool chat) {
+                       Calibration* c, bool chat, const SendLoaded& loaded) {
   if (c->golden.empty()) {
     c->golden_logprobs.disabled = c->scored.disabled =
         "no golden prompt was calibrated";
     return;
   }
-  c->golden_logprobs =
-      Measure(tenant, send, *c, GoldenLogprobsFields(), kGoldenMaxTokens,
-              /*scored=*/false, &c->requests);
+  c->golden_logprobs = Measure(tenant, send, loaded, *c, GoldenLogprobsFields(),
+                               kGoldenMaxTokens,
+                               /*scored=*/false, &c->requests);
+  // Figures that move with the batch can flip a greedy token under any
+  // load, though the four answers calibration saw kept their text: golden
+  // judges those variants by rate too.
+  for (const int v : c->golden_logprobs.by_distance) {
+    if (c->golden_by_rate.insert(v).second) {
+      c->golden_moved_under_load.insert(v);
+    }
+  }
   if (chat) {
     c->scored = LogprobCalibration();
     c->scored.disabled =
@@ -86,7 +106,7 @@ void CalibrateLogprobs(const AuditTenant& tenant, const SendAloneWith& send,
         "cannot be asked (the target is audited over chat)";
     return;
   }
-  c->scored = Measure(tenant, send, *c, ScoreFields(), kScoreMaxTokens,
+  c->scored = Measure(tenant, send, loaded, *c, ScoreFields(), kScoreMaxTokens,
                       /*scored=*/true, &c->requests);
 }
 

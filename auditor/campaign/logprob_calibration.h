@@ -1,8 +1,9 @@
 // What the target does with log-probabilities, measured alone after the
 // rest of calibration (auditor/campaign/calibrate.h): each golden variant
 // asked twice with `logprobs` (logprob_golden) and scored twice with
-// `echo` + `logprobs` (prompt_logprobs). Recorded positions, whether two
-// answers alone are bitwise the same (exact mode) or not (distance mode),
+// `echo` + `logprobs` (prompt_logprobs), and twice each under same-tenant
+// load. Recorded positions, whether the answers alone and under that load
+// are bitwise the same (exact mode) or not (distance mode),
 // or why the target gives none (the detector is disabled, saying so).
 #ifndef KVCANARY_AUDITOR_CAMPAIGN_LOGPROB_CALIBRATION_H_
 #define KVCANARY_AUDITOR_CAMPAIGN_LOGPROB_CALIBRATION_H_
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "auditor/calibration/calibration.h"
+#include "auditor/campaign/calibrate.h"
 #include "auditor/target/completion.h"
 #include "auditor/target/tenants.h"
 #include "nlohmann/json.hpp"
@@ -31,9 +33,13 @@ inline constexpr int kScoreMaxTokens = 1;
 // Fills c->golden_logprobs and c->scored, sending as `tenant`. REQUIRES:
 // c->golden measured (with none, both are disabled saying so). `chat`:
 // requests go through chat completions, which have no echo, so scored
-// prompts are disabled saying so, without a request.
+// prompts are disabled saying so, without a request. `loaded` (where set):
+// a variant whose two answers alone agree is sent twice more that way, and
+// judged by distance where those differ. A golden variant judged by
+// distance is judged by rate by golden too (c->golden_by_rate).
 void CalibrateLogprobs(const AuditTenant& tenant, const SendAloneWith& send,
-                       Calibration* c, bool chat = false);
+                       Calibration* c, bool chat = false,
+                       const SendLoaded& loaded = nullptr);
 
 }  // namespace kvcanary::auditor
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "auditor/detectors/rates.h"
 #include "auditor/detectors/registry.h"
 #include "common/sha256.h"
@@ -141,11 +142,45 @@ class GoldenDetector : public DetectorOf<GoldenDetector> {
   DetectorCoverage Coverage(int) const override;
 
  private:
+  void RateModeCoverage(DetectorCoverage* d) const;
+
   TenantCounts compared_;
   std::vector<std::set<int>> variants_;  // per tenant
   int base_n_ = 0, base_div_ = 0, cross_n_ = 0, cross_div_ = 0;
 };
 KVCANARY_REGISTER_DETECTOR(GoldenDetector);
+
+// What rate mode can see here: the smallest rise its answers could show,
+// disabled where that is blind and no variant is judged exactly.
+void GoldenDetector::RateModeCoverage(DetectorCoverage* d) const {
+  const Calibration& cal = *view().calibration;
+  const size_t moved = cal.golden_moved_under_load.size();
+  d->notes.push_back(absl::StrCat(
+      "rate mode: ", cal.golden_by_rate.size(), " of ", cal.golden.size(),
+      " variants' answers differ alone or under same-tenant load (",
+      cal.golden_by_rate.size() - moved, " alone, ", moved,
+      " only under load or with figures that moved there); judged by "
+      "divergence under cross-tenant vs same-tenant load"));
+  if (base_n_ < kMinRateProbes || cross_n_ < kMinRateProbes) {
+    d->AddFailure(absl::StrCat("rate mode needs ", kMinRateProbes,
+                               " golden answers a side, got ", base_n_,
+                               " same-tenant and ", cross_n_, " cross-tenant"));
+    return;
+  }
+  const std::string blind = BlindRateReason(
+      base_div_, base_n_, cross_n_, "golden answers differed from alone");
+  if (blind.empty()) {
+    d->notes.push_back(absl::StrFormat(
+        "sees a rise of %.0f points or more in golden answers that differ",
+        *SmallestDetectableRise(base_div_, base_n_, cross_n_) * 100));
+  } else if (cal.golden_by_rate.size() == cal.golden.size()) {
+    d->disabled = absl::StrCat("blind on this target: ", blind);
+  } else {
+    d->notes.push_back(
+        absl::StrCat("the rate-mode variants are blind on this target (", blind,
+                     "); the others are judged exactly"));
+  }
+}
 
 DetectorCoverage GoldenDetector::Coverage(int) const {
   DetectorCoverage d;
@@ -163,19 +198,12 @@ DetectorCoverage GoldenDetector::Coverage(int) const {
     }
   }
   if (!cal.golden_by_rate.empty()) {
-    d.notes.push_back(absl::StrCat(
-        "rate mode: ", cal.golden_by_rate.size(), " of ", cal.golden.size(),
-        " variants differ even alone (the target is not deterministic); "
-        "judged by divergence under cross-tenant vs same-tenant load"));
-    if (base_n_ < 10 || cross_n_ < 10) {
-      d.AddFailure(absl::StrCat(
-          "rate mode needs 10 golden answers a side, got ", base_n_,
-          " same-tenant and ", cross_n_, " cross-tenant"));
-    }
+    RateModeCoverage(&d);
   }
   d.stats = {{"variants", cal.golden.size()},
              {"exact_variants", cal.golden.size() - cal.golden_by_rate.size()},
              {"rate_variants", cal.golden_by_rate.size()},
+             {"moved_under_load", cal.golden_moved_under_load.size()},
              {"baseline_probes", base_n_},
              {"baseline_diverged", base_div_},
              {"cross_tenant_probes", cross_n_},

@@ -1,9 +1,10 @@
 // Golden: a fixed greedy prompt must get the answer it got alone, under
 // any load. Another tenant's KV in its attention changes the answer; a
 // divergence holding another tenant's marker is the leak itself. On a
-// target whose answers differ even alone (not batch-invariant), golden
-// judges rates instead: divergence under cross-tenant load against a
-// same-tenant baseline sent in the campaign's first quarter.
+// target whose answers differ alone or under same-tenant load (not
+// batch-invariant), golden judges rates instead: divergence under
+// cross-tenant load against a same-tenant baseline sent in slots
+// interleaved with it; disabled where that test is blind.
 #ifndef KVCANARY_AUDITOR_DETECTORS_GOLDEN_H_
 #define KVCANARY_AUDITOR_DETECTORS_GOLDEN_H_
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace kvcanary::auditor {
 
@@ -16,7 +17,8 @@ nlohmann::json LogprobDiff::ToJson() const {
           {"got_positions", got_positions},
           {"first_difference", first_difference},
           {"tokens_differ", tokens_differ},
-          {"max_delta", max_delta}};
+          {"max_delta", max_delta},
+          {"context_delta", context_delta}};
 }
 
 LogprobDiff CompareLogprobs(const std::vector<AnswerLogprob>& alone,
@@ -25,10 +27,19 @@ LogprobDiff CompareLogprobs(const std::vector<AnswerLogprob>& alone,
   d.expected_positions = static_cast<int>(alone.size());
   d.got_positions = static_cast<int>(got.size());
   const size_t n = std::min(alone.size(), got.size());
+  // Into max_delta, and into context_delta while the answers so far agree.
   auto delta = [&d](const std::optional<double>& a,
                     const std::optional<double>& b) {
-    if (a.has_value() && b.has_value()) {
-      d.max_delta = std::max(d.max_delta, std::fabs(*a - *b));
+    if (!a.has_value() || !b.has_value()) return;
+    const double x = std::fabs(*a - *b);
+    d.max_delta = std::max(d.max_delta, x);
+    if (!d.tokens_differ) d.context_delta = std::max(d.context_delta, x);
+  };
+  auto alternatives = [&](size_t i) {
+    for (const auto& [text, figure] : alone[i].top) {
+      for (const auto& [other, other_figure] : got[i].top) {
+        if (other == text) delta(figure, other_figure);
+      }
     }
   };
   for (size_t i = 0; i < n; ++i) {
@@ -36,15 +47,14 @@ LogprobDiff CompareLogprobs(const std::vector<AnswerLogprob>& alone,
       d.first_difference = static_cast<int>(i);
     }
     if (alone[i].token != got[i].token) {
+      // The same context on both sides up to here: its alternatives still
+      // compare; past it, nothing does.
+      alternatives(i);
       d.tokens_differ = true;
       continue;
     }
     delta(alone[i].logprob, got[i].logprob);
-    for (const auto& [text, figure] : alone[i].top) {
-      for (const auto& [other, other_figure] : got[i].top) {
-        if (other == text) delta(figure, other_figure);
-      }
-    }
+    alternatives(i);
   }
   if (alone.size() != got.size() && d.first_difference < 0) {
     d.first_difference = static_cast<int>(n);
@@ -54,10 +64,10 @@ LogprobDiff CompareLogprobs(const std::vector<AnswerLogprob>& alone,
 }
 
 double LogprobDistance(const LogprobDiff& d) {
-  if (d.tokens_differ || d.expected_positions != d.got_positions) {
+  if (d.expected_positions == 0 || d.got_positions == 0) {
     return std::numeric_limits<double>::infinity();
   }
-  return d.max_delta;
+  return d.context_delta;
 }
 
 void DistanceRates::Add(bool baseline, double distance) {
@@ -230,6 +240,44 @@ std::vector<ControlCase> LogprobDetector::Controls() const {
   return cases;
 }
 
+// What distance mode can see here: disabled where it is blind (a
+// baseline threshold no answer can pass, or only a rise over kBlindRise
+// visible) and no variant is judged bitwise; a note where some are.
+void LogprobDetector::DistanceCoverage(bool all_by_distance,
+                                       DetectorCoverage* d) const {
+  const std::optional<DistanceRates::Verdict> v = rates_.Judge();
+  if (!v.has_value()) {
+    d->AddFailure(absl::StrCat("distance mode needs ", kMinRateProbes,
+                               " answers a side, got ", rates_.base_n(),
+                               " same-tenant and ", rates_.cross_n(),
+                               " cross-tenant"));
+    return;
+  }
+  const std::string blind =
+      std::isinf(v->threshold)
+          ? "the 90th percentile of same-tenant distances is infinite "
+            "(answers without a position), so no answer can exceed it"
+          : BlindRateReason(v->base_above, rates_.base_n(), rates_.cross_n(),
+                            "answers were farther from alone than its 90th "
+                            "percentile");
+  if (blind.empty()) {
+    d->notes.push_back(absl::StrFormat(
+        "sees a rise of %.0f points or more in answers farther from alone "
+        "than %.3g",
+        *SmallestDetectableRise(v->base_above, rates_.base_n(),
+                                rates_.cross_n()) *
+            100,
+        v->threshold));
+  } else if (all_by_distance) {
+    d->disabled = absl::StrCat("blind on this target: ", blind);
+  } else {
+    d->notes.push_back(
+        absl::StrCat("the distance-mode variants are blind on "
+                     "this target (",
+                     blind, "); the others are judged bitwise"));
+  }
+}
+
 DetectorCoverage LogprobDetector::Coverage(int) const {
   DetectorCoverage d;
   if (!prepared()) return d;
@@ -243,22 +291,19 @@ DetectorCoverage LogprobDetector::Coverage(int) const {
   if (exact > 0) {
     d.notes.push_back(absl::StrCat(
         "exact: ", exact, " of ", cal.alone.size(),
-        " variants' two answers alone were bitwise the same, so every answer "
-        "under load must be"));
+        " variants' answers alone and under same-tenant load were bitwise "
+        "the same, so every answer under load must be"));
   }
   if (!cal.by_distance.empty()) {
     d.notes.push_back(absl::StrCat(
         "distance: ", cal.by_distance.size(), " of ", cal.alone.size(),
-        " variants' answers alone differ, so each answer's distance from the "
+        " variants' answers differ alone or under same-tenant load (",
+        cal.moved_under_load.size(),
+        " only under load), so each answer's distance from the "
         "one alone is judged against same-tenant load's (a finding when the "
         "share above its 90th percentile rises by 5 points and 3 standard "
         "errors: under 0.14% of healthy campaigns)"));
-    if (!rates_.Judge().has_value()) {
-      d.AddFailure(absl::StrCat("distance mode needs ", kMinRateProbes,
-                                " answers a side, got ", rates_.base_n(),
-                                " same-tenant and ", rates_.cross_n(),
-                                " cross-tenant"));
-    }
+    DistanceCoverage(exact == 0, &d);
   }
   if (without_logprobs_ > 0) {
     d.notes.push_back(absl::StrCat(without_logprobs_,
@@ -268,6 +313,7 @@ DetectorCoverage LogprobDetector::Coverage(int) const {
   d.stats = {{"mode", LogprobModeName(cal.mode)},
              {"variants", cal.alone.size()},
              {"distance_variants", cal.by_distance.size()},
+             {"moved_under_load", cal.moved_under_load.size()},
              {"without_logprobs", without_logprobs_},
              {"baseline_probes", rates_.base_n()},
              {"cross_tenant_probes", rates_.cross_n()}};

@@ -27,6 +27,10 @@ struct LogprobDiff {
   // same token with a figure on both sides (alternatives included, by
   // text).
   double max_delta = 0;
+  // The same, over the positions whose context is the same on both sides:
+  // up to and including the first that holds another token (there only
+  // alternatives compare).
+  double context_delta = 0;
   // For a finding's detail: counts and figures, no text.
   nlohmann::json ToJson() const;
 };
@@ -34,8 +38,9 @@ struct LogprobDiff {
 LogprobDiff CompareLogprobs(const std::vector<AnswerLogprob>& alone,
                             const std::vector<AnswerLogprob>& got);
 
-// What distance mode judges: max_delta, or infinity where the tokens or
-// the number of positions differ.
+// What distance mode judges: context_delta (an answer that took another
+// token is judged by how far its figures had moved up to there), or
+// infinity where either side has no position.
 double LogprobDistance(const LogprobDiff& d);
 
 // Distances under same-tenant load (the baseline) against those under
@@ -91,6 +96,7 @@ class LogprobDetector : public Detector {
   std::optional<Finding> JudgeOne(int variant, const std::string& tenant,
                                   const std::vector<AnswerLogprob>& got) const;
   std::optional<Finding> JudgeRates(const DistanceRates& rates) const;
+  void DistanceCoverage(bool all_by_distance, DetectorCoverage* d) const;
 
   TenantCounts compared_;
   int without_logprobs_ = 0;  // usable answers under load carrying none

@@ -279,13 +279,21 @@ void Target::Note(const AuditTenant& t, const Completion& c) {
 
 Completion Target::SendAlone(const AuditTenant& t, const std::string& prompt,
                              int max_tokens, bool stream, const json& extra) {
+  return SendBeside(t, prompt, max_tokens, stream, extra, {}, 0);
+}
+
+Completion Target::SendBeside(const AuditTenant& t, const std::string& prompt,
+                              int max_tokens, bool stream, const json& extra,
+                              const std::vector<std::string>& fillers,
+                              int filler_max_tokens) {
   Completion result;
   if (!down_.ok()) {
     result.error = down_;
     return result;
   }
+  const int group = 1 + static_cast<int>(fillers.size());
   for (int retries = 0;; ++retries) {
-    if (!spend_.Affordable(1)) {
+    if (!spend_.Affordable(group)) {
       spend_.NoteStopped();
       result = Completion();
       result.not_sent = true;
@@ -295,16 +303,27 @@ Completion Target::SendAlone(const AuditTenant& t, const std::string& prompt,
       return result;
     }
     if (retries > 0) spend_.NoteRetry(t.name);
-    MultiClient one(1);
-    bool sent = false;
-    one.Run(
+    MultiClient client(group);
+    int sent = 0;
+    client.Run(
         [&]() -> std::optional<ProbeRequest> {
-          if (sent) return std::nullopt;
-          sent = true;
-          return Request(0, t, prompt, max_tokens, stream, extra);
+          if (sent >= group) return std::nullopt;
+          // The fillers first, so the request meets them all in flight.
+          const int i = ++sent;
+          if (i == group) {
+            return Request(0, t, prompt, max_tokens, stream, extra);
+          }
+          return Request(static_cast<uint64_t>(i), t, fillers[i - 1],
+                         filler_max_tokens, false);
         },
-        [&](ProbeResponse r) { result = Parse(r, stream); },
-        [&] { return sent; });
+        [&](ProbeResponse r) {
+          if (r.id == 0) {
+            result = Parse(r, stream);
+          } else {
+            Note(t, Parse(r, false));
+          }
+        },
+        [&] { return sent >= group; });
     Note(t, result);
     if (!IsRateLimited(result) || retries >= kMaxRateLimitRetries) break;
     absl::SleepFor(RetryWait(result, retries));

@@ -136,6 +136,16 @@ class Target {
   Completion SendAlone(const AuditTenant& t, const std::string& prompt,
                        int max_tokens, bool stream,
                        const nlohmann::json& extra = nullptr);
+  // As SendAlone, with `fillers` (prompts of `t`, each asked for up to
+  // `filler_max_tokens`, not streamed) started at the same moment beside
+  // it: the request answered in a batch of the shape the load makes. The
+  // fillers' answers are counted in spend() and dropped; the whole group is
+  // sent again while the request's own answer is rate-limited.
+  Completion SendBeside(const AuditTenant& t, const std::string& prompt,
+                        int max_tokens, bool stream,
+                        const nlohmann::json& extra,
+                        const std::vector<std::string>& fillers,
+                        int filler_max_tokens);
   // An answer to a request of `t`: its tokens and rate limits into
   // spend(), and requests in a row without an HTTP answer counted (call
   // for each answer of requests sent elsewhere, e.g. through a

@@ -3,6 +3,9 @@
 // and measured whole, latency fits that fail on a flat or cached cost.
 #include "auditor/campaign/calibrate.h"
 
+#include <set>
+#include <string>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "auditor/campaign/plant_calibration.h"
@@ -254,6 +257,35 @@ TEST(CalibrationTest, EveryTimedRequestHasAUniquePrefix) {
   Calibrate(Options(), send);
   EXPECT_GE(timed, 15);
   EXPECT_EQ(prefixes.size(), static_cast<size_t>(timed));
+}
+
+// Golden answers the same twice alone but another under same-tenant load
+// (a target that is not batch-invariant): judged by rate, and recorded as
+// moved only under load; answers that hold under load stay exact.
+TEST(CalibrationTest, GoldenThatDiffersOnlyUnderSameTenantLoadIsJudgedByRate) {
+  for (const bool moves : {false, true}) {
+    SCOPED_TRACE(moves);
+    const SimTarget target;
+    CalibrationOptions o = Options();
+    int loaded = 0;
+    o.send_loaded = [&](const AuditTenant& t, const std::string& prompt,
+                        int max_tokens, const nlohmann::json&) {
+      ++loaded;
+      Completion c = target(t, prompt, max_tokens, false);
+      if (moves) c.text += " then";
+      return c;
+    };
+    const Calibration c = Calibrate(o, target);
+    ASSERT_EQ(c.golden.size(), 3u) << c.golden_failure;
+    if (moves) {
+      EXPECT_EQ(c.golden_by_rate, std::set<int>({0, 1, 2}));
+      EXPECT_EQ(c.golden_moved_under_load, std::set<int>({0, 1, 2}));
+      EXPECT_EQ(loaded, 3);  // the first answer under load differed
+    } else {
+      EXPECT_TRUE(c.golden_by_rate.empty());
+      EXPECT_EQ(loaded, 6);
+    }
+  }
 }
 
 TEST(CalibrationTest, AModelThatNeverEchoesDisablesEcho) {

@@ -154,8 +154,10 @@ TEST(CampaignTest, LogprobsNoisyAloneAreJudgedByDistanceRates) {
     fo.busy_logprob_shift = shift;
     FakeTarget target(fo);
     AuditorMetrics metrics;
-    const CampaignResult r = RunCampaign(
-        Options(target.url(), absl::StrCat("logprob-noise-", shift)), &metrics);
+    CampaignOptions o =
+        Options(target.url(), absl::StrCat("logprob-noise-", shift));
+    o.max_probes = 640;  // the baseline's slots are tenant 0's alone
+    const CampaignResult r = RunCampaign(o, &metrics);
     const DetectorCoverage* d = CoverageOf(r, "logprob_golden");
     ASSERT_NE(d, nullptr);
     EXPECT_EQ(d->stats["mode"], "distance") << Explain(r);
@@ -164,6 +166,45 @@ TEST(CampaignTest, LogprobsNoisyAloneAreJudgedByDistanceRates) {
       EXPECT_EQ(d->state, DetectorState::kActive) << d->reason;
     } else {
       EXPECT_GT(Count(r, "logprob_distance_rate"), 0) << Explain(r);
+    }
+  }
+}
+
+// A healthy server that is not batch-invariant: answers alone are bitwise
+// the same twice, and differ — deterministically per batch shape — under
+// load. Calibration sends each golden variant under same-tenant load too,
+// so golden is judged by rate and the log-probabilities by distance, with
+// the baseline interleaved in time: clean, and each detector active or
+// disabled as blind, saying so, never active and blind.
+TEST(CampaignTest, ABatchVariantHealthyServerIsCleanWithGoldenJudgedByRate) {
+  FakeTargetOptions fo = Fake(Flavor::kVllm);
+  fo.batch_variant = true;
+  FakeTarget target(fo);
+  AuditorMetrics metrics;
+  CampaignOptions o = Options(target.url(), "batch-variant");
+  o.max_probes = 640;  // the baseline's slots are tenant 0's alone
+  const CampaignResult r = RunCampaign(o, &metrics);
+  EXPECT_EQ(r.verdict, Verdict::kClean) << Explain(r);
+  const DetectorCoverage* golden = CoverageOf(r, "golden");
+  ASSERT_NE(golden, nullptr);
+  EXPECT_GT(golden->stats["moved_under_load"].get<int>(), 0) << Explain(r);
+  EXPECT_EQ(golden->stats["exact_variants"], 0) << Explain(r);
+  // About half the answers under load differ: active where the counts
+  // can see a rise of 30 points, else disabled as blind, saying so.
+  if (golden->state != DetectorState::kActive) {
+    EXPECT_NE(golden->disabled.find("blind on this target"), std::string::npos)
+        << golden->reason;
+  }
+  for (const char* name : {"logprob_golden", "prompt_logprobs"}) {
+    const DetectorCoverage* d = CoverageOf(r, name);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->stats["mode"], "distance") << name << Explain(r);
+    EXPECT_GT(d->stats["moved_under_load"].get<int>(), 0) << name;
+    // Scored prompts are few: active, or disabled as blind at their count.
+    if (d->state != DetectorState::kActive) {
+      EXPECT_EQ(std::string(name), "prompt_logprobs") << d->reason;
+      EXPECT_NE(d->disabled.find("blind on this target"), std::string::npos)
+          << d->reason;
     }
   }
 }

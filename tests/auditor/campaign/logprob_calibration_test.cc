@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "auditor/campaign/calibrate.h"
 #include "gtest/gtest.h"
 
 namespace kvcanary::auditor {
@@ -96,6 +97,45 @@ TEST(LogprobCalibrationTest, OnlyTheVariantThatVariesAloneIsJudgedByDistance) {
   EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kDistance);
   EXPECT_EQ(c.golden_logprobs.by_distance, std::set<int>({1}));
   EXPECT_EQ(c.scored.mode, LogprobMode::kExact);
+}
+
+// A target that is bitwise repeatable alone but whose figures move with
+// the batch (not batch-invariant): each variant is also sent twice under
+// same-tenant load; those that move there are judged by distance, and
+// golden judges their text by rate; a batch that moves nothing keeps exact.
+TEST(LogprobCalibrationTest,
+     FiguresThatMoveUnderSameTenantLoadAreJudgedByDistance) {
+  for (const double shift : {0.0, 1e-4}) {
+    SCOPED_TRACE(shift);
+    const SimTarget alone;
+    int loaded_calls = 0;
+    const SendLoaded loaded = [&](const AuditTenant& t,
+                                  const std::string& prompt, int max_tokens,
+                                  const nlohmann::json& extra) {
+      ++loaded_calls;
+      Completion c = alone(t, prompt, max_tokens, false, extra);
+      for (AnswerLogprob& a : c.logprobs.positions) {
+        if (a.logprob.has_value() && *a.logprob > -1.0) *a.logprob -= shift;
+      }
+      return c;
+    };
+    Calibration c = WithGolden();
+    CalibrateLogprobs({"acme", "k"}, alone, &c, /*chat=*/false, loaded);
+    const std::set<int> all = {0, 1, 2};
+    if (shift == 0) {
+      EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kExact);
+      EXPECT_TRUE(c.golden_by_rate.empty());
+      EXPECT_EQ(loaded_calls, 12);  // twice per variant, both kinds
+      EXPECT_EQ(c.requests, 24);
+    } else {
+      EXPECT_EQ(c.golden_logprobs.mode, LogprobMode::kDistance);
+      EXPECT_EQ(c.golden_logprobs.moved_under_load, all);
+      EXPECT_EQ(c.scored.moved_under_load, all);
+      EXPECT_EQ(c.golden_by_rate, all);
+      EXPECT_EQ(c.golden_moved_under_load, all);
+      EXPECT_EQ(loaded_calls, 6);  // the first one moved: no second
+    }
+  }
 }
 
 TEST(LogprobCalibrationTest, NoneRefusedOrEchoIgnoredDisablesSayingWhy) {

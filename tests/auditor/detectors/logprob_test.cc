@@ -53,15 +53,24 @@ TEST(LogprobJudgeTest, ComparesTokensFiguresAndCounts) {
   EXPECT_EQ(nudged.first_difference, 0);
   EXPECT_FALSE(nudged.tokens_differ);
   EXPECT_DOUBLE_EQ(nudged.max_delta, 0.0625);
+  // Another token at 1: judged by how far the figures had moved up to
+  // there (its alternatives included), never past it.
   auto other = alone;
   other[1].token = " in";
-  EXPECT_TRUE(std::isinf(LogprobDistance(CompareLogprobs(alone, other))));
+  other[2].logprob = -1.5;
+  const LogprobDiff took = CompareLogprobs(alone, other);
+  EXPECT_TRUE(took.tokens_differ);
+  EXPECT_DOUBLE_EQ(took.max_delta, 1.0);
+  EXPECT_EQ(LogprobDistance(took), 0);
+  other[1].top = {{" upon", -0.625}};
+  EXPECT_DOUBLE_EQ(LogprobDistance(CompareLogprobs(alone, other)), 0.5);
   auto cut = alone;
   cut.pop_back();
   const LogprobDiff shorter = CompareLogprobs(alone, cut);
   EXPECT_EQ(shorter.first_difference, 2);
   EXPECT_EQ(shorter.got_positions, 2);
-  EXPECT_TRUE(std::isinf(LogprobDistance(shorter)));
+  EXPECT_EQ(LogprobDistance(shorter), 0);
+  EXPECT_TRUE(std::isinf(LogprobDistance(CompareLogprobs(alone, {}))));
 }
 
 TEST(LogprobJudgeTest, DistanceRatesRiseOnlyAboveTheBaselinesSpread) {
@@ -79,6 +88,51 @@ TEST(LogprobJudgeTest, DistanceRatesRiseOnlyAboveTheBaselinesSpread) {
   DistanceRates few;
   for (int i = 0; i < 9; ++i) few.Add(true, 0);
   EXPECT_FALSE(few.Judge().has_value());
+}
+
+// The smallest rise a rate test could see at its sample sizes: a few
+// points on a quiet baseline with many answers, none on a baseline that
+// already diverges every time, and blind past kBlindRise.
+TEST(RatesTest, TheSmallestVisibleRiseDecidesWhetherARateTestIsBlind) {
+  const std::optional<double> quiet = SmallestDetectableRise(2, 200, 200);
+  ASSERT_TRUE(quiet.has_value());
+  EXPECT_LT(*quiet, 0.10);
+  // The rise it names is the first that JudgeRateRise calls.
+  const int k = static_cast<int>(std::lround((*quiet + 0.01) * 200));
+  EXPECT_TRUE(JudgeRateRise(2, 200, k, 200).rises);
+  EXPECT_FALSE(JudgeRateRise(2, 200, k - 1, 200).rises);
+  EXPECT_EQ(BlindRateReason(2, 200, 200, "diverged"), "");
+  EXPECT_FALSE(SmallestDetectableRise(40, 40, 40).has_value());
+  EXPECT_NE(BlindRateReason(40, 40, 40, "diverged").find("no rise at all"),
+            std::string::npos);
+  // A fifth diverging already, 20 answers a side: only a large rise.
+  const std::string half = BlindRateReason(4, 20, 20, "diverged");
+  EXPECT_NE(half.find("4 of 20 diverged"), std::string::npos) << half;
+  EXPECT_NE(half.find("blind above 30"), std::string::npos) << half;
+  EXPECT_FALSE(SmallestDetectableRise(0, 9, 40).has_value());
+}
+
+// Distance mode whose same-tenant answers are so far apart that only a
+// large rise could show: disabled, saying so, never active.
+TEST(LogprobGoldenTest, DistanceModeBlindOnThisTargetIsDisabledWithWhy) {
+  Harness h(WithLogprobs(LogprobMode::kDistance));
+  auto d = h.Make("logprob_golden");
+  FindingList found;
+  for (int i = 0; i < 24; ++i) {
+    Probe p;
+    p.kind = ProbeKind::kGolden;
+    p.golden_variant = i % 3;
+    p.baseline = i % 2 == 0;
+    // No position at all: an infinite distance on both sides.
+    d->Judge(p,
+             WithPositions(i % 4 < 2 ? std::vector<AnswerLogprob>{}
+                                     : Positions(-0.25)),
+             {}, found);
+  }
+  const DetectorCoverage cov = Judged(*d, 1);
+  EXPECT_NE(cov.disabled.find("blind on this target"), std::string::npos)
+      << cov.disabled;
+  EXPECT_EQ(cov.state, DetectorState::kDisabled) << cov.reason;
 }
 
 TEST(LogprobGoldenTest, ExactTargetAnyChangedFigureIsAFinding) {

@@ -730,6 +730,9 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
       !a.pieces.empty()) {
     a.pieces[0] = next_day ? " Thursday" : " Wednesday";
   }
+  if (options_.batch_variant && others >= 4 && !a.pieces.empty()) {
+    a.pieces.back() = " then";
+  }
   a.text = absl::StrJoin(a.pieces, "");
   if (r.logprobs >= 0) {
     double shift = 0;
@@ -737,6 +740,7 @@ void FakeTarget::HandleCompletion(const http::Request& req, http::Response& res,
       std::lock_guard<std::mutex> lock(mu_);
       const int own = in_flight_keys_[req.get_header_value("Authorization")];
       if (others + 1 > own) shift = options_.busy_logprob_shift;
+      if (options_.batch_variant) shift += 1e-4 * others;
       if (options_.logprob_noise > 0) {
         shift += options_.logprob_noise *
                  std::uniform_real_distribution<double>(0, 1)(jitter_rng_);

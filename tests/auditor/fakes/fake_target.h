@@ -231,6 +231,11 @@ struct FakeTargetOptions {
   // every figure moves by this much (what another tenant's page in
   // attention does to an answer whose text it does not change).
   double busy_logprob_shift = 0;
+  // A healthy server that is not batch-invariant: with k other completion
+  // requests (of any key) in flight, every figure moves by 1e-4 × k, and
+  // where k >= 4 the answer's last word is another — the same answer for
+  // the same batch shape, another for another.
+  bool batch_variant = false;
   // > 0: once that many completion requests have arrived, `revoked_key`
   // is refused as if it were wrong (a key rotated or revoked mid-run).
   int revoke_after_completions = 0;

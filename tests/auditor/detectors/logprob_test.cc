@@ -37,6 +37,15 @@ Calibration WithLogprobs(LogprobMode mode) {
   return c;
 }
 
+// The i-th golden probe of a run: variants in turn.
+Probe GoldenProbe(int i, bool baseline) {
+  Probe p;
+  p.kind = ProbeKind::kGolden;
+  p.golden_variant = i % 3;
+  p.baseline = baseline;
+  return p;
+}
+
 Completion WithPositions(std::vector<AnswerLogprob> positions) {
   Completion c = Answer("x", 10);
   c.logprobs.present = true;
@@ -119,10 +128,7 @@ TEST(LogprobGoldenTest, DistanceModeBlindOnThisTargetIsDisabledWithWhy) {
   auto d = h.Make("logprob_golden");
   FindingList found;
   for (int i = 0; i < 24; ++i) {
-    Probe p;
-    p.kind = ProbeKind::kGolden;
-    p.golden_variant = i % 3;
-    p.baseline = i % 2 == 0;
+    const Probe p = GoldenProbe(i, /*baseline=*/i % 2 == 0);
     // No position at all: an infinite distance on both sides.
     d->Judge(p,
              WithPositions(i % 4 < 2 ? std::vector<AnswerLogprob>{}
@@ -170,10 +176,7 @@ TEST(LogprobGoldenTest, DistanceModeJudgesRatesAgainstTheBaseline) {
   auto d = h.Make("logprob_golden");
   FindingList found;
   for (int i = 0; i < 40; ++i) {
-    Probe p;
-    p.kind = ProbeKind::kGolden;
-    p.golden_variant = i % 3;
-    p.baseline = i < 20;
+    const Probe p = GoldenProbe(i, /*baseline=*/i < 20);
     // Same-tenant load: tiny noise; cross-tenant: four in five far off.
     const double off =
         p.baseline ? -0.25 - i * 1e-7 : (i % 5 ? -1.5 : -0.25 - 1e-7);

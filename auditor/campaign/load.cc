@@ -101,10 +101,24 @@ class InFlight {
     held_.push_back({now + wait, std::move(p->first), std::move(p->second), c});
     return true;
   }
-  // A held probe whose wait has passed, back in flight (its request).
+  // Whether a probe of `tenant` sent now would share the target with the
+  // other side of golden's baseline: a baseline probe (tenant 0's alone)
+  // beside another tenant's load probe, or that beside a baseline probe.
+  // The sides never overlap, so a bug that mixes concurrent requests
+  // cannot reach the baseline at a slot's edge.
+  bool Mixes(bool baseline, int tenant) const {
+    if (!baseline && tenant == 0) return false;
+    return std::any_of(probes_.begin(), probes_.end(), [&](const auto& p) {
+      return baseline ? !p.second.baseline && p.second.tenant != 0
+                      : p.second.baseline;
+    });
+  }
+  // A held probe whose wait has passed and that would not mix the
+  // baseline's sides, back in flight (its request).
   std::optional<std::pair<const Probe*, ProbeRequest>> Due(absl::Time now) {
-    auto due = std::find_if(held_.begin(), held_.end(),
-                            [&](const Held& h) { return h.at <= now; });
+    auto due = std::find_if(held_.begin(), held_.end(), [&](const Held& h) {
+      return h.at <= now && !Mixes(h.probe.baseline, h.probe.tenant);
+    });
     if (due == held_.end()) return std::nullopt;
     Held h = std::move(*due);
     held_.erase(due);
@@ -146,16 +160,19 @@ class InFlight {
 
 }  // namespace
 
-Probe Campaign::NextLoadProbe(ProbeMix* mix, uint64_t sent, bool baseline) {
-  Probe p;
-  // Tenants take turns, so pages one frees are reused by the next.
-  p.tenant = static_cast<int>(sent % o_.tenants.size());
+int Campaign::LoadTenant(uint64_t sent, bool baseline) const {
   // The same-tenant baseline for golden rates and distances: in its
   // slots every probe from tenant 0, of the kinds the load sends, so a
   // target whose answers depend on the batch meets the same batches on
-  // both sides.
+  // both sides. Otherwise tenants take turns, so pages one frees are
+  // reused by the next.
+  return baseline ? 0 : static_cast<int>(sent % o_.tenants.size());
+}
+
+Probe Campaign::NextLoadProbe(ProbeMix* mix, uint64_t sent, bool baseline) {
+  Probe p;
+  p.tenant = LoadTenant(sent, baseline);
   p.baseline = baseline;
-  if (p.baseline) p.tenant = 0;
   p.kind = mix->Next(p.tenant);
   p.id = next_probe_++;
   return p;
@@ -174,7 +191,8 @@ absl::Status Campaign::MainLoop() {
   absl::Status error;
   // Golden's same-tenant baseline and the cross-tenant load take turns in
   // slots of kBaselineSlot, so both sides meet the target in the same
-  // moments (its warm-up, its queue, whatever else it serves).
+  // moments (its warm-up, its queue, whatever else it serves); a slot's
+  // probes wait for the other side's to finish (InFlight::Mixes).
   auto in_baseline = [&] {
     return rate_mode && (Clock::now() - start) / kBaselineSlot % 2 == 0;
   };
@@ -198,11 +216,13 @@ absl::Status Campaign::MainLoop() {
           session_.NoteRetry(o_.tenants[due->first->tenant]);
           return std::move(due->second);
         }
+        const bool baseline = in_baseline();
         if (no_new() || !flight.Affordable(&session_.spend()) ||
-            !rate.MaySend(now)) {
-          return std::nullopt;
+            !rate.MaySend(now) ||
+            flight.Mixes(baseline, LoadTenant(sent, baseline))) {
+          return std::nullopt;  // asked again in a few milliseconds
         }
-        Probe p = NextLoadProbe(&mix, sent, in_baseline());
+        Probe p = NextLoadProbe(&mix, sent, baseline);
         ++sent;
         ProbeRequest r = MakeProbe(&p);
         flight.Start(std::move(p), r);

@@ -101,23 +101,22 @@ class InFlight {
     held_.push_back({now + wait, std::move(p->first), std::move(p->second), c});
     return true;
   }
-  // Whether a probe of `tenant` sent now would share the target with the
-  // other side of golden's baseline: a baseline probe (tenant 0's alone)
-  // beside another tenant's load probe, or that beside a baseline probe.
-  // The sides never overlap, so a bug that mixes concurrent requests
-  // cannot reach the baseline at a slot's edge.
-  bool Mixes(bool baseline, int tenant) const {
-    if (!baseline && tenant == 0) return false;
+  // Whether a probe sent now would share the target with the other side
+  // of golden's baseline: a baseline probe (tenant 0's alone) beside a
+  // load probe, or that beside a baseline probe. The sides never overlap,
+  // so a bug that mixes concurrent requests cannot reach the baseline at
+  // a slot's edge, and each slot starts from an empty target, as the
+  // other side's did (batch shapes alike on both sides).
+  bool Mixes(bool baseline) const {
     return std::any_of(probes_.begin(), probes_.end(), [&](const auto& p) {
-      return baseline ? !p.second.baseline && p.second.tenant != 0
-                      : p.second.baseline;
+      return p.second.baseline != baseline;
     });
   }
   // A held probe whose wait has passed and that would not mix the
   // baseline's sides, back in flight (its request).
   std::optional<std::pair<const Probe*, ProbeRequest>> Due(absl::Time now) {
     auto due = std::find_if(held_.begin(), held_.end(), [&](const Held& h) {
-      return h.at <= now && !Mixes(h.probe.baseline, h.probe.tenant);
+      return h.at <= now && !Mixes(h.probe.baseline);
     });
     if (due == held_.end()) return std::nullopt;
     Held h = std::move(*due);
@@ -160,19 +159,16 @@ class InFlight {
 
 }  // namespace
 
-int Campaign::LoadTenant(uint64_t sent, bool baseline) const {
+Probe Campaign::NextLoadProbe(ProbeMix* mix, uint64_t sent, bool baseline) {
+  Probe p;
+  // Tenants take turns, so pages one frees are reused by the next.
+  p.tenant = static_cast<int>(sent % o_.tenants.size());
   // The same-tenant baseline for golden rates and distances: in its
   // slots every probe from tenant 0, of the kinds the load sends, so a
   // target whose answers depend on the batch meets the same batches on
-  // both sides. Otherwise tenants take turns, so pages one frees are
-  // reused by the next.
-  return baseline ? 0 : static_cast<int>(sent % o_.tenants.size());
-}
-
-Probe Campaign::NextLoadProbe(ProbeMix* mix, uint64_t sent, bool baseline) {
-  Probe p;
-  p.tenant = LoadTenant(sent, baseline);
+  // both sides.
   p.baseline = baseline;
+  if (p.baseline) p.tenant = 0;
   p.kind = mix->Next(p.tenant);
   p.id = next_probe_++;
   return p;
@@ -218,8 +214,7 @@ absl::Status Campaign::MainLoop() {
         }
         const bool baseline = in_baseline();
         if (no_new() || !flight.Affordable(&session_.spend()) ||
-            !rate.MaySend(now) ||
-            flight.Mixes(baseline, LoadTenant(sent, baseline))) {
+            !rate.MaySend(now) || flight.Mixes(baseline)) {
           return std::nullopt;  // asked again in a few milliseconds
         }
         Probe p = NextLoadProbe(&mix, sent, baseline);

@@ -60,10 +60,8 @@ class Campaign {
   // load.cc: the load and the timed pairs after it.
   // The kinds of probe to send each tenant, and how many of each.
   ProbeMix Mix(bool rate_mode) const;
-  // The tenant of the load's next probe: in turn; tenant 0 in golden's
-  // baseline.
-  int LoadTenant(uint64_t sent, bool baseline) const;
-  // The load's next probe: its tenant, kind and id.
+  // The load's next probe: its tenant (in turn; tenant 0 in golden's
+  // baseline), kind and id.
   Probe NextLoadProbe(ProbeMix* mix, uint64_t sent, bool baseline);
   absl::Status MainLoop();
   absl::Status TimedPairs();
